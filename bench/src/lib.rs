@@ -1,0 +1,1 @@
+//! Brook's measurements.

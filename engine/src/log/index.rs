@@ -1,0 +1,344 @@
+//! The sparse index files, as Kafka writes them.
+//!
+//! `.index`: 8-byte entries `(relativeOffset u32, position u32)`, big-endian,
+//! where `relativeOffset = offset - segment base offset` and `position` is the
+//! byte position in the `.log` of the batch holding that offset.
+//!
+//! `.timeindex`: 12-byte entries `(timestamp i64, relativeOffset u32)`.
+//!
+//! Both files are sorted by key, so every lookup is a "floor" search: the last
+//! entry whose key is ≤ the target. Sealed segments' index files are not kept
+//! in memory: the runtime reads one block at a time (see [`BlockSummary`]).
+
+use thiserror::Error;
+use zerocopy::byteorder::big_endian::{I64, U32};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+use crate::types::{Offset, TimestampMs};
+
+/// Kafka stores relative offsets as Java ints: they may not exceed this.
+pub const RELATIVE_OFFSET_MAX: i64 = i32::MAX as i64;
+/// Index reads and summaries work in whole 4 KiB pages.
+pub const PAGE_BYTES: usize = 4096;
+
+/// One `.index` entry.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
+)]
+#[repr(C)]
+pub struct OffsetIndexEntry {
+    pub relative_offset: U32,
+    pub position: U32,
+}
+
+/// One `.timeindex` entry.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
+)]
+#[repr(C)]
+pub struct TimeIndexEntry {
+    pub timestamp: I64,
+    pub relative_offset: U32,
+}
+
+impl OffsetIndexEntry {
+    pub fn new(relative_offset: u32, position: u32) -> OffsetIndexEntry {
+        OffsetIndexEntry {
+            relative_offset: relative_offset.into(),
+            position: position.into(),
+        }
+    }
+
+    pub fn offset(&self, base_offset: Offset) -> Offset {
+        Offset(base_offset.0 + i64::from(self.relative_offset.get()))
+    }
+}
+
+impl TimeIndexEntry {
+    pub fn new(timestamp: TimestampMs, relative_offset: u32) -> TimeIndexEntry {
+        TimeIndexEntry {
+            timestamp: timestamp.0.into(),
+            relative_offset: relative_offset.into(),
+        }
+    }
+
+    pub fn timestamp(&self) -> TimestampMs {
+        TimestampMs(self.timestamp.get())
+    }
+
+    pub fn offset(&self, base_offset: Offset) -> Offset {
+        Offset(base_offset.0 + i64::from(self.relative_offset.get()))
+    }
+}
+
+/// What the two index kinds have in common: a fixed size and a sort key.
+pub trait IndexEntry: FromBytes + IntoBytes + Immutable + KnownLayout + Copy {
+    /// Size of one entry in the file.
+    const BYTES: usize;
+    /// The key entries are sorted by (relative offset, or timestamp).
+    fn key(&self) -> i64;
+}
+
+impl IndexEntry for OffsetIndexEntry {
+    const BYTES: usize = 8;
+    fn key(&self) -> i64 {
+        i64::from(self.relative_offset.get())
+    }
+}
+
+impl IndexEntry for TimeIndexEntry {
+    const BYTES: usize = 12;
+    fn key(&self) -> i64 {
+        self.timestamp.get()
+    }
+}
+
+/// Why an index file cannot be trusted (the segment's index is then rebuilt).
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum IndexError {
+    #[error("index size {bytes} is not a multiple of the entry size {entry_bytes}")]
+    PartialEntry { bytes: usize, entry_bytes: usize },
+    #[error("index entry {entry} is not after the previous one")]
+    OutOfOrder { entry: usize },
+    #[error("index entry {entry} points past the log ({position} >= {log_bytes})")]
+    PositionPastLog {
+        entry: usize,
+        position: u64,
+        log_bytes: u64,
+    },
+    #[error("index entry {entry} has relative offset {relative_offset} beyond {max}")]
+    OffsetPastSegment {
+        entry: usize,
+        relative_offset: i64,
+        max: i64,
+    },
+    #[error("index misses an entry: a batch at position {position} should be indexed")]
+    MissingEntry { position: u64 },
+    #[error("time index does not end with the segment's largest timestamp {expected}")]
+    MissingMaxTimestamp { expected: i64 },
+}
+
+/// Views raw index bytes as entries.
+pub fn entries_from_bytes<E: IndexEntry>(bytes: &[u8]) -> Result<&[E], IndexError> {
+    if bytes.len() % E::BYTES != 0 {
+        return Err(IndexError::PartialEntry {
+            bytes: bytes.len(),
+            entry_bytes: E::BYTES,
+        });
+    }
+    Ok(<[E]>::ref_from_bytes(bytes).expect("length is a multiple of the unaligned entry size"))
+}
+
+/// The last entry whose key is ≤ `key`, with its index; `None` if every entry
+/// is greater (the caller then starts from the segment's beginning).
+pub fn floor<E: IndexEntry>(entries: &[E], key: i64) -> Option<(usize, E)> {
+    floor_by(entries, key, E::key)
+}
+
+/// [`floor`] by another sorted key, such as an offset entry's position.
+pub fn floor_by<E: Copy>(
+    entries: &[E],
+    key: i64,
+    key_of: impl Fn(&E) -> i64,
+) -> Option<(usize, E)> {
+    let after = entries.partition_point(|entry| key_of(entry) <= key);
+    after.checked_sub(1).map(|slot| (slot, entries[slot]))
+}
+
+/// The position key of offset index entries (sorted like their offsets).
+pub fn position_key(entry: &OffsetIndexEntry) -> i64 {
+    i64::from(entry.position.get())
+}
+
+/// Checks an offset index against its log: relative offsets and positions
+/// strictly increase, positions lie inside the log, and offsets fit.
+pub fn check_offset_index(entries: &[OffsetIndexEntry], log_bytes: u64) -> Result<(), IndexError> {
+    for (slot, entry) in entries.iter().enumerate() {
+        let relative_offset = i64::from(entry.relative_offset.get());
+        if relative_offset > RELATIVE_OFFSET_MAX {
+            return Err(IndexError::OffsetPastSegment {
+                entry: slot,
+                relative_offset,
+                max: RELATIVE_OFFSET_MAX,
+            });
+        }
+        let position = u64::from(entry.position.get());
+        if position >= log_bytes {
+            return Err(IndexError::PositionPastLog {
+                entry: slot,
+                position,
+                log_bytes,
+            });
+        }
+        if let Some(previous) = slot.checked_sub(1).map(|p| entries[p]) {
+            if entry.relative_offset.get() <= previous.relative_offset.get()
+                || entry.position.get() <= previous.position.get()
+            {
+                return Err(IndexError::OutOfOrder { entry: slot });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks a time index: timestamps strictly increase (entries are only added
+/// for a new maximum), offsets never decrease and stay within the segment.
+pub fn check_time_index(
+    entries: &[TimeIndexEntry],
+    relative_offset_max: i64,
+) -> Result<(), IndexError> {
+    for (slot, entry) in entries.iter().enumerate() {
+        let relative_offset = i64::from(entry.relative_offset.get());
+        if relative_offset > relative_offset_max {
+            return Err(IndexError::OffsetPastSegment {
+                entry: slot,
+                relative_offset,
+                max: relative_offset_max,
+            });
+        }
+        if let Some(previous) = slot.checked_sub(1).map(|p| entries[p]) {
+            if entry.timestamp.get() <= previous.timestamp.get()
+                || entry.relative_offset.get() < previous.relative_offset.get()
+            {
+                return Err(IndexError::OutOfOrder { entry: slot });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How many entries of kind `E` make one block: the smallest run of entries
+/// that is also a whole number of pages (512 offset entries = 1 page; 1,024
+/// time entries = 3 pages).
+pub const fn entries_per_block(entry_bytes: usize) -> usize {
+    let mut pages = 1;
+    while (pages * PAGE_BYTES) % entry_bytes != 0 {
+        pages += 1;
+    }
+    pages * PAGE_BYTES / entry_bytes
+}
+
+/// The first key of every block of a sealed index file: a few bytes per 4 KiB
+/// of index, enough to turn a lookup into a single block read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BlockSummary {
+    first_keys: Vec<i64>,
+    entries: usize,
+    entries_per_block: usize,
+}
+
+impl BlockSummary {
+    /// Summarises a whole index (read once, then dropped by the caller).
+    pub fn of<E: IndexEntry>(entries: &[E]) -> BlockSummary {
+        BlockSummary::of_by(entries, E::key)
+    }
+
+    /// Summarises by another sorted key (see [`floor_by`]).
+    pub fn of_by<E: IndexEntry>(entries: &[E], key_of: impl Fn(&E) -> i64) -> BlockSummary {
+        let entries_per_block = entries_per_block(E::BYTES);
+        let first_keys = entries
+            .chunks(entries_per_block)
+            .map(|block| key_of(&block[0]))
+            .collect();
+        BlockSummary {
+            first_keys,
+            entries: entries.len(),
+            entries_per_block,
+        }
+    }
+
+    pub fn entries(&self) -> usize {
+        self.entries
+    }
+
+    /// The entry range of the block that holds the floor of `key`, or `None`
+    /// when `key` precedes the first entry.
+    pub fn block_for(&self, key: i64) -> Option<std::ops::Range<usize>> {
+        let after = self.first_keys.partition_point(|first| *first <= key);
+        let block = after.checked_sub(1)?;
+        let start = block * self.entries_per_block;
+        Some(start..(start + self.entries_per_block).min(self.entries))
+    }
+
+    /// Heap bytes held by this summary.
+    pub fn heap_bytes(&self) -> usize {
+        self.first_keys.capacity() * size_of::<i64>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn entries_have_kafkas_layout() {
+        let entry = OffsetIndexEntry::new(0x0102_0304, 0x0A0B_0C0D);
+        assert_eq!(entry.as_bytes(), &[1, 2, 3, 4, 0x0A, 0x0B, 0x0C, 0x0D]);
+        let entry = TimeIndexEntry::new(TimestampMs(0x0102_0304_0506_0708), 9);
+        assert_eq!(entry.as_bytes(), &[1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 9]);
+    }
+
+    #[test]
+    fn floor_finds_the_last_entry_not_after_the_key() {
+        let entries: Vec<_> = [10u32, 20, 30]
+            .iter()
+            .map(|o| OffsetIndexEntry::new(*o, *o * 100))
+            .collect();
+        assert_eq!(floor(&entries, 5), None);
+        assert_eq!(floor(&entries, 10).unwrap().0, 0);
+        assert_eq!(floor(&entries, 29).unwrap().0, 1);
+        assert_eq!(floor(&entries, 1000).unwrap().0, 2);
+    }
+
+    #[test]
+    fn partial_and_unordered_indexes_are_rejected() {
+        assert!(matches!(
+            entries_from_bytes::<OffsetIndexEntry>(&[0; 9]),
+            Err(IndexError::PartialEntry { .. })
+        ));
+        let unordered = [OffsetIndexEntry::new(5, 100), OffsetIndexEntry::new(5, 200)];
+        assert_eq!(
+            check_offset_index(&unordered, 1000),
+            Err(IndexError::OutOfOrder { entry: 1 })
+        );
+        let past = [OffsetIndexEntry::new(5, 1000)];
+        assert!(matches!(
+            check_offset_index(&past, 1000),
+            Err(IndexError::PositionPastLog { .. })
+        ));
+        let zeros = [
+            TimeIndexEntry::new(TimestampMs(7), 1),
+            TimeIndexEntry::new(TimestampMs(0), 0),
+        ];
+        assert_eq!(
+            check_time_index(&zeros, 10),
+            Err(IndexError::OutOfOrder { entry: 1 })
+        );
+    }
+
+    #[test]
+    fn blocks_are_whole_pages() {
+        assert_eq!(entries_per_block(8), 512);
+        assert_eq!(entries_per_block(12), 1024);
+    }
+
+    proptest! {
+        #[test]
+        fn summary_lookup_agrees_with_a_full_floor(
+            keys in proptest::collection::btree_set(0u32..1_000_000, 0..3000),
+            probes in proptest::collection::vec(0i64..1_000_100, 1..50),
+        ) {
+            let entries: Vec<_> = keys.iter().enumerate()
+                .map(|(i, k)| OffsetIndexEntry::new(*k, i as u32)).collect();
+            let summary = BlockSummary::of(&entries);
+            for probe in probes {
+                let expected = floor(&entries, probe).map(|(slot, _)| slot);
+                let found = summary.block_for(probe).and_then(|block| {
+                    floor(&entries[block.clone()], probe).map(|(slot, _)| block.start + slot)
+                });
+                prop_assert_eq!(found, expected);
+            }
+        }
+    }
+}

@@ -1,0 +1,56 @@
+//! A work-around for glommio's device probe.
+//!
+//! The first time glommio opens a `DmaFile` on a block device it decides, once
+//! for the whole process, whether the device supports polled IO, by reading one
+//! block at offset 0 of *that* file. On an empty file the read "succeeds" with
+//! zero bytes, glommio concludes the device is pollable, and every later read on
+//! the device fails with `EOPNOTSUPP` (seen on virtio disks, whose `io_poll` is 0).
+//! Opening a non-empty file first lets the probe see the truth, so every entry
+//! point to storage calls [`prepare_directory`] before opening anything else.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::Mutex;
+
+use glommio::io::OpenOptions;
+
+use crate::storage::error::{StorageError, io_error};
+
+const PROBE_FILE: &str = ".brook-io-probe";
+const PROBE_BYTES: usize = 4096;
+
+static PROBED_DEVICES: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// Creates `directory` if needed and makes sure glommio has probed its device
+/// with a non-empty file.
+pub async fn prepare_directory(directory: &Path) -> Result<(), StorageError> {
+    std::fs::create_dir_all(directory).map_err(io_error("creating directory", directory))?;
+    let device = std::fs::metadata(directory)
+        .map_err(io_error("inspecting", directory))?
+        .dev();
+    if PROBED_DEVICES
+        .lock()
+        .map(|probed| probed.contains(&device))
+        .unwrap_or(false)
+    {
+        return Ok(());
+    }
+    let path = directory.join(PROBE_FILE);
+    std::fs::write(&path, [0u8; PROBE_BYTES]).map_err(io_error("writing probe", &path))?;
+    let file = OpenOptions::new()
+        .read(true)
+        .dma_open(&path)
+        .await
+        .map_err(io_error("opening probe", &path))?;
+    let probe = file
+        .read_at(0, PROBE_BYTES)
+        .await
+        .map_err(io_error("reading probe", &path));
+    let _ = file.close().await;
+    let _ = std::fs::remove_file(&path);
+    probe?;
+    if let Ok(mut probed) = PROBED_DEVICES.lock() {
+        probed.push(device);
+    }
+    Ok(())
+}

@@ -1,0 +1,30 @@
+//! The partition log on io_uring (glommio `DmaFile`, O_DIRECT).
+//!
+//! Formats and decisions come from [`brook_engine::log`]; this module does the
+//! IO around them: appending through DMA-aligned tail buffers, writing and
+//! syncing with group commit, reading through the sparse indexes, recovering
+//! after a crash, deleting old segments, and checkpointing per shard.
+
+mod appender;
+mod bytes;
+mod device;
+mod error;
+mod files;
+mod open;
+mod partition_log;
+mod read;
+mod segment;
+mod state;
+mod store;
+mod waiters;
+mod writer;
+
+pub use appender::PAGE_BYTES;
+pub use bytes::LogBytes;
+pub use device::prepare_directory;
+pub use error::StorageError;
+pub use open::EPOCH_CHECKPOINT_FILE;
+pub use partition_log::{PartitionLog, RecoveryHints, UNWRITTEN_BYTES_MAX};
+pub use read::{FileRange, LogData, ReadOptions, ReadOutcome};
+pub use state::{AppendInfo, LogStats};
+pub use store::{Store, StoreOptions};

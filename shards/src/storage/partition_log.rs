@@ -1,0 +1,445 @@
+//! A partition's log on one shard: appends, durability, reads, retention,
+//! recovery on open and a clean close.
+//!
+//! `append` is cheap: it validates the batches, copies them once into the
+//! active segment's DMA tail and returns their offsets. Two tasks per log then
+//! write and sync (see [`crate::storage::writer`]); callers wait for the
+//! guarantee they need with [`PartitionLog::wait_written`] (Kafka `acks=1`) or
+//! [`PartitionLog::wait_durable`] (fsynced). Appends are serialised by an async
+//! lock because an append may await (a new leader epoch is persisted before its
+//! first batch, a roll creates files, a full tail waits for the writer).
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use brook_engine::log::batch::BatchView;
+use brook_engine::log::config::LogConfig;
+use brook_engine::log::file_name::SegmentFileKind;
+use brook_engine::log::retention::{self, RetentionInput, SegmentSummary};
+use brook_engine::log::roll::IncomingBatch;
+use brook_engine::types::{LeaderEpoch, Offset, TimestampMs};
+use futures::channel::oneshot;
+use glommio::Task;
+use glommio::sync::Semaphore;
+
+use crate::storage::error::{StorageError, io_error};
+use crate::storage::files::{segment_path, sync_directory, write_atomically};
+use crate::storage::open::{self, EPOCH_CHECKPOINT_FILE};
+use crate::storage::segment::Segment;
+use crate::storage::state::{AppendInfo, LogState, LogStats};
+use crate::storage::writer::{ring, run_syncer, run_writer};
+
+/// Appended bytes the writer may lag behind before appends wait for it.
+pub const UNWRITTEN_BYTES_MAX: u64 = 64 << 20;
+
+/// What the caller knows about how the log was last closed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryHints {
+    /// The shard shut down cleanly: every file is complete and consistent.
+    pub clean_shutdown: bool,
+    /// Offsets below this were durable with sealed, synced segments
+    /// (`recovery-point-offset-checkpoint`); `None` rescans everything.
+    pub recovery_point: Option<Offset>,
+    /// The checkpointed log start offset.
+    pub log_start_offset: Option<Offset>,
+}
+
+/// Shared by the log's handle and its IO tasks. Lives on one shard.
+pub(crate) struct LogInner {
+    pub name: String,
+    pub state: RefCell<LogState>,
+    pub append_lock: Semaphore,
+    pub writer_bell: Semaphore,
+    pub syncer_bell: Semaphore,
+    tasks: RefCell<Vec<Task<()>>>,
+}
+
+/// A handle to one partition's log. Cheap to clone; lives on one shard.
+#[derive(Clone)]
+pub struct PartitionLog {
+    pub(crate) inner: Rc<LogInner>,
+}
+
+impl std::fmt::Debug for PartitionLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PartitionLog({})", self.inner.name)
+    }
+}
+
+impl PartitionLog {
+    /// Opens (or creates) the log in `dir`, recovering it as `hints` require,
+    /// and starts its IO tasks.
+    pub async fn open(
+        dir: impl Into<PathBuf>,
+        config: LogConfig,
+        hints: RecoveryHints,
+        now_ms: i64,
+    ) -> Result<PartitionLog, StorageError> {
+        let dir = dir.into();
+        crate::storage::device::prepare_directory(&dir).await?;
+        let opened = open::open_segments(&dir, &config, &hints, now_ms).await?;
+        let name = dir.file_name().map_or_else(
+            || dir.display().to_string(),
+            |name| name.to_string_lossy().into_owned(),
+        );
+        let state = LogState::new(
+            dir,
+            config,
+            opened.segments,
+            opened.log_start_offset,
+            opened.epochs,
+        );
+        let inner = Rc::new(LogInner {
+            name,
+            state: RefCell::new(state),
+            append_lock: Semaphore::new(1),
+            writer_bell: Semaphore::new(0),
+            syncer_bell: Semaphore::new(0),
+            tasks: RefCell::new(Vec::new()),
+        });
+        let writer = glommio::spawn_local(run_writer(inner.clone()));
+        let syncer = glommio::spawn_local(run_syncer(inner.clone()));
+        inner.tasks.borrow_mut().extend([writer, syncer]);
+        Ok(PartitionLog { inner })
+    }
+
+    /// Appends one or more record batches (`records` as a producer sends
+    /// them) in `leader_epoch`, returning their offsets. The batches are
+    /// validated first and nothing is appended if any is invalid.
+    pub async fn append(
+        &self,
+        records: &[u8],
+        leader_epoch: LeaderEpoch,
+        now_ms: i64,
+    ) -> Result<AppendInfo, StorageError> {
+        let max_message_bytes = self.inner.state.borrow().config.max_message_bytes;
+        let batches = validate_batches(records, max_message_bytes)?;
+        let _permit = self
+            .inner
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| self.closed())?;
+        self.inner.state.borrow().check_usable()?;
+        self.track_epoch(leader_epoch).await?;
+        let unwritten_end = {
+            let state = self.inner.state.borrow();
+            (state.unwritten_bytes() > UNWRITTEN_BYTES_MAX).then_some(state.log_end_offset)
+        };
+        if let Some(end) = unwritten_end {
+            self.wait_written(end).await?;
+        }
+        let incoming = {
+            let state = self.inner.state.borrow();
+            let mut next = state.log_end_offset;
+            for batch in &batches {
+                batch.check_placement(next)?;
+                next = Offset(next.0 + i64::from(batch.last_offset_delta()) + 1);
+            }
+            let max_timestamp = batches
+                .iter()
+                .map(BatchView::max_timestamp)
+                .max()
+                .unwrap_or(TimestampMs::NONE);
+            IncomingBatch {
+                size_bytes: records.len() as u64,
+                last_offset: Offset(next.0 - 1),
+                max_timestamp,
+            }
+        };
+        let roll = self.inner.state.borrow().roll_needed(&incoming, now_ms);
+        if roll.is_some() {
+            self.roll(now_ms).await?;
+        }
+        let info = self
+            .inner
+            .state
+            .borrow_mut()
+            .append_batches(&batches, leader_epoch, now_ms);
+        ring(&self.inner.writer_bell);
+        Ok(info)
+    }
+
+    /// Persists a new leader epoch before its first batch (see
+    /// [`brook_engine::log::epoch_cache`]); rejects an older one.
+    async fn track_epoch(&self, epoch: LeaderEpoch) -> Result<(), StorageError> {
+        if epoch.0 < 0 {
+            return Ok(());
+        }
+        let (path, text) = {
+            let mut state = self.inner.state.borrow_mut();
+            if let Some(latest) = state.epochs.latest_epoch().filter(|latest| *latest > epoch) {
+                return Err(StorageError::StaleLeaderEpoch { epoch, latest });
+            }
+            let start = state.log_end_offset;
+            if !state.epochs.assign(epoch, start) {
+                return Ok(());
+            }
+            (
+                state.dir().join(EPOCH_CHECKPOINT_FILE),
+                state.epochs.encode(),
+            )
+        };
+        write_atomically(&path, text.as_bytes()).await
+    }
+
+    /// Makes a new, empty segment at the log end the active one.
+    async fn roll(&self, now_ms: i64) -> Result<(), StorageError> {
+        let (dir, base, interval) = {
+            let state = self.inner.state.borrow();
+            (
+                state.dir().to_owned(),
+                state.log_end_offset,
+                state.config.index_interval_bytes,
+            )
+        };
+        let segment = Segment::create(&dir, base, now_ms, interval).await?;
+        sync_directory(&dir).await?;
+        self.inner.state.borrow_mut().push_segment(segment);
+        ring(&self.inner.writer_bell);
+        Ok(())
+    }
+
+    /// Waits until every offset below `offset` is written to its file.
+    pub async fn wait_written(&self, offset: Offset) -> Result<(), StorageError> {
+        let receiver = self.inner.state.borrow_mut().wait_written(offset)?;
+        self.await_receiver(receiver).await
+    }
+
+    /// Waits until every offset below `offset` is on stable storage.
+    pub async fn wait_durable(&self, offset: Offset) -> Result<(), StorageError> {
+        let receiver = self.inner.state.borrow_mut().wait_durable(offset)?;
+        ring(&self.inner.syncer_bell);
+        self.await_receiver(receiver).await
+    }
+
+    async fn await_receiver(
+        &self,
+        receiver: Option<oneshot::Receiver<Result<(), StorageError>>>,
+    ) -> Result<(), StorageError> {
+        match receiver {
+            None => Ok(()),
+            Some(receiver) => receiver.await.unwrap_or_else(|_| Err(self.closed())),
+        }
+    }
+
+    /// Makes everything appended so far durable; returns the durable offset.
+    pub async fn flush(&self) -> Result<Offset, StorageError> {
+        let end = self.log_end_offset();
+        self.wait_durable(end).await?;
+        Ok(end)
+    }
+
+    pub fn log_start_offset(&self) -> Offset {
+        self.inner.state.borrow().log_start_offset
+    }
+
+    /// The offset the next appended record gets.
+    pub fn log_end_offset(&self) -> Offset {
+        self.inner.state.borrow().log_end_offset
+    }
+
+    pub fn written_offset(&self) -> Offset {
+        self.inner.state.borrow().written_offset
+    }
+
+    pub fn durable_offset(&self) -> Offset {
+        self.inner.state.borrow().durable_offset
+    }
+
+    /// What to checkpoint as this log's recovery point.
+    pub fn recovery_point(&self) -> Offset {
+        self.inner.state.borrow().recovery_point()
+    }
+
+    /// Counters of appends, writes, syncs and rolls since the log was opened.
+    pub fn stats(&self) -> LogStats {
+        self.inner.state.borrow().stats
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.inner.state.borrow().segments.len()
+    }
+
+    /// The log's directory.
+    pub fn dir(&self) -> PathBuf {
+        self.inner.state.borrow().dir().to_owned()
+    }
+
+    /// Heap held by this log (buffers, indexes, bookkeeping).
+    pub fn heap_bytes(&self) -> usize {
+        size_of::<LogInner>() + self.inner.name.capacity() + self.inner.state.borrow().heap_bytes()
+    }
+
+    /// Deletes whole old segments as retention requires (never at or above
+    /// `high_watermark`). Returns how many segments were deleted.
+    pub async fn apply_retention(
+        &self,
+        high_watermark: Offset,
+        now_ms: i64,
+    ) -> Result<usize, StorageError> {
+        let _permit = self
+            .inner
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| self.closed())?;
+        self.inner.state.borrow().check_usable()?;
+        let decision = {
+            let state = self.inner.state.borrow();
+            let summaries: Vec<SegmentSummary> = state.segments.iter().map(summarize).collect();
+            let input = RetentionInput {
+                segments: &summaries,
+                log_start_offset: state.log_start_offset,
+                log_end_offset: state.log_end_offset,
+                high_watermark: high_watermark.min(state.durable_offset),
+                now_ms,
+            };
+            retention::decide(&input, &state.config)
+        };
+        if decision.delete_segments == 0 {
+            return Ok(0);
+        }
+        if decision.roll_first {
+            self.roll(now_ms).await?;
+        }
+        let removed: Vec<Segment> = {
+            let mut state = self.inner.state.borrow_mut();
+            let sealed = state
+                .segments
+                .iter()
+                .take_while(|segment| segment.is_sealed())
+                .count();
+            let count = decision
+                .delete_segments
+                .min(sealed)
+                .min(state.segments.len() - 1);
+            let removed: Vec<Segment> = state.segments.drain(..count).collect();
+            let first_kept = state.segments[0].base_offset;
+            let start = if count == decision.delete_segments {
+                decision.log_start_offset
+            } else {
+                first_kept
+            };
+            state.log_start_offset = state.log_start_offset.max(start);
+            let log_start = state.log_start_offset;
+            state.epochs.truncate_from_start(log_start);
+            removed
+        };
+        let dir = self.dir();
+        for segment in &removed {
+            delete_segment_files(&dir, segment.base_offset)?;
+        }
+        tracing::info!(log = %self.inner.name, segments = removed.len(), reason = ?decision.reason, "retention deleted segments");
+        Ok(removed.len())
+    }
+
+    /// Closes the log cleanly: waits for in-flight appends, writes and syncs
+    /// everything, trims the active segment's files to size. Returns the log
+    /// end offset (every offset below it is durable).
+    pub async fn close(&self) -> Result<Offset, StorageError> {
+        let _permit = self
+            .inner
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| self.closed())?;
+        self.inner.state.borrow_mut().closing = true;
+        ring(&self.inner.writer_bell);
+        ring(&self.inner.syncer_bell);
+        let tasks: Vec<Task<()>> = self.inner.tasks.borrow_mut().drain(..).collect();
+        for task in tasks {
+            task.await;
+        }
+        let (files, active_base, end) = {
+            let state = self.inner.state.borrow();
+            if let Some(failure) = state.failure() {
+                return Err(failure.clone());
+            }
+            let active = state.active();
+            let files = active.active().map(|open| {
+                [&open.log, &open.offset_index, &open.time_index].map(|appender| {
+                    (
+                        appender.file().clone(),
+                        appender.path().to_owned(),
+                        appender.len(),
+                    )
+                })
+            });
+            (files, active.base_offset, state.log_end_offset)
+        };
+        for (file, path, len) in files.into_iter().flatten() {
+            file.truncate(len)
+                .await
+                .map_err(io_error("trimming", &path))?;
+            file.fdatasync().await.map_err(io_error("syncing", &path))?;
+        }
+        let mut state = self.inner.state.borrow_mut();
+        let log_bytes = state.active().log_bytes;
+        state.complete_sync(active_base, log_bytes);
+        self.inner.append_lock.close();
+        Ok(end)
+    }
+
+    fn closed(&self) -> StorageError {
+        StorageError::Closed { path: self.dir() }
+    }
+}
+
+/// Checks the shape of every batch in `records` before anything is appended.
+fn validate_batches(
+    records: &[u8],
+    max_message_bytes: u64,
+) -> Result<Vec<BatchView<'_>>, StorageError> {
+    if records.is_empty() {
+        return Err(StorageError::EmptyAppend);
+    }
+    let mut batches = Vec::new();
+    let mut rest = records;
+    while !rest.is_empty() {
+        let batch = BatchView::parse_prefix(rest)?;
+        if batch.size_bytes() as u64 > max_message_bytes {
+            return Err(StorageError::BatchTooLarge {
+                size: batch.size_bytes(),
+                max: max_message_bytes,
+            });
+        }
+        batch.validate_for_append(Offset(0))?;
+        rest = &rest[batch.size_bytes()..];
+        batches.push(batch);
+    }
+    Ok(batches)
+}
+
+fn summarize(segment: &Segment) -> SegmentSummary {
+    let largest_timestamp = if segment.largest_timestamp.0 >= 0 {
+        segment.largest_timestamp
+    } else {
+        // Kafka falls back to the file's modification time.
+        let modified = std::fs::metadata(&segment.log_path)
+            .and_then(|meta| meta.modified())
+            .ok();
+        let millis = modified
+            .and_then(|time| time.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(i64::MAX, |d| d.as_millis() as i64);
+        TimestampMs(millis)
+    };
+    SegmentSummary {
+        base_offset: segment.base_offset,
+        size_bytes: segment.log_bytes,
+        largest_timestamp,
+    }
+}
+
+pub(crate) fn delete_segment_files(dir: &Path, base_offset: Offset) -> Result<(), StorageError> {
+    for kind in SegmentFileKind::ALL {
+        let path = segment_path(dir, base_offset, kind);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(StorageError::io("deleting", &path, error)),
+        }
+    }
+    Ok(())
+}

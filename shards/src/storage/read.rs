@@ -1,0 +1,524 @@
+//! Reading a partition log: whole batches from an offset (S3), and the first
+//! record at or after a timestamp (S8).
+//!
+//! A read finds the segment, asks its sparse index where to start (memory for
+//! the active segment, one index block for a sealed one), then walks batch
+//! headers to the target. Bytes come from the active segment's tail cache
+//! when it still holds them, otherwise from an O_DIRECT read; a sealed segment
+//! can instead hand back a file range for a zero-copy send.
+
+use std::path::PathBuf;
+use std::rc::Rc;
+
+use brook_engine::log::batch::{BATCH_HEADER_BYTES, BatchHeader, BatchView};
+use brook_engine::log::index::{OffsetIndexEntry, position_key};
+use brook_engine::log::records::{RecordStamp, first_at_or_after};
+use brook_engine::log::segments::{first_segment_reaching, segment_for_offset};
+use brook_engine::types::{Offset, TimestampMs};
+use glommio::io::DmaFile;
+
+use crate::storage::bytes::LogBytes;
+use crate::storage::error::StorageError;
+use crate::storage::files::read_exact;
+use crate::storage::partition_log::{LogInner, PartitionLog};
+use crate::storage::segment::{BlockRead, SegmentState};
+
+/// Smallest read issued while walking batches (amortises small batches).
+const WINDOW_BYTES_MIN: usize = 64 << 10;
+/// Largest single read issued.
+const WINDOW_BYTES_MAX: usize = 8 << 20;
+/// Header-walk reads when only a file range is wanted.
+const PROBE_BYTES: usize = 8 << 10;
+
+/// How much to read, and what may be returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Stop adding batches past this many bytes; the first batch is returned
+    /// whole even if larger (as Kafka does, so a consumer always progresses).
+    pub max_bytes: usize,
+    /// Return no batch at or beyond this offset (e.g. the high watermark).
+    pub max_offset: Offset,
+    /// A sealed segment may answer with a [`FileRange`] instead of bytes.
+    pub allow_file_range: bool,
+}
+
+/// A byte range of a sealed segment's `.log`, for sendfile/splice.
+#[derive(Clone, Debug)]
+pub struct FileRange {
+    pub file: Rc<std::fs::File>,
+    pub position: u64,
+    pub len: u64,
+}
+
+#[derive(Clone, Debug)]
+pub enum LogData {
+    Empty,
+    Memory(Vec<LogBytes>),
+    File(FileRange),
+}
+
+impl LogData {
+    pub fn len(&self) -> u64 {
+        match self {
+            LogData::Empty => 0,
+            LogData::Memory(pieces) => pieces.iter().map(|piece| piece.len() as u64).sum(),
+            LogData::File(range) => range.len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The result of a read: whole batches and the offsets around them.
+#[derive(Clone, Debug)]
+pub struct ReadOutcome {
+    pub data: LogData,
+    /// The offset right after the last batch returned (the requested offset
+    /// when nothing was returned).
+    pub next_offset: Offset,
+    pub log_start_offset: Offset,
+    pub log_end_offset: Offset,
+}
+
+/// One segment's read inputs, copied out of the state so reads can await.
+struct SegmentView {
+    base_offset: Offset,
+    file: Rc<DmaFile>,
+    path: PathBuf,
+    readable_bytes: u64,
+    sealed_whole: Option<SealedView>,
+}
+
+struct SealedView {
+    plain_log: Rc<std::fs::File>,
+    next_offset: Offset,
+    log_bytes: u64,
+}
+
+/// Walks the batches of one segment from a position, reading windows.
+struct Walk<'a> {
+    log: &'a LogInner,
+    view: &'a SegmentView,
+    position: u64,
+    window_start: u64,
+    window: Vec<LogBytes>,
+    window_len: u64,
+}
+
+impl<'a> Walk<'a> {
+    fn new(log: &'a LogInner, view: &'a SegmentView, position: u64) -> Walk<'a> {
+        Walk {
+            log,
+            view,
+            position,
+            window_start: position,
+            window: Vec::new(),
+            window_len: 0,
+        }
+    }
+
+    fn holds(&self, position: u64, len: u64) -> bool {
+        position >= self.window_start && position + len <= self.window_start + self.window_len
+    }
+
+    /// Makes the window hold `len` bytes at `position` (fewer at the end).
+    async fn fetch(
+        &mut self,
+        position: u64,
+        len: usize,
+        read_ahead: usize,
+    ) -> Result<(), StorageError> {
+        let want = (len.max(read_ahead) as u64).min(self.view.readable_bytes - position);
+        if self.holds(position, want) {
+            return Ok(());
+        }
+        let range = position..position + want;
+        let cached = {
+            let state = self.log.state.borrow();
+            let slot = state.segment_slot(self.view.base_offset);
+            slot.and_then(|slot| state.segments[slot].cached(range.clone()))
+        };
+        self.window = match cached {
+            Some(pieces) => pieces,
+            None => vec![LogBytes::Read(
+                read_exact(&self.view.file, &self.view.path, position, want as usize).await?,
+            )],
+        };
+        self.window_start = position;
+        self.window_len = want;
+        Ok(())
+    }
+
+    fn copy_out(&self, position: u64, out: &mut [u8]) {
+        let mut cursor = self.window_start;
+        let mut filled = 0;
+        for piece in &self.window {
+            let piece_end = cursor + piece.len() as u64;
+            let from = position + filled as u64;
+            if filled < out.len() && from < piece_end && from >= cursor {
+                let start = (from - cursor) as usize;
+                let count = (piece.len() - start).min(out.len() - filled);
+                out[filled..filled + count].copy_from_slice(&piece[start..start + count]);
+                filled += count;
+            }
+            cursor = piece_end;
+        }
+        debug_assert_eq!(filled, out.len());
+    }
+
+    fn slices(&self, position: u64, len: u64) -> Vec<LogBytes> {
+        let mut pieces = Vec::new();
+        let mut cursor = self.window_start;
+        let end = position + len;
+        for piece in &self.window {
+            let piece_end = cursor + piece.len() as u64;
+            let start = position.max(cursor);
+            let stop = end.min(piece_end);
+            if start < stop {
+                pieces.push(piece.slice((start - cursor) as usize, (stop - start) as usize));
+            }
+            cursor = piece_end;
+        }
+        pieces
+    }
+
+    /// The header of the batch at the current position, or `None` at the
+    /// end of the readable bytes.
+    async fn header(
+        &mut self,
+        read_ahead: usize,
+    ) -> Result<Option<[u8; BATCH_HEADER_BYTES]>, StorageError> {
+        if self.position >= self.view.readable_bytes {
+            return Ok(None);
+        }
+        if self.view.readable_bytes - self.position < BATCH_HEADER_BYTES as u64 {
+            return Err(self.corrupt("a batch header runs past the written end"));
+        }
+        self.fetch(self.position, BATCH_HEADER_BYTES, read_ahead)
+            .await?;
+        let mut header = [0u8; BATCH_HEADER_BYTES];
+        self.copy_out(self.position, &mut header);
+        let size = BatchHeader::parse(&header)
+            .map_err(|error| self.corrupt(&error.to_string()))?
+            .size_bytes() as u64;
+        if self.position + size > self.view.readable_bytes {
+            return Err(self.corrupt("a batch runs past the written end"));
+        }
+        Ok(Some(header))
+    }
+
+    /// The whole batch at the current position, then steps over it.
+    async fn take(&mut self, size: u64, read_ahead: usize) -> Result<Vec<LogBytes>, StorageError> {
+        self.fetch(self.position, size as usize, read_ahead).await?;
+        let pieces = self.slices(self.position, size);
+        self.position += size;
+        Ok(pieces)
+    }
+
+    fn corrupt(&self, reason: &str) -> StorageError {
+        StorageError::Corrupt {
+            path: self.view.path.clone(),
+            reason: format!("at position {}: {reason}", self.position),
+        }
+    }
+}
+
+impl PartitionLog {
+    /// Reads whole batches starting with the one holding `offset`.
+    pub async fn read(
+        &self,
+        offset: Offset,
+        options: ReadOptions,
+    ) -> Result<ReadOutcome, StorageError> {
+        let log = &*self.inner;
+        let (view, end_offset, log_start_offset, log_end_offset) = {
+            let state = log.state.borrow();
+            if let Some(failure) = state.failure() {
+                return Err(failure.clone());
+            }
+            let (start, end) = (state.log_start_offset, state.log_end_offset);
+            if offset < start || offset > end {
+                return Err(StorageError::OffsetOutOfRange {
+                    requested: offset,
+                    log_start: start,
+                    log_end: end,
+                });
+            }
+            let end_offset = options.max_offset.min(state.written_offset);
+            let count = state.segments.len();
+            let slot = segment_for_offset(|slot| state.segments[slot].base_offset, count, offset)
+                .unwrap_or(0);
+            let empty = ReadOutcome {
+                data: LogData::Empty,
+                next_offset: offset,
+                log_start_offset: start,
+                log_end_offset: end,
+            };
+            if offset >= end_offset {
+                return Ok(empty);
+            }
+            // A segment may end before the next one starts (compaction gaps).
+            let slot = (slot..count)
+                .find(|slot| state.segments[*slot].next_offset > offset)
+                .unwrap_or(count - 1);
+            let segment = &state.segments[slot];
+            let lookup = segment.index_lookup(offset.max(segment.base_offset));
+            let sealed_whole = match &segment.state {
+                SegmentState::Sealed(sealed)
+                    if options.allow_file_range && segment.next_offset <= end_offset =>
+                {
+                    Some(SealedView {
+                        plain_log: sealed.plain_log(&segment.log_path)?,
+                        next_offset: segment.next_offset,
+                        log_bytes: segment.log_bytes,
+                    })
+                }
+                _ => None,
+            };
+            let view = SegmentView {
+                base_offset: segment.base_offset,
+                file: segment.log_file.clone(),
+                path: segment.log_path.clone(),
+                readable_bytes: segment.written_bytes(),
+                sealed_whole,
+            };
+            ((view, lookup), end_offset, start, end)
+        };
+        let (view, lookup) = view;
+        let start_position = lookup
+            .offset_position(offset.0 - view.base_offset.0)
+            .await?;
+        let mut walk = Walk::new(log, &view, start_position);
+        let data = match &view.sealed_whole {
+            Some(sealed) => {
+                self.file_range(&mut walk, sealed, offset, options.max_bytes)
+                    .await?
+            }
+            None => collect_batches(&mut walk, offset, end_offset, options.max_bytes).await?,
+        };
+        let (data, next_offset) = data.unwrap_or((LogData::Empty, offset));
+        Ok(ReadOutcome {
+            data,
+            next_offset,
+            log_start_offset,
+            log_end_offset,
+        })
+    }
+
+    /// Finds the target batch by its header, then extends the range to the
+    /// last batch boundary the position index knows within `max_bytes`.
+    async fn file_range(
+        &self,
+        walk: &mut Walk<'_>,
+        sealed: &SealedView,
+        offset: Offset,
+        max_bytes: usize,
+    ) -> Result<Option<(LogData, Offset)>, StorageError> {
+        while let Some(header) = walk.header(PROBE_BYTES).await? {
+            let header = BatchHeader::parse(&header).expect("checked by the walk");
+            let size = header.size_bytes() as u64;
+            if header.last_offset() < offset {
+                walk.position += size;
+                continue;
+            }
+            let start = walk.position;
+            let limit = start + max_bytes as u64;
+            let (end, next_offset) = if sealed.log_bytes <= limit {
+                (sealed.log_bytes, sealed.next_offset)
+            } else {
+                match self.boundary_before(walk.view, limit).await? {
+                    Some(boundary) if boundary > start + size => {
+                        walk.position = boundary;
+                        let next = walk
+                            .header(PROBE_BYTES)
+                            .await?
+                            .expect("an indexed batch exists");
+                        (
+                            boundary,
+                            BatchHeader::parse(&next)
+                                .expect("checked by the walk")
+                                .base_offset(),
+                        )
+                    }
+                    _ => (start + size, header.last_offset().next()),
+                }
+            };
+            let range = FileRange {
+                file: sealed.plain_log.clone(),
+                position: start,
+                len: end - start,
+            };
+            return Ok(Some((LogData::File(range), next_offset)));
+        }
+        Ok(None)
+    }
+
+    /// The position of the last indexed batch starting at or before `limit`.
+    async fn boundary_before(
+        &self,
+        view: &SegmentView,
+        limit: u64,
+    ) -> Result<Option<u64>, StorageError> {
+        let block = {
+            let state = self.inner.state.borrow();
+            let slot = state.segment_slot(view.base_offset);
+            match slot.map(|slot| &state.segments[slot].state) {
+                Some(SegmentState::Sealed(sealed)) => {
+                    sealed.offset.block_in(&sealed.by_position, limit as i64)
+                }
+                _ => None,
+            }
+        };
+        let Some(block) = block else { return Ok(None) };
+        let entry = block
+            .floor_by::<OffsetIndexEntry>(limit as i64, position_key)
+            .await?;
+        Ok(entry.map(|entry| u64::from(entry.position.get())))
+    }
+
+    /// The first record with a timestamp ≥ `target` at or after the log
+    /// start offset, among written records (S8). `None` if there is none.
+    pub async fn offset_for_timestamp(
+        &self,
+        target: TimestampMs,
+    ) -> Result<Option<RecordStamp>, StorageError> {
+        let log = &*self.inner;
+        let (first_slot, log_start) = {
+            let state = log.state.borrow();
+            if let Some(failure) = state.failure() {
+                return Err(failure.clone());
+            }
+            let largest = state
+                .segments
+                .iter()
+                .map(|segment| segment.largest_timestamp);
+            (
+                first_segment_reaching(largest, target),
+                state.log_start_offset,
+            )
+        };
+        let Some(mut slot) = first_slot else {
+            return Ok(None);
+        };
+        loop {
+            let plan = {
+                let state = log.state.borrow();
+                let Some(segment) = state.segments.get(slot) else {
+                    return Ok(None);
+                };
+                let view = SegmentView {
+                    base_offset: segment.base_offset,
+                    file: segment.log_file.clone(),
+                    path: segment.log_path.clone(),
+                    readable_bytes: segment.written_bytes(),
+                    sealed_whole: None,
+                };
+                (view, segment.time_lookup(target))
+            };
+            let (view, time_lookup) = plan;
+            let from_time = match time_lookup {
+                Ok(offset) => offset,
+                Err(block) => time_block_floor(block, target)
+                    .await?
+                    .map(|relative| Offset(view.base_offset.0 + relative)),
+            };
+            let start_offset = from_time.unwrap_or(view.base_offset).max(log_start);
+            let lookup = {
+                let state = log.state.borrow();
+                state
+                    .segment_slot(view.base_offset)
+                    .map(|slot| state.segments[slot].index_lookup(start_offset))
+            };
+            let Some(lookup) = lookup else {
+                return Ok(None);
+            };
+            let position = lookup
+                .offset_position(start_offset.0 - view.base_offset.0)
+                .await?;
+            let mut walk = Walk::new(log, &view, position);
+            if let Some(found) = find_timestamp(&mut walk, target, log_start).await? {
+                return Ok(Some(found));
+            }
+            slot += 1;
+        }
+    }
+}
+
+async fn time_block_floor(
+    block: BlockRead,
+    target: TimestampMs,
+) -> Result<Option<i64>, StorageError> {
+    use brook_engine::log::index::{IndexEntry, TimeIndexEntry};
+    let entry = block
+        .floor_by::<TimeIndexEntry>(target.0, TimeIndexEntry::key)
+        .await?;
+    Ok(entry.map(|entry| i64::from(entry.relative_offset.get())))
+}
+
+/// Whole batches from the walk's position: skips those before `offset`,
+/// stops at `end_offset` or once `max_bytes` would be exceeded.
+async fn collect_batches(
+    walk: &mut Walk<'_>,
+    offset: Offset,
+    end_offset: Offset,
+    max_bytes: usize,
+) -> Result<Option<(LogData, Offset)>, StorageError> {
+    let mut pieces = Vec::new();
+    let (mut taken, mut next_offset) = (0u64, None);
+    loop {
+        let read_ahead = (max_bytes as u64)
+            .saturating_sub(taken)
+            .clamp(WINDOW_BYTES_MIN as u64, WINDOW_BYTES_MAX as u64)
+            as usize;
+        let Some(header) = walk.header(read_ahead).await? else {
+            break;
+        };
+        let header = BatchHeader::parse(&header).expect("checked by the walk");
+        let size = header.size_bytes() as u64;
+        if header.last_offset() < offset {
+            walk.position += size;
+            continue;
+        }
+        if header.base_offset() >= end_offset
+            || (next_offset.is_some() && taken + size > max_bytes as u64)
+        {
+            break;
+        }
+        pieces.extend(walk.take(size, read_ahead).await?);
+        taken += size;
+        next_offset = Some(header.last_offset().next());
+    }
+    Ok(next_offset.map(|next| (LogData::Memory(pieces), next)))
+}
+
+/// The first record with timestamp ≥ `target` (and offset ≥ `min_offset`)
+/// from the walk's position to the segment's written end.
+async fn find_timestamp(
+    walk: &mut Walk<'_>,
+    target: TimestampMs,
+    min_offset: Offset,
+) -> Result<Option<RecordStamp>, StorageError> {
+    while let Some(header) = walk.header(WINDOW_BYTES_MIN).await? {
+        let header = BatchHeader::parse(&header).expect("checked by the walk");
+        let size = header.size_bytes() as u64;
+        if header.max_timestamp() < target || header.last_offset() < min_offset {
+            walk.position += size;
+            continue;
+        }
+        let pieces = walk.take(size, WINDOW_BYTES_MIN).await?;
+        let bytes: Vec<u8> = pieces
+            .iter()
+            .flat_map(|piece| piece.iter().copied())
+            .collect();
+        let batch =
+            BatchView::parse_exact(&bytes).map_err(|error| walk.corrupt(&error.to_string()))?;
+        let found = first_at_or_after(&batch, target, min_offset)
+            .map_err(|error| walk.corrupt(&error.to_string()))?;
+        if found.is_some() {
+            return Ok(found);
+        }
+    }
+    Ok(None)
+}

@@ -1,0 +1,425 @@
+//! One segment in memory: its offsets, its `.log`, and its two indexes — held
+//! in memory and appended through [`PageAppender`]s while the segment is
+//! active, read one block at a time from the files once it is sealed.
+//!
+//! Lives on its partition's shard, inside the partition's `RefCell`d state:
+//! nothing here awaits while borrowed; async lookups first copy out what they
+//! need (an `Rc<DmaFile>` and a block range).
+
+use std::cell::RefCell;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use brook_engine::log::batch::BATCH_HEADER_BYTES;
+use brook_engine::log::file_name::SegmentFileKind;
+use brook_engine::log::index::{
+    BlockSummary, IndexEntry, OffsetIndexEntry, TimeIndexEntry, entries_from_bytes, floor,
+    floor_by, position_key,
+};
+use brook_engine::log::indexer::{BatchPlacement, SegmentIndexer};
+use brook_engine::log::roll::ActiveSegmentState;
+use brook_engine::types::{Offset, TimestampMs};
+use glommio::io::DmaFile;
+use zerocopy::IntoBytes;
+
+use crate::storage::appender::{ChunkSizing, Dispatch, PageAppender};
+use crate::storage::bytes::LogBytes;
+use crate::storage::error::{StorageError, io_error};
+use crate::storage::files::{create_dma, read_exact, segment_path};
+
+/// A segment and what is known about it without reading its files.
+#[derive(Debug)]
+pub(crate) struct Segment {
+    pub base_offset: Offset,
+    /// The offset after the segment's last batch (`base_offset` when empty).
+    pub next_offset: Offset,
+    /// Logical size of the `.log` (appended bytes, written or not).
+    pub log_bytes: u64,
+    pub log_file: Rc<DmaFile>,
+    pub log_path: PathBuf,
+    /// Largest batch `maxTimestamp` (NONE when the segment has none).
+    pub largest_timestamp: TimestampMs,
+    pub state: SegmentState,
+}
+
+#[derive(Debug)]
+pub(crate) enum SegmentState {
+    /// The active segment, or one being sealed.
+    Open(Box<ActiveSegment>),
+    Sealed(Box<SealedIndexes>),
+}
+
+/// The append side of a segment.
+#[derive(Debug)]
+pub(crate) struct ActiveSegment {
+    pub log: PageAppender,
+    pub offset_index: PageAppender,
+    pub time_index: PageAppender,
+    pub indexer: SegmentIndexer,
+    pub offset_entries: Vec<OffsetIndexEntry>,
+    pub time_entries: Vec<TimeIndexEntry>,
+    pub created_ms: i64,
+    pub first_batch_max_timestamp: Option<TimestampMs>,
+    /// `.log` bytes covered by a completed fdatasync.
+    pub synced_bytes: u64,
+    /// Rolled: no more appends; the writer finishes its writes, trims its
+    /// files to size and syncs them, then the segment becomes `Sealed`.
+    pub sealing: bool,
+}
+
+/// A sealed segment's index files: never in memory whole.
+#[derive(Debug)]
+pub(crate) struct SealedIndexes {
+    pub offset: SealedIndex,
+    pub time: SealedIndex,
+    /// Block summary of the offset index keyed by position (for file ranges).
+    pub by_position: BlockSummary,
+    /// A plain (page-cache) descriptor of the `.log` for sendfile/splice,
+    /// opened on first use.
+    pub plain_log: RefCell<Option<Rc<std::fs::File>>>,
+}
+
+/// One sealed index file and the first key of each of its blocks.
+#[derive(Debug)]
+pub(crate) struct SealedIndex {
+    pub file: Rc<DmaFile>,
+    pub path: PathBuf,
+    pub summary: BlockSummary,
+}
+
+/// An index block to read: copied out of the state so the read can await.
+#[derive(Debug)]
+pub(crate) struct BlockRead {
+    file: Rc<DmaFile>,
+    path: PathBuf,
+    entries: Range<usize>,
+}
+
+impl BlockRead {
+    /// Reads the block and returns its floor entry for `key`.
+    pub async fn floor_by<E: IndexEntry>(
+        self,
+        key: i64,
+        key_of: impl Fn(&E) -> i64,
+    ) -> Result<Option<E>, StorageError> {
+        let start = (self.entries.start * E::BYTES) as u64;
+        let len = self.entries.len() * E::BYTES;
+        let bytes = read_exact(&self.file, &self.path, start, len).await?;
+        let entries = entries_from_bytes::<E>(&bytes).map_err(|error| StorageError::Corrupt {
+            path: self.path.clone(),
+            reason: error.to_string(),
+        })?;
+        Ok(floor_by(entries, key, key_of).map(|(_, entry)| entry))
+    }
+}
+
+impl SealedIndex {
+    pub fn block_for(&self, key: i64) -> Option<BlockRead> {
+        self.block_in(&self.summary, key)
+    }
+
+    pub fn block_in(&self, summary: &BlockSummary, key: i64) -> Option<BlockRead> {
+        summary.block_for(key).map(|entries| BlockRead {
+            file: self.file.clone(),
+            path: self.path.clone(),
+            entries,
+        })
+    }
+}
+
+/// Where an offset's batch search starts in a segment.
+#[derive(Debug)]
+pub(crate) enum IndexLookup {
+    Known(u64),
+    Block(BlockRead),
+}
+
+impl IndexLookup {
+    pub async fn offset_position(self, relative_offset: i64) -> Result<u64, StorageError> {
+        match self {
+            IndexLookup::Known(position) => Ok(position),
+            IndexLookup::Block(block) => Ok(block
+                .floor_by::<OffsetIndexEntry>(relative_offset, OffsetIndexEntry::key)
+                .await?
+                .map_or(0, |entry| u64::from(entry.position.get()))),
+        }
+    }
+}
+
+impl Segment {
+    /// Creates the files of a new, empty active segment.
+    pub async fn create(
+        dir: &Path,
+        base_offset: Offset,
+        now_ms: i64,
+        index_interval_bytes: u64,
+    ) -> Result<Segment, StorageError> {
+        let log_path = segment_path(dir, base_offset, SegmentFileKind::Log);
+        let log_file = create_dma(&log_path).await?;
+        let index_path = segment_path(dir, base_offset, SegmentFileKind::Index);
+        let time_path = segment_path(dir, base_offset, SegmentFileKind::TimeIndex);
+        let active = ActiveSegment {
+            log: PageAppender::new(
+                log_file.clone(),
+                log_path.clone(),
+                0,
+                Vec::new(),
+                ChunkSizing::LOG,
+            ),
+            offset_index: PageAppender::new(
+                create_dma(&index_path).await?,
+                index_path,
+                0,
+                Vec::new(),
+                ChunkSizing::INDEX,
+            ),
+            time_index: PageAppender::new(
+                create_dma(&time_path).await?,
+                time_path,
+                0,
+                Vec::new(),
+                ChunkSizing::INDEX,
+            ),
+            indexer: SegmentIndexer::new(base_offset, index_interval_bytes),
+            offset_entries: Vec::new(),
+            time_entries: Vec::new(),
+            created_ms: now_ms,
+            first_batch_max_timestamp: None,
+            synced_bytes: 0,
+            sealing: false,
+        };
+        Ok(Segment {
+            base_offset,
+            next_offset: base_offset,
+            log_bytes: 0,
+            log_file,
+            log_path,
+            largest_timestamp: TimestampMs::NONE,
+            state: SegmentState::Open(Box::new(active)),
+        })
+    }
+
+    pub fn active(&self) -> Option<&ActiveSegment> {
+        match &self.state {
+            SegmentState::Open(active) => Some(active),
+            SegmentState::Sealed(_) => None,
+        }
+    }
+
+    pub fn active_mut(&mut self) -> Option<&mut ActiveSegment> {
+        match &mut self.state {
+            SegmentState::Open(active) => Some(active),
+            SegmentState::Sealed(_) => None,
+        }
+    }
+
+    pub fn is_sealed(&self) -> bool {
+        matches!(self.state, SegmentState::Sealed(_))
+    }
+
+    pub fn is_sealing(&self) -> bool {
+        self.active().is_some_and(|active| active.sealing)
+    }
+
+    /// `.log` bytes whose writes completed.
+    pub fn written_bytes(&self) -> u64 {
+        self.active()
+            .map_or(self.log_bytes, |active| active.log.written())
+    }
+
+    /// `.log` bytes known to be on stable storage.
+    pub fn synced_bytes(&self) -> u64 {
+        match &self.state {
+            SegmentState::Sealed(_) => self.log_bytes,
+            SegmentState::Open(active) => active.synced_bytes,
+        }
+    }
+
+    pub fn roll_state(&self) -> Option<ActiveSegmentState> {
+        let active = self.active()?;
+        Some(ActiveSegmentState {
+            base_offset: self.base_offset,
+            size_bytes: self.log_bytes,
+            created_ms: active.created_ms,
+            first_batch_max_timestamp: active.first_batch_max_timestamp,
+            offset_index_entries: active.offset_entries.len() as u64,
+            time_index_entries: active.time_entries.len() as u64,
+        })
+    }
+
+    /// Appends one batch whose (rewritten) header is `header` and whose
+    /// remaining bytes are `rest`, and indexes it.
+    pub fn append_batch(
+        &mut self,
+        header: &[u8; BATCH_HEADER_BYTES],
+        rest: &[u8],
+        last_offset: Offset,
+        max_timestamp: TimestampMs,
+    ) {
+        let position = self.log_bytes;
+        let active = match &mut self.state {
+            SegmentState::Open(active) if !active.sealing => active,
+            _ => unreachable!("appends only reach the active segment"),
+        };
+        active.log.append(header);
+        active.log.append(rest);
+        let update = active.indexer.on_batch(BatchPlacement {
+            position,
+            last_offset,
+            max_timestamp,
+        });
+        if let Some(entry) = update.offset_entry {
+            active.offset_index.append(entry.as_bytes());
+            active.offset_entries.push(entry);
+        }
+        if let Some(entry) = update.time_entry {
+            active.time_index.append(entry.as_bytes());
+            active.time_entries.push(entry);
+        }
+        if position == 0 {
+            active.first_batch_max_timestamp = Some(max_timestamp);
+        }
+        self.log_bytes += (header.len() + rest.len()) as u64;
+        self.next_offset = last_offset.next();
+        self.largest_timestamp = self.largest_timestamp.max(max_timestamp);
+    }
+
+    /// Stops appends: writes the final time entry and hands the segment to
+    /// the writer for trimming and syncing.
+    pub fn begin_sealing(&mut self) {
+        let SegmentState::Open(active) = &mut self.state else {
+            return;
+        };
+        if active.sealing {
+            return;
+        }
+        if let Some(entry) = active.indexer.on_seal() {
+            active.time_index.append(entry.as_bytes());
+            active.time_entries.push(entry);
+        }
+        active.log.drop_cache();
+        active.sealing = true;
+    }
+
+    /// The writes still owed for this segment's three files.
+    pub fn take_dispatches(&mut self) -> Option<[Option<Dispatch>; 3]> {
+        let active = self.active_mut()?;
+        let dispatches = [
+            active.log.take_dispatch(),
+            active.offset_index.take_dispatch(),
+            active.time_index.take_dispatch(),
+        ];
+        dispatches.iter().any(Option::is_some).then_some(dispatches)
+    }
+
+    pub fn complete_dispatches(&mut self, dispatches: [Option<Dispatch>; 3]) {
+        let Some(active) = self.active_mut() else {
+            return;
+        };
+        let [log, offset_index, time_index] = dispatches;
+        let appenders = [
+            &mut active.log,
+            &mut active.offset_index,
+            &mut active.time_index,
+        ];
+        for (appender, dispatch) in appenders.into_iter().zip([log, offset_index, time_index]) {
+            if let Some(dispatch) = dispatch {
+                appender.complete(dispatch);
+            }
+        }
+    }
+
+    /// Turns a sealing segment whose files were trimmed and synced into a
+    /// sealed one.
+    pub fn finish_sealing(&mut self) {
+        let SegmentState::Open(active) = &self.state else {
+            return;
+        };
+        debug_assert!(active.sealing);
+        let sealed = SealedIndexes {
+            offset: SealedIndex {
+                file: active.offset_index.file().clone(),
+                path: active.offset_index.path().to_owned(),
+                summary: BlockSummary::of(&active.offset_entries),
+            },
+            time: SealedIndex {
+                file: active.time_index.file().clone(),
+                path: active.time_index.path().to_owned(),
+                summary: BlockSummary::of(&active.time_entries),
+            },
+            by_position: BlockSummary::of_by(&active.offset_entries, position_key),
+            plain_log: RefCell::new(None),
+        };
+        self.state = SegmentState::Sealed(Box::new(sealed));
+    }
+
+    /// Where the search for `offset` starts: the position of the floor index
+    /// entry, from memory or from one index block.
+    pub fn index_lookup(&self, offset: Offset) -> IndexLookup {
+        let relative = offset.0 - self.base_offset.0;
+        match &self.state {
+            SegmentState::Open(active) => IndexLookup::Known(
+                floor(&active.offset_entries, relative)
+                    .map_or(0, |(_, entry)| u64::from(entry.position.get())),
+            ),
+            SegmentState::Sealed(sealed) => match sealed.offset.block_for(relative) {
+                Some(block) => IndexLookup::Block(block),
+                None => IndexLookup::Known(0),
+            },
+        }
+    }
+
+    /// The offset to start a timestamp search from: the time index floor.
+    pub fn time_lookup(&self, timestamp: TimestampMs) -> Result<Option<Offset>, BlockRead> {
+        match &self.state {
+            SegmentState::Open(active) => Ok(floor(&active.time_entries, timestamp.0)
+                .map(|(_, entry)| entry.offset(self.base_offset))),
+            SegmentState::Sealed(sealed) => match sealed.time.block_for(timestamp.0) {
+                Some(block) => Err(block),
+                None => Ok(None),
+            },
+        }
+    }
+
+    /// Written bytes `range` from the active segment's tail cache.
+    pub fn cached(&self, range: Range<u64>) -> Option<Vec<LogBytes>> {
+        match &self.state {
+            SegmentState::Open(active) => active.log.cached(range),
+            SegmentState::Sealed(_) => None,
+        }
+    }
+
+    /// Heap held by this segment (buffers, in-memory indexes, summaries).
+    pub fn heap_bytes(&self) -> usize {
+        let own = size_of::<Segment>() + self.log_path.capacity();
+        own + match &self.state {
+            SegmentState::Open(active) => {
+                size_of::<ActiveSegment>()
+                    + active.log.heap_bytes()
+                    + active.offset_index.heap_bytes()
+                    + active.time_index.heap_bytes()
+                    + active.offset_entries.capacity() * OffsetIndexEntry::BYTES
+                    + active.time_entries.capacity() * TimeIndexEntry::BYTES
+            }
+            SegmentState::Sealed(sealed) => {
+                size_of::<SealedIndexes>()
+                    + sealed.offset.summary.heap_bytes()
+                    + sealed.time.summary.heap_bytes()
+                    + sealed.by_position.heap_bytes()
+            }
+        }
+    }
+}
+
+impl SealedIndexes {
+    /// The plain descriptor of `log_path` for zero-copy sends.
+    pub fn plain_log(&self, log_path: &Path) -> Result<Rc<std::fs::File>, StorageError> {
+        if let Some(file) = self.plain_log.borrow().as_ref() {
+            return Ok(file.clone());
+        }
+        let file = Rc::new(std::fs::File::open(log_path).map_err(io_error("opening", log_path))?);
+        *self.plain_log.borrow_mut() = Some(file.clone());
+        Ok(file)
+    }
+}

@@ -1,0 +1,444 @@
+//! A partition log's state and every synchronous step on it: placing appends,
+//! choosing the writer's and syncer's next job, and turning completed IO into
+//! written and durable offsets.
+//!
+//! Lives on the partition's shard in a `RefCell`; each method runs to
+//! completion without awaiting, so no borrow is ever held across an await.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use brook_engine::log::batch::{
+    BATCH_HEADER_BYTES, BatchView, set_base_offset, set_log_append_time, set_partition_leader_epoch,
+};
+use brook_engine::log::config::{FlushPolicy, LogConfig, MessageTimestampType};
+use brook_engine::log::epoch_cache::LeaderEpochCache;
+use brook_engine::log::roll::{IncomingBatch, RollReason, roll_reason};
+use brook_engine::types::{LeaderEpoch, Offset, TimestampMs};
+use futures::channel::oneshot;
+use glommio::io::DmaFile;
+
+use crate::storage::appender::Dispatch;
+use crate::storage::error::StorageError;
+use crate::storage::segment::Segment;
+use crate::storage::waiters::Waiters;
+
+/// Where one append ended: its offsets become written/durable once its
+/// segment's written/synced bytes reach `end_position`.
+#[derive(Debug)]
+struct AppendMark {
+    segment_base: Offset,
+    end_position: u64,
+    next_offset: Offset,
+    records: u64,
+    appended_at: Instant,
+}
+
+/// What an append did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub base_offset: Offset,
+    pub last_offset: Offset,
+    /// The log end offset after the append.
+    pub log_end_offset: Offset,
+    /// The broker's timestamp, when the topic uses LogAppendTime.
+    pub log_append_time: Option<TimestampMs>,
+}
+
+/// Counters of a log's work since it was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogStats {
+    pub appends: u64,
+    pub write_jobs: u64,
+    pub syncs: u64,
+    pub rolls: u64,
+}
+
+/// The writer's next job.
+#[derive(Debug)]
+pub(crate) enum WriteJob {
+    /// Write what was appended to one segment's files.
+    Write {
+        segment_base: Offset,
+        dispatches: [Option<Dispatch>; 3],
+    },
+    /// Trim a rolled segment's files to size and sync them.
+    Seal {
+        segment_base: Offset,
+        files: Vec<(Rc<DmaFile>, PathBuf, u64)>,
+    },
+}
+
+/// The syncer's next move.
+#[derive(Debug)]
+pub(crate) enum SyncDecision {
+    Sync {
+        segment_base: Offset,
+        file: Rc<DmaFile>,
+        path: PathBuf,
+        written: u64,
+    },
+    WaitUntil(Instant),
+    Wait,
+    Exit,
+}
+
+#[derive(Debug)]
+pub(crate) struct LogState {
+    pub dir: PathBuf,
+    pub config: LogConfig,
+    /// Sorted by base offset; the last one is active.
+    pub segments: Vec<Segment>,
+    pub log_start_offset: Offset,
+    pub log_end_offset: Offset,
+    /// Every offset below is written to its file.
+    pub written_offset: Offset,
+    /// Every offset below is on stable storage.
+    pub durable_offset: Offset,
+    marks: VecDeque<AppendMark>,
+    /// How many marks at the front are already written.
+    written_marks: usize,
+    unsynced_records: u64,
+    written_waiters: Waiters,
+    durable_waiters: Waiters,
+    pub epochs: LeaderEpochCache,
+    failure: Option<StorageError>,
+    pub closing: bool,
+    pub stats: LogStats,
+}
+
+impl LogState {
+    pub fn new(
+        dir: PathBuf,
+        config: LogConfig,
+        segments: Vec<Segment>,
+        log_start_offset: Offset,
+        epochs: LeaderEpochCache,
+    ) -> LogState {
+        let log_end_offset = segments
+            .last()
+            .expect("a log has an active segment")
+            .next_offset;
+        LogState {
+            dir,
+            config,
+            segments,
+            log_start_offset,
+            log_end_offset,
+            written_offset: log_end_offset,
+            durable_offset: log_end_offset,
+            marks: VecDeque::new(),
+            written_marks: 0,
+            unsynced_records: 0,
+            written_waiters: Waiters::default(),
+            durable_waiters: Waiters::default(),
+            epochs,
+            failure: None,
+            closing: false,
+            stats: LogStats::default(),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn active(&self) -> &Segment {
+        self.segments.last().expect("a log has an active segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments
+            .last_mut()
+            .expect("a log has an active segment")
+    }
+
+    pub fn segment_slot(&self, base_offset: Offset) -> Option<usize> {
+        self.segments
+            .binary_search_by_key(&base_offset, |segment| segment.base_offset)
+            .ok()
+    }
+
+    /// Fails if the log can take no more appends or reads.
+    pub fn check_usable(&self) -> Result<(), StorageError> {
+        if let Some(failure) = &self.failure {
+            return Err(failure.clone());
+        }
+        if self.closing {
+            return Err(StorageError::Closed {
+                path: self.dir.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Why the active segment must roll before `incoming`, if it must.
+    pub fn roll_needed(&self, incoming: &IncomingBatch, now_ms: i64) -> Option<RollReason> {
+        let state = self.active().roll_state()?;
+        roll_reason(&state, incoming, &self.config, now_ms, 0)
+    }
+
+    /// Seals the active segment and makes `segment` the new active one.
+    pub fn push_segment(&mut self, segment: Segment) {
+        debug_assert_eq!(segment.base_offset, self.log_end_offset);
+        self.active_mut().begin_sealing();
+        self.segments.push(segment);
+        self.stats.rolls += 1;
+    }
+
+    /// Bytes appended to the active segment but not yet written.
+    pub fn unwritten_bytes(&self) -> u64 {
+        self.active()
+            .active()
+            .map_or(0, |active| active.log.unwritten())
+    }
+
+    /// Places validated `batches` at the log end: rewrites each header's base
+    /// offset and leader epoch (and timestamp, for LogAppendTime) in a copy,
+    /// and appends header and records to the active segment.
+    pub fn append_batches(
+        &mut self,
+        batches: &[BatchView<'_>],
+        epoch: LeaderEpoch,
+        now_ms: i64,
+    ) -> AppendInfo {
+        let base_offset = self.log_end_offset;
+        let log_append_time = (self.config.message_timestamp_type
+            == MessageTimestampType::LogAppendTime)
+            .then_some(TimestampMs(now_ms));
+        let mut records = 0u64;
+        for batch in batches {
+            let placed_at = self.log_end_offset;
+            let bytes = batch.as_bytes();
+            let mut header = [0u8; BATCH_HEADER_BYTES];
+            header.copy_from_slice(&bytes[..BATCH_HEADER_BYTES]);
+            let rest = &bytes[BATCH_HEADER_BYTES..];
+            set_base_offset(&mut header, placed_at).expect("a full header");
+            set_partition_leader_epoch(&mut header, epoch).expect("a full header");
+            if let Some(now) = log_append_time {
+                set_log_append_time(&mut header, rest, now).expect("a full header");
+            }
+            let last_offset = Offset(placed_at.0 + i64::from(batch.last_offset_delta()));
+            let max_timestamp = log_append_time.unwrap_or(batch.max_timestamp());
+            self.active_mut()
+                .append_batch(&header, rest, last_offset, max_timestamp);
+            self.log_end_offset = last_offset.next();
+            records += batch.records_count() as u64;
+        }
+        let active = self.active();
+        self.marks.push_back(AppendMark {
+            segment_base: active.base_offset,
+            end_position: active.log_bytes,
+            next_offset: self.log_end_offset,
+            records,
+            appended_at: Instant::now(),
+        });
+        self.unsynced_records += records;
+        self.stats.appends += 1;
+        AppendInfo {
+            base_offset,
+            last_offset: Offset(self.log_end_offset.0 - 1),
+            log_end_offset: self.log_end_offset,
+            log_append_time,
+        }
+    }
+
+    /// A receiver completed once every offset below `offset` is written, or
+    /// `None` if that is already so.
+    pub fn wait_written(
+        &mut self,
+        offset: Offset,
+    ) -> Result<Option<oneshot::Receiver<Result<(), StorageError>>>, StorageError> {
+        if let Some(failure) = &self.failure {
+            return Err(failure.clone());
+        }
+        Ok((offset > self.written_offset).then(|| self.written_waiters.add(offset)))
+    }
+
+    /// As [`LogState::wait_written`], for durability.
+    pub fn wait_durable(
+        &mut self,
+        offset: Offset,
+    ) -> Result<Option<oneshot::Receiver<Result<(), StorageError>>>, StorageError> {
+        if let Some(failure) = &self.failure {
+            return Err(failure.clone());
+        }
+        Ok((offset > self.durable_offset).then(|| self.durable_waiters.add(offset)))
+    }
+
+    /// The writer's next job: segments are served oldest first, so a rolled
+    /// segment is complete on disk before its successor's writes begin.
+    pub fn next_write_job(&mut self) -> Option<WriteJob> {
+        let first_open = self
+            .segments
+            .iter()
+            .position(|segment| !segment.is_sealed())?;
+        for segment in &mut self.segments[first_open..] {
+            if let Some(dispatches) = segment.take_dispatches() {
+                return Some(WriteJob::Write {
+                    segment_base: segment.base_offset,
+                    dispatches,
+                });
+            }
+            if segment.is_sealing() {
+                let active = segment.active().expect("sealing segments are open");
+                let files = [&active.log, &active.offset_index, &active.time_index]
+                    .into_iter()
+                    .map(|appender| {
+                        (
+                            appender.file().clone(),
+                            appender.path().to_owned(),
+                            appender.len(),
+                        )
+                    })
+                    .collect();
+                return Some(WriteJob::Seal {
+                    segment_base: segment.base_offset,
+                    files,
+                });
+            }
+        }
+        None
+    }
+
+    pub fn complete_write(&mut self, segment_base: Offset, dispatches: [Option<Dispatch>; 3]) {
+        self.stats.write_jobs += 1;
+        if let Some(slot) = self.segment_slot(segment_base) {
+            self.segments[slot].complete_dispatches(dispatches);
+        }
+        self.advance();
+    }
+
+    pub fn complete_seal(&mut self, segment_base: Offset) {
+        if let Some(slot) = self.segment_slot(segment_base) {
+            self.segments[slot].finish_sealing();
+        }
+        self.advance();
+    }
+
+    /// What the syncer should do now, under the flush policy.
+    pub fn sync_decision(&self, now: Instant) -> SyncDecision {
+        let active = self.active();
+        let Some(files) = active.active().filter(|files| !files.sealing) else {
+            return if self.closing {
+                SyncDecision::Exit
+            } else {
+                SyncDecision::Wait
+            };
+        };
+        let written = files.log.written();
+        if self.closing || self.failure.is_some() {
+            return SyncDecision::Exit;
+        }
+        if written <= files.synced_bytes {
+            return SyncDecision::Wait;
+        }
+        let sync = SyncDecision::Sync {
+            segment_base: active.base_offset,
+            file: files.log.file().clone(),
+            path: files.log.path().to_owned(),
+            written,
+        };
+        match self.config.flush {
+            FlushPolicy::Continuous => sync,
+            _ if !self.durable_waiters.is_empty() => sync,
+            FlushPolicy::Interval { messages, ms } => {
+                if messages.is_some_and(|limit| self.unsynced_records >= limit) {
+                    return sync;
+                }
+                let Some(ms) = ms else {
+                    return SyncDecision::Wait;
+                };
+                let oldest = self.marks.front().map_or(now, |mark| mark.appended_at);
+                let due = oldest + Duration::from_millis(ms);
+                if due <= now {
+                    sync
+                } else {
+                    SyncDecision::WaitUntil(due)
+                }
+            }
+        }
+    }
+
+    pub fn complete_sync(&mut self, segment_base: Offset, synced: u64) {
+        self.stats.syncs += 1;
+        if let Some(active) = self
+            .segment_slot(segment_base)
+            .and_then(|slot| self.segments[slot].active_mut())
+        {
+            active.synced_bytes = active.synced_bytes.max(synced);
+        }
+        self.advance();
+    }
+
+    /// Moves the written and durable offsets over every append whose bytes
+    /// are now written / synced, and releases their waiters.
+    fn advance(&mut self) {
+        while let Some(mark) = self.marks.get(self.written_marks) {
+            let written = self
+                .segment_slot(mark.segment_base)
+                .is_none_or(|slot| self.segments[slot].written_bytes() >= mark.end_position);
+            if !written {
+                break;
+            }
+            self.written_offset = mark.next_offset;
+            self.written_marks += 1;
+        }
+        while self.written_marks > 0 {
+            let mark = self.marks.front().expect("written marks are marks");
+            let synced = self
+                .segment_slot(mark.segment_base)
+                .is_none_or(|slot| self.segments[slot].synced_bytes() >= mark.end_position);
+            if !synced {
+                break;
+            }
+            self.durable_offset = mark.next_offset;
+            self.unsynced_records -= mark.records;
+            self.marks.pop_front();
+            self.written_marks -= 1;
+        }
+        self.written_waiters.release(self.written_offset);
+        self.durable_waiters.release(self.durable_offset);
+    }
+
+    /// Takes the log offline after an IO error: every waiter and every later
+    /// call fails with the cause.
+    pub fn fail(&mut self, error: &StorageError) {
+        let failure = StorageError::Offline {
+            path: self.dir.clone(),
+            reason: error.to_string(),
+        };
+        self.written_waiters.fail_all(&failure);
+        self.durable_waiters.fail_all(&failure);
+        self.failure = Some(failure);
+    }
+
+    pub fn failure(&self) -> Option<&StorageError> {
+        self.failure.as_ref()
+    }
+
+    /// The offset below which everything is durable *and* every segment is
+    /// sealed with synced indexes: recovery need not scan below it.
+    pub fn recovery_point(&self) -> Offset {
+        let unsealed = self
+            .segments
+            .iter()
+            .find(|segment| segment.is_sealing())
+            .map(|segment| segment.base_offset);
+        unsealed.map_or(self.durable_offset, |base| base.min(self.durable_offset))
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        size_of::<LogState>()
+            + self.dir.capacity()
+            + self.segments.capacity() * size_of::<Segment>()
+            + self
+                .segments
+                .iter()
+                .map(|segment| segment.heap_bytes() - size_of::<Segment>())
+                .sum::<usize>()
+            + self.marks.capacity() * size_of::<AppendMark>()
+    }
+}

@@ -1,0 +1,192 @@
+//! A shard's storage: its partition logs and the files that vouch for them.
+//!
+//! Per shard, in the data directory, in Kafka's checkpoint format:
+//! `recovery-point-offset-checkpoint-<shard>` (below which each log is
+//! durable and sealed) and `log-start-offset-checkpoint-<shard>`, plus the
+//! clean-shutdown marker `.brook_cleanshutdown-<shard>`, written last by a
+//! clean close and removed first on open, so a crash at any moment leaves no
+//! marker. Partition directories are `<topic>-<partition>` under the root.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use brook_engine::log::checkpoint::{decode_offsets, encode_offsets};
+use brook_engine::log::config::LogConfig;
+use brook_engine::log::file_name::partition_dir_name;
+use brook_engine::types::{Offset, TopicPartition};
+
+use crate::storage::device::prepare_directory;
+use crate::storage::error::{StorageError, io_error};
+use crate::storage::files::{read_optional_text, sync_directory, write_atomically};
+use crate::storage::partition_log::{PartitionLog, RecoveryHints};
+
+/// Where a store lives and which shard it belongs to.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    pub root: PathBuf,
+    pub shard: u16,
+}
+
+/// The partition logs owned by one shard. Lives on that shard.
+#[derive(Debug)]
+pub struct Store {
+    options: StoreOptions,
+    clean_shutdown: bool,
+    recovery_points: HashMap<TopicPartition, Offset>,
+    log_start_offsets: HashMap<TopicPartition, Offset>,
+    logs: RefCell<BTreeMap<TopicPartition, PartitionLog>>,
+}
+
+impl Store {
+    /// Opens the shard's store: reads its checkpoints and consumes its
+    /// clean-shutdown marker.
+    pub async fn open(options: StoreOptions) -> Result<Store, StorageError> {
+        prepare_directory(&options.root).await?;
+        let marker = clean_marker_path(&options);
+        let clean_shutdown = marker.exists();
+        if clean_shutdown {
+            std::fs::remove_file(&marker).map_err(io_error("removing", &marker))?;
+            sync_directory(&options.root).await?;
+        }
+        let recovery_points = read_checkpoint(&recovery_point_path(&options));
+        let log_start_offsets = read_checkpoint(&log_start_path(&options));
+        Ok(Store {
+            options,
+            clean_shutdown,
+            recovery_points,
+            log_start_offsets,
+            logs: RefCell::new(BTreeMap::new()),
+        })
+    }
+
+    /// Whether the last close of this shard's store was clean.
+    pub fn was_clean(&self) -> bool {
+        self.clean_shutdown
+    }
+
+    pub fn partition_dir(&self, topic_partition: &TopicPartition) -> PathBuf {
+        self.options.root.join(partition_dir_name(topic_partition))
+    }
+
+    /// Opens (creating if needed) a partition's log on this shard.
+    pub async fn open_partition(
+        &self,
+        topic_partition: &TopicPartition,
+        config: LogConfig,
+        now_ms: i64,
+    ) -> Result<PartitionLog, StorageError> {
+        if let Some(log) = self.logs.borrow().get(topic_partition) {
+            return Ok(log.clone());
+        }
+        let hints = RecoveryHints {
+            clean_shutdown: self.clean_shutdown,
+            recovery_point: self.recovery_points.get(topic_partition).copied(),
+            log_start_offset: self.log_start_offsets.get(topic_partition).copied(),
+        };
+        let log =
+            PartitionLog::open(self.partition_dir(topic_partition), config, hints, now_ms).await?;
+        self.logs
+            .borrow_mut()
+            .insert(topic_partition.clone(), log.clone());
+        Ok(log)
+    }
+
+    pub fn partition(&self, topic_partition: &TopicPartition) -> Option<PartitionLog> {
+        self.logs.borrow().get(topic_partition).cloned()
+    }
+
+    pub fn partitions(&self) -> Vec<(TopicPartition, PartitionLog)> {
+        self.logs
+            .borrow()
+            .iter()
+            .map(|(tp, log)| (tp.clone(), log.clone()))
+            .collect()
+    }
+
+    /// Writes the recovery-point and log-start-offset checkpoints.
+    pub async fn checkpoint(&self) -> Result<(), StorageError> {
+        let logs = self.partitions();
+        let points: Vec<(TopicPartition, Offset)> = logs
+            .iter()
+            .map(|(tp, log)| (tp.clone(), log.recovery_point()))
+            .collect();
+        let starts: Vec<(TopicPartition, Offset)> = logs
+            .iter()
+            .map(|(tp, log)| (tp.clone(), log.log_start_offset()))
+            .collect();
+        let encode = |entries: &[(TopicPartition, Offset)]| {
+            encode_offsets(entries.iter().map(|(tp, offset)| (tp, *offset)))
+        };
+        write_atomically(
+            &recovery_point_path(&self.options),
+            encode(&points).as_bytes(),
+        )
+        .await?;
+        write_atomically(&log_start_path(&self.options), encode(&starts).as_bytes()).await
+    }
+
+    /// Applies retention to every log (high watermark = durable offset on a
+    /// single replica). Returns the number of segments deleted.
+    pub async fn apply_retention(&self, now_ms: i64) -> Result<usize, StorageError> {
+        let mut deleted = 0;
+        for (_, log) in self.partitions() {
+            deleted += log.apply_retention(log.durable_offset(), now_ms).await?;
+        }
+        Ok(deleted)
+    }
+
+    /// Closes every log, checkpoints, and leaves the clean-shutdown marker.
+    /// If any log fails to close, no marker is written (the next open scans).
+    pub async fn close(&self) -> Result<(), StorageError> {
+        let mut first_error = None;
+        for (topic_partition, log) in self.partitions() {
+            if let Err(error) = log.close().await {
+                tracing::error!(partition = %topic_partition, %error, "closing partition log failed");
+                first_error.get_or_insert(error);
+            }
+        }
+        if let Some(error) = first_error {
+            return Err(error);
+        }
+        self.checkpoint().await?;
+        write_atomically(&clean_marker_path(&self.options), b"").await
+    }
+}
+
+fn read_checkpoint(path: &Path) -> HashMap<TopicPartition, Offset> {
+    let text = match read_optional_text(path) {
+        Ok(Some(text)) => text,
+        Ok(None) => return HashMap::new(),
+        Err(error) => {
+            tracing::warn!(%error, "ignoring unreadable checkpoint");
+            return HashMap::new();
+        }
+    };
+    match decode_offsets(&text) {
+        Ok(entries) => entries.into_iter().collect(),
+        Err(error) => {
+            tracing::warn!(path = %path.display(), %error, "ignoring corrupt checkpoint; logs will be scanned");
+            HashMap::new()
+        }
+    }
+}
+
+fn recovery_point_path(options: &StoreOptions) -> PathBuf {
+    options.root.join(format!(
+        "recovery-point-offset-checkpoint-{}",
+        options.shard
+    ))
+}
+
+fn log_start_path(options: &StoreOptions) -> PathBuf {
+    options
+        .root
+        .join(format!("log-start-offset-checkpoint-{}", options.shard))
+}
+
+fn clean_marker_path(options: &StoreOptions) -> PathBuf {
+    options
+        .root
+        .join(format!(".brook_cleanshutdown-{}", options.shard))
+}
