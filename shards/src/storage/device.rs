@@ -1,16 +1,17 @@
 //! A work-around for glommio's device probe.
 //!
 //! The first time glommio opens a `DmaFile` on a block device it decides, once
-//! for the whole process, whether the device supports polled IO, by reading one
-//! block at offset 0 of *that* file. On an empty file the read "succeeds" with
+//! per thread (its device map is thread-local), whether the device supports
+//! polled IO, by reading one block at offset 0 of *that* file. On an empty file the read "succeeds" with
 //! zero bytes, glommio concludes the device is pollable, and every later read on
 //! the device fails with `EOPNOTSUPP` (seen on virtio disks, whose `io_poll` is 0).
 //! Opening a non-empty file first lets the probe see the truth, so every entry
-//! point to storage calls [`prepare_directory`] before opening anything else.
+//! point to storage calls [`prepare_directory`] before opening anything else,
+//! on every thread that does storage IO.
 
+use std::cell::RefCell;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::sync::Mutex;
 
 use glommio::io::OpenOptions;
 
@@ -19,7 +20,10 @@ use crate::storage::error::{StorageError, io_error};
 const PROBE_FILE: &str = ".brook-io-probe";
 const PROBE_BYTES: usize = 4096;
 
-static PROBED_DEVICES: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+thread_local! {
+    /// Devices whose glommio probe this thread has already run.
+    static PROBED_DEVICES: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
 
 /// Creates `directory` if needed and makes sure glommio has probed its device
 /// with a non-empty file.
@@ -28,14 +32,15 @@ pub async fn prepare_directory(directory: &Path) -> Result<(), StorageError> {
     let device = std::fs::metadata(directory)
         .map_err(io_error("inspecting", directory))?
         .dev();
-    if PROBED_DEVICES
-        .lock()
-        .map(|probed| probed.contains(&device))
-        .unwrap_or(false)
-    {
+    if PROBED_DEVICES.with_borrow(|probed| probed.contains(&device)) {
         return Ok(());
     }
-    let path = directory.join(PROBE_FILE);
+    // One probe file per thread: shards probe the same directory concurrently.
+    let thread: String = format!("{:?}", std::thread::current().id())
+        .chars()
+        .filter(char::is_ascii_digit)
+        .collect();
+    let path = directory.join(format!("{PROBE_FILE}-{}-{thread}", std::process::id()));
     std::fs::write(&path, [0u8; PROBE_BYTES]).map_err(io_error("writing probe", &path))?;
     let file = OpenOptions::new()
         .read(true)
@@ -49,8 +54,6 @@ pub async fn prepare_directory(directory: &Path) -> Result<(), StorageError> {
     let _ = file.close().await;
     let _ = std::fs::remove_file(&path);
     probe?;
-    if let Ok(mut probed) = PROBED_DEVICES.lock() {
-        probed.push(device);
-    }
+    PROBED_DEVICES.with_borrow_mut(|probed| probed.push(device));
     Ok(())
 }

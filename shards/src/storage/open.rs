@@ -100,7 +100,7 @@ pub(crate) async fn open_segments(
             break;
         }
         let (scan, truncated) = if slot >= first_to_scan {
-            scan_segment(dir, base, expected, config, &mut epochs).await?
+            scan_segment(dir, base, expected, config, &mut epochs, !is_last).await?
         } else {
             match check_segment(dir, base, config, &mut epochs, is_last).await? {
                 Ok(scan) => (scan, false),
@@ -110,7 +110,7 @@ pub(crate) async fn open_segments(
                         Distrust::Log(stop) => stop.to_string(),
                     };
                     tracing::warn!(dir = %dir.display(), base = %base, %reason, "rebuilding segment indexes");
-                    scan_segment(dir, base, expected, config, &mut epochs).await?
+                    scan_segment(dir, base, expected, config, &mut epochs, !is_last).await?
                 }
             }
         };
@@ -255,6 +255,11 @@ async fn check_segment(
     );
     let mut first_batch_max_timestamp = None;
     let mut missing = None;
+    // The batch at the last offset entry was indexed with the running maximum
+    // timestamp, so the time index must reach at least its timestamp.
+    let last_time_entry = time_entries
+        .last()
+        .map_or(TimestampMs::NONE, |entry| entry.timestamp());
     let walked = scan_file(
         &log_file,
         &log_path,
@@ -266,7 +271,9 @@ async fn check_segment(
                 first_batch_max_timestamp = Some(batch.max_timestamp());
             }
             let update = indexer.on_batch(placement(position, batch));
-            if update.offset_entry.is_some() || update.time_entry.is_some() {
+            let indexed_batch = position == from && from > 0;
+            let time_short = indexed_batch && batch.max_timestamp() > last_time_entry;
+            if update.offset_entry.is_some() || update.time_entry.is_some() || time_short {
                 missing.get_or_insert(IndexError::MissingEntry { position });
             }
         },
@@ -317,13 +324,16 @@ async fn check_segment(
 }
 
 /// Scans a whole segment, truncating it after its last valid batch and
-/// rewriting its index files. Returns the scan and whether bytes were cut.
+/// rewriting its index files (with the final time entry of a sealed segment
+/// when `sealed` and nothing was cut). Returns the scan and whether bytes
+/// were cut.
 async fn scan_segment(
     dir: &Path,
     base: Offset,
     expected: Option<Offset>,
     config: &LogConfig,
     epochs: &mut LeaderEpochCache,
+    sealed: bool,
 ) -> Result<(SegmentScan, bool), StorageError> {
     let log_path = segment_path(dir, base, SegmentFileKind::Log);
     let log_file = open_dma(&log_path, false).await?;
@@ -364,6 +374,9 @@ async fn scan_segment(
     )
     .await?;
     let truncated = valid_bytes < file_bytes;
+    if sealed && !truncated {
+        time_entries.extend(indexer.on_seal());
+    }
     if truncated {
         let reason = stop.map_or_else(|| "trailing bytes".to_owned(), |stop| stop.to_string());
         tracing::warn!(path = %log_path.display(), valid_bytes, file_bytes, %reason, "truncating log after its last valid batch");

@@ -258,6 +258,17 @@ impl PartitionLog {
         self.inner.state.borrow().stats
     }
 
+    /// Bytes of record batches in the log (what `retention.bytes` limits).
+    pub fn size_bytes(&self) -> u64 {
+        self.inner
+            .state
+            .borrow()
+            .segments
+            .iter()
+            .map(|segment| segment.log_bytes)
+            .sum()
+    }
+
     pub fn segment_count(&self) -> usize {
         self.inner.state.borrow().segments.len()
     }

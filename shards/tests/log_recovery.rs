@@ -1,0 +1,213 @@
+//! Acceptance 3 of the storage engine: a torn or corrupted last batch leaves
+//! exactly the valid prefix after reopening; deleted or truncated index files
+//! are rebuilt byte-identical.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use brook_engine::log::config::LogConfig;
+use brook_engine::types::Offset;
+use brook_shards::runtime::block_on;
+use brook_shards::storage::PartitionLog;
+use common::*;
+
+fn file_with_extension(dir: &Path, base: Offset, extension: &str) -> PathBuf {
+    dir.join(format!("{:020}.{extension}", base.0))
+}
+
+fn truncate(path: &Path, len: u64) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+}
+
+fn flip(path: &Path, position: usize) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[position] ^= 0xff;
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// Appends `batches` batches of three records, closes cleanly, and returns
+/// every batch's placed bytes.
+async fn build(dir: &Path, config: LogConfig, batches: usize) -> Vec<(Offset, Vec<u8>)> {
+    let log = open(dir, config, crashed()).await;
+    let mut placed_batches = Vec::new();
+    for i in 0..batches {
+        let bytes = batch(3, 40 + i % 7, 1_700_000_000_000 + i as i64 * 10);
+        let info = log.append(&bytes, EPOCH, now_ms()).await.unwrap();
+        placed_batches.push((info.base_offset, placed(&bytes, info.base_offset, EPOCH)));
+    }
+    log.close().await.unwrap();
+    placed_batches
+}
+
+fn concat(batches: &[(Offset, Vec<u8>)]) -> Vec<u8> {
+    batches
+        .iter()
+        .flat_map(|(_, bytes)| bytes.iter().copied())
+        .collect()
+}
+
+async fn expect_prefix(
+    dir: &Path,
+    config: &LogConfig,
+    prefix: &[(Offset, Vec<u8>)],
+    context: &str,
+) -> PartitionLog {
+    let log = open(dir, config.clone(), crashed()).await;
+    let end = prefix
+        .last()
+        .map_or(Offset(0), |(base, _)| Offset(base.0 + 3));
+    assert_eq!(log.log_end_offset(), end, "{context}: log end");
+    let bytes = read_all(&log, Offset(0), 1 << 20, false).await.unwrap();
+    assert_bytes_eq(&bytes, &concat(prefix), context);
+    log
+}
+
+#[test]
+fn every_truncation_and_every_flipped_byte_of_the_last_batch_leaves_the_valid_prefix() {
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path().to_owned();
+    block_on(async move {
+        let pristine = root.join("pristine-0");
+        let work = root.join("work-0");
+        let config = LogConfig::default();
+        let batches = build(&pristine, config.clone(), 6).await;
+        let (last_base, last) = batches.last().unwrap().clone();
+        let log_bytes = concat(&batches).len();
+        let last_start = log_bytes - last.len();
+        let log_file = file_with_extension(&work, Offset(0), "log");
+        for cut in last_start..log_bytes {
+            copy_dir(&pristine, &work);
+            truncate(&log_file, cut as u64);
+            let log = expect_prefix(&work, &config, &batches[..5], &format!("cut at {cut}")).await;
+            log.close().await.unwrap();
+            assert_eq!(
+                std::fs::metadata(&log_file).unwrap().len() as usize,
+                last_start,
+                "cut at {cut}: torn bytes removed"
+            );
+        }
+        for position in last_start..log_bytes {
+            copy_dir(&pristine, &work);
+            flip(&log_file, position);
+            let log = expect_prefix(
+                &work,
+                &config,
+                &batches[..5],
+                &format!("flip at {position}"),
+            )
+            .await;
+            // The log goes on from the prefix.
+            let info = log.append(&batch(1, 5, 1), EPOCH, now_ms()).await.unwrap();
+            assert_eq!(info.base_offset, last_base);
+            log.close().await.unwrap();
+        }
+    });
+}
+
+#[test]
+fn a_corrupt_batch_in_a_sealed_segment_ends_the_log_there() {
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path().to_owned();
+    block_on(async move {
+        let dir = root.join("sealed-0");
+        let config = small_segments(1500);
+        let batches = build(&dir, config.clone(), 40).await;
+        let bases = segment_bases(&dir);
+        assert!(bases.len() >= 4, "several segments: {bases:?}");
+        // The last batch of the second segment.
+        let victim = batches
+            .iter()
+            .rposition(|(base, _)| *base < bases[2])
+            .unwrap();
+        let segment_file = file_with_extension(&dir, bases[1], "log");
+        let segment_bytes = std::fs::metadata(&segment_file).unwrap().len() as usize;
+        flip(&segment_file, segment_bytes - 3);
+        let log = expect_prefix(&dir, &config, &batches[..victim], "corrupt sealed segment").await;
+        assert_eq!(
+            segment_bases(&dir),
+            bases[..2].to_vec(),
+            "later segments are deleted"
+        );
+        log.close().await.unwrap();
+    });
+}
+
+/// All index files of `dir`, by name.
+fn index_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap())
+        .filter(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            name.ends_with(".index") || name.ends_with(".timeindex")
+        })
+        .map(|entry| {
+            (
+                entry.file_name().to_string_lossy().into_owned(),
+                std::fs::read(entry.path()).unwrap(),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn deleted_or_truncated_indexes_are_rebuilt_identically() {
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path().to_owned();
+    block_on(async move {
+        let pristine = root.join("pristine-0");
+        let work = root.join("work-0");
+        let config = LogConfig {
+            segment_bytes: 6000,
+            index_interval_bytes: 300,
+            ..LogConfig::default()
+        };
+        build(&pristine, config.clone(), 100).await;
+        let expected = index_files(&pristine);
+        let bases = segment_bases(&pristine);
+        assert!(
+            bases.len() >= 3 && expected.iter().all(|(_, bytes)| !bytes.is_empty()),
+            "indexes with entries"
+        );
+        // Every index file deleted in turn, then every truncation of one sealed
+        // segment's indexes and of the active segment's.
+        let mut damages: Vec<(String, Option<u64>)> = expected
+            .iter()
+            .map(|(name, _)| (name.clone(), None))
+            .collect();
+        for base in [bases[1], *bases.last().unwrap()] {
+            for extension in ["index", "timeindex"] {
+                let name = format!("{:020}.{extension}", base.0);
+                let len = expected
+                    .iter()
+                    .find(|(file, _)| *file == name)
+                    .unwrap()
+                    .1
+                    .len() as u64;
+                damages.extend((0..len).map(|cut| (name.clone(), Some(cut))));
+            }
+        }
+        for (name, cut) in damages {
+            copy_dir(&pristine, &work);
+            match cut {
+                None => std::fs::remove_file(work.join(&name)).unwrap(),
+                Some(cut) => truncate(&work.join(&name), cut),
+            }
+            let log = open(&work, config.clone(), clean()).await;
+            log.close().await.unwrap();
+            let rebuilt = index_files(&work);
+            assert!(
+                rebuilt == expected,
+                "{name} cut at {cut:?}: rebuilt indexes differ"
+            );
+        }
+    });
+}

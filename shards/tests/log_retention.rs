@@ -1,0 +1,212 @@
+//! Retention (S7) deletes whole old segments by time, by size, and below the
+//! log start offset, never at or past the high watermark; the store's
+//! checkpoints and clean-shutdown marker are Kafka-format files.
+
+mod common;
+
+use brook_engine::log::config::LogConfig;
+use brook_engine::types::{Offset, TopicPartition};
+use brook_shards::runtime::block_on;
+use brook_shards::storage::{StorageError, Store, StoreOptions};
+use common::*;
+
+const HOUR_MS: i64 = 3_600_000;
+
+#[test]
+fn time_retention_deletes_only_expired_segments() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("time-0");
+    block_on(async move {
+        let config = LogConfig {
+            segment_bytes: 4096,
+            retention_ms: Some(HOUR_MS),
+            ..LogConfig::default()
+        };
+        let log = open(&dir, config, crashed()).await;
+        let now = now_ms();
+        for i in 0..30 {
+            log.append(&batch(2, 400, now - 2 * HOUR_MS + i), EPOCH, now)
+                .await
+                .unwrap();
+        }
+        let fresh_from = log.log_end_offset();
+        for i in 0..30 {
+            log.append(&batch(2, 400, now + i), EPOCH, now)
+                .await
+                .unwrap();
+        }
+        log.flush().await.unwrap();
+        let bases = segment_bases(&dir);
+        let deleted = log
+            .apply_retention(log.log_end_offset(), now)
+            .await
+            .unwrap();
+        let kept = segment_bases(&dir);
+        assert!(
+            deleted > 0 && kept.len() + deleted == bases.len(),
+            "deleted {deleted} of {bases:?}"
+        );
+        assert!(kept[0] <= fresh_from, "no fresh record was deleted");
+        assert_eq!(log.log_start_offset(), kept[0]);
+        let error = log.read(Offset(0), read_options(100)).await.unwrap_err();
+        assert!(
+            matches!(error, StorageError::OffsetOutOfRange { .. }),
+            "{error:?}"
+        );
+        assert!(
+            !read_all(&log, kept[0], 1 << 20, false)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        log.close().await.unwrap();
+        let log = open(&dir, LogConfig::default(), crashed()).await;
+        assert_eq!(
+            log.log_start_offset(),
+            kept[0],
+            "a reopened log starts at its first segment"
+        );
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn size_retention_and_the_high_watermark() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("size-0");
+    block_on(async move {
+        let config = LogConfig {
+            segment_bytes: 4096,
+            retention_bytes: Some(10_000),
+            retention_ms: None,
+            ..LogConfig::default()
+        };
+        let log = open(&dir, config, crashed()).await;
+        for i in 0..100 {
+            log.append(&batch(1, 500, i), EPOCH, now_ms())
+                .await
+                .unwrap();
+        }
+        log.flush().await.unwrap();
+        let before = segment_bases(&dir);
+        assert_eq!(
+            log.apply_retention(Offset(0), now_ms()).await.unwrap(),
+            0,
+            "nothing below a high watermark of 0"
+        );
+        let deleted = log
+            .apply_retention(log.log_end_offset(), now_ms())
+            .await
+            .unwrap();
+        let total = log.size_bytes();
+        // Kafka stops before the deletion that would take the log under the limit.
+        assert!(
+            deleted > 0 && (10_000..=10_000 + 4096).contains(&total),
+            "{deleted} of {} segments deleted, {total} bytes left",
+            before.len()
+        );
+        assert_eq!(segment_bases(&dir).len(), before.len() - deleted);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn when_everything_expires_a_fresh_segment_takes_over() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("all-0");
+    block_on(async move {
+        let config = LogConfig {
+            segment_bytes: 4096,
+            retention_ms: Some(HOUR_MS),
+            ..LogConfig::default()
+        };
+        let log = open(&dir, config, crashed()).await;
+        let old = now_ms() - 3 * HOUR_MS;
+        for i in 0..20 {
+            log.append(&batch(2, 400, old + i), EPOCH, now_ms())
+                .await
+                .unwrap();
+        }
+        log.flush().await.unwrap();
+        let end = log.log_end_offset();
+        log.apply_retention(end, now_ms()).await.unwrap();
+        log.flush().await.unwrap();
+        // The rolled segment is deleted once sealed (by the next pass at the latest).
+        for _ in 0..100 {
+            log.apply_retention(end, now_ms()).await.unwrap();
+            if segment_bases(&dir) == vec![end] {
+                break;
+            }
+            glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(segment_bases(&dir), vec![end]);
+        assert_eq!(log.log_start_offset(), end);
+        assert!(
+            log.read(end, read_options(100))
+                .await
+                .unwrap()
+                .data
+                .is_empty()
+        );
+        let info = log
+            .append(&batch(1, 10, now_ms()), EPOCH, now_ms())
+            .await
+            .unwrap();
+        assert_eq!(info.base_offset, end);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn a_store_checkpoints_in_kafkas_format_and_marks_a_clean_shutdown() {
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path().to_owned();
+    block_on(async move {
+        let options = StoreOptions {
+            root: root.clone(),
+            shard: 3,
+        };
+        let orders = TopicPartition::new("orders", 0);
+        let store = Store::open(options.clone()).await.unwrap();
+        assert!(!store.was_clean());
+        let log = store
+            .open_partition(&orders, LogConfig::default(), now_ms())
+            .await
+            .unwrap();
+        log.append(&batch(4, 10, 1), EPOCH, now_ms()).await.unwrap();
+        store.close().await.unwrap();
+        assert!(root.join(".brook_cleanshutdown-3").exists());
+        assert_eq!(
+            std::fs::read_to_string(root.join("recovery-point-offset-checkpoint-3")).unwrap(),
+            "0\n1\norders 0 4\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("log-start-offset-checkpoint-3")).unwrap(),
+            "0\n1\norders 0 0\n"
+        );
+
+        let store = Store::open(options.clone()).await.unwrap();
+        assert!(store.was_clean());
+        assert!(
+            !root.join(".brook_cleanshutdown-3").exists(),
+            "the marker is consumed on open"
+        );
+        let log = store
+            .open_partition(&orders, LogConfig::default(), now_ms())
+            .await
+            .unwrap();
+        assert_eq!(log.log_end_offset(), Offset(4));
+        log.append(&batch(1, 10, 2), EPOCH, now_ms()).await.unwrap();
+        log.flush().await.unwrap();
+        drop(store);
+
+        let store = Store::open(options).await.unwrap();
+        assert!(!store.was_clean(), "no close, no marker");
+        let log = store
+            .open_partition(&orders, LogConfig::default(), now_ms())
+            .await
+            .unwrap();
+        assert_eq!(log.log_end_offset(), Offset(5));
+        store.close().await.unwrap();
+    });
+}
