@@ -7,7 +7,10 @@ mod common;
 use brook_engine::log::config::LogConfig;
 use brook_engine::types::{Offset, TopicPartition};
 use brook_shards::runtime::block_on;
-use brook_shards::storage::{StorageError, Store, StoreOptions};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use brook_shards::storage::{MaintenanceSchedule, StorageError, Store, StoreOptions};
 use common::*;
 
 const HOUR_MS: i64 = 3_600_000;
@@ -207,6 +210,58 @@ fn a_store_checkpoints_in_kafkas_format_and_marks_a_clean_shutdown() {
             .await
             .unwrap();
         assert_eq!(log.log_end_offset(), Offset(5));
+        store.close().await.unwrap();
+    });
+}
+
+#[test]
+fn shard_maintenance_applies_retention_and_checkpoints_in_the_background() {
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path().to_owned();
+    block_on(async move {
+        let store = Rc::new(
+            Store::open(StoreOptions {
+                root: root.clone(),
+                shard: 0,
+            })
+            .await
+            .unwrap(),
+        );
+        let config = LogConfig {
+            segment_bytes: 4096,
+            retention_ms: Some(HOUR_MS),
+            ..LogConfig::default()
+        };
+        let tp = TopicPartition::new("expiring", 0);
+        let log = store.open_partition(&tp, config, now_ms()).await.unwrap();
+        for i in 0..20 {
+            log.append(&batch(2, 400, now_ms() - 2 * HOUR_MS + i), EPOCH, now_ms())
+                .await
+                .unwrap();
+        }
+        log.flush().await.unwrap();
+        let schedule = MaintenanceSchedule {
+            retention_check_interval: Duration::from_millis(20),
+            checkpoint_interval: Duration::from_millis(20),
+        };
+        store.start_maintenance(schedule);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while log.log_start_offset() < log.log_end_offset() && Instant::now() < deadline {
+            glommio::timer::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            log.log_start_offset(),
+            log.log_end_offset(),
+            "every expired segment was deleted"
+        );
+        let checkpoint = root.join("log-start-offset-checkpoint-0");
+        let expected = format!("0\n1\nexpiring 0 {}\n", log.log_end_offset());
+        while std::fs::read_to_string(&checkpoint).ok().as_deref() != Some(expected.as_str())
+            && Instant::now() < deadline
+        {
+            glommio::timer::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(std::fs::read_to_string(&checkpoint).unwrap(), expected);
         store.close().await.unwrap();
     });
 }

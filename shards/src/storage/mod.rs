@@ -27,4 +27,4 @@ pub use open::EPOCH_CHECKPOINT_FILE;
 pub use partition_log::{PartitionLog, RecoveryHints, UNWRITTEN_BYTES_MAX};
 pub use read::{FileRange, LogData, ReadOptions, ReadOutcome};
 pub use state::{AppendInfo, LogStats};
-pub use store::{Store, StoreOptions};
+pub use store::{MaintenanceSchedule, Store, StoreOptions};

@@ -10,6 +10,8 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 use brook_engine::log::checkpoint::{decode_offsets, encode_offsets};
 use brook_engine::log::config::LogConfig;
@@ -28,14 +30,41 @@ pub struct StoreOptions {
     pub shard: u16,
 }
 
+/// How often a shard's background maintenance runs (Kafka's broker settings).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaintenanceSchedule {
+    /// `log.retention.check.interval.ms` (5 minutes).
+    pub retention_check_interval: Duration,
+    /// `log.flush.offset.checkpoint.interval.ms` (1 minute).
+    pub checkpoint_interval: Duration,
+}
+
+impl Default for MaintenanceSchedule {
+    fn default() -> MaintenanceSchedule {
+        MaintenanceSchedule {
+            retention_check_interval: Duration::from_millis(300_000),
+            checkpoint_interval: Duration::from_millis(60_000),
+        }
+    }
+}
+
 /// The partition logs owned by one shard. Lives on that shard.
-#[derive(Debug)]
 pub struct Store {
     options: StoreOptions,
     clean_shutdown: bool,
     recovery_points: HashMap<TopicPartition, Offset>,
     log_start_offsets: HashMap<TopicPartition, Offset>,
     logs: RefCell<BTreeMap<TopicPartition, PartitionLog>>,
+    maintenance: RefCell<Option<glommio::Task<()>>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("options", &self.options)
+            .field("logs", &self.logs.borrow().len())
+            .finish()
+    }
 }
 
 impl Store {
@@ -57,6 +86,7 @@ impl Store {
             recovery_points,
             log_start_offsets,
             logs: RefCell::new(BTreeMap::new()),
+            maintenance: RefCell::new(None),
         })
     }
 
@@ -136,9 +166,42 @@ impl Store {
         Ok(deleted)
     }
 
+    /// Starts the shard's background maintenance: retention and
+    /// checkpoints on `schedule`. Errors are logged; the next round retries.
+    pub fn start_maintenance(self: &Rc<Self>, schedule: MaintenanceSchedule) {
+        let store = Rc::downgrade(self);
+        let task = glommio::spawn_local(async move {
+            let start = Instant::now();
+            let (mut next_retention, mut next_checkpoint) = (
+                start + schedule.retention_check_interval,
+                start + schedule.checkpoint_interval,
+            );
+            loop {
+                let due = next_retention.min(next_checkpoint);
+                glommio::timer::sleep(due.saturating_duration_since(Instant::now())).await;
+                let Some(store) = store.upgrade() else { return };
+                let now = Instant::now();
+                if now >= next_retention {
+                    next_retention = now + schedule.retention_check_interval;
+                    if let Err(error) = store.apply_retention(wall_clock_ms()).await {
+                        tracing::error!(%error, "retention failed");
+                    }
+                }
+                if now >= next_checkpoint {
+                    next_checkpoint = now + schedule.checkpoint_interval;
+                    if let Err(error) = store.checkpoint().await {
+                        tracing::error!(%error, "checkpoint failed");
+                    }
+                }
+            }
+        });
+        *self.maintenance.borrow_mut() = Some(task);
+    }
+
     /// Closes every log, checkpoints, and leaves the clean-shutdown marker.
     /// If any log fails to close, no marker is written (the next open scans).
     pub async fn close(&self) -> Result<(), StorageError> {
+        drop(self.maintenance.borrow_mut().take());
         let mut first_error = None;
         for (topic_partition, log) in self.partitions() {
             if let Err(error) = log.close().await {
@@ -152,6 +215,12 @@ impl Store {
         self.checkpoint().await?;
         write_atomically(&clean_marker_path(&self.options), b"").await
     }
+}
+
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as i64)
 }
 
 fn read_checkpoint(path: &Path) -> HashMap<TopicPartition, Offset> {
