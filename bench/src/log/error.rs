@@ -1,0 +1,36 @@
+//! Why a benchmark run stopped: one line for the user, with the operation
+//! and path when a file was involved.
+
+use std::path::{Path, PathBuf};
+
+use brook_shards::storage::StorageError;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum BenchError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("starting a glommio executor on cpu {cpu}: {reason}")]
+    Executor { cpu: usize, reason: String },
+    #[error("invalid {name}: {reason}")]
+    InvalidOption { name: &'static str, reason: String },
+}
+
+/// `map_err` helper: `.map_err(io_error("writing", &path))`.
+pub(crate) fn io_error<'a, E: Into<std::io::Error>>(
+    op: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(E) -> BenchError + 'a {
+    move |source| BenchError::Io {
+        op,
+        path: path.to_owned(),
+        source: source.into(),
+    }
+}
