@@ -243,6 +243,7 @@ fn shard_maintenance_applies_retention_and_checkpoints_in_the_background() {
         let schedule = MaintenanceSchedule {
             retention_check_interval: Duration::from_millis(20),
             checkpoint_interval: Duration::from_millis(20),
+            idle_release_interval: Duration::from_millis(20),
         };
         store.start_maintenance(schedule);
         let deadline = Instant::now() + Duration::from_secs(10);

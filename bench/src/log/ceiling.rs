@@ -24,9 +24,29 @@ pub const CEILING_WRITES_IN_FLIGHT: usize = 2;
 
 const FILE_NAME: &str = "ceiling.dat";
 
+/// Where the raw writer's buffers come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RawBuffers {
+    /// glommio's io_uring-registered memory, reused for every write: the
+    /// best case (fixed-buffer writes pin no pages). Brook's log cannot use it
+    /// for its tail: the 8 MiB memlock limit leaves ~1 MiB per executor.
+    Registered,
+    /// Page-aligned heap buffers, rotated like the log's chunk pool: the
+    /// same memory the log writes from.
+    Heap,
+}
+
+/// Heap buffers the raw writer rotates through (the log keeps about this
+/// many chunks between its in-flight writes and its tail cache).
+const HEAP_BUFFERS: usize = 8;
+
 /// Writes `total_bytes` (rounded up to whole writes) sequentially to a new
 /// file in `dir`, syncs it, and deletes it.
-pub async fn measure(dir: &Path, total_bytes: u64) -> Result<Throughput, BenchError> {
+pub async fn measure(
+    dir: &Path,
+    total_bytes: u64,
+    kind: RawBuffers,
+) -> Result<Throughput, BenchError> {
     let path = dir.join(FILE_NAME);
     let file = OpenOptions::new()
         .read(true)
@@ -36,7 +56,7 @@ pub async fn measure(dir: &Path, total_bytes: u64) -> Result<Throughput, BenchEr
         .dma_open(&path)
         .await
         .map_err(io_error("creating", &path))?;
-    let buffers = filled_buffers(&file);
+    let buffers = filled_buffers(&file, kind);
     let writes = total_bytes.div_ceil(CEILING_WRITE_BYTES);
     let started = Instant::now();
     stream::iter(0..writes)
@@ -57,13 +77,22 @@ pub async fn measure(dir: &Path, total_bytes: u64) -> Result<Throughput, BenchEr
     })
 }
 
-/// One buffer per write in flight, filled like the log's values (half
-/// random, half zeros) before timing starts and reused for every write.
-fn filled_buffers(file: &DmaFile) -> Vec<Rc<DmaBuffer>> {
+/// Buffers filled like the log's values (half random, half zeros) before
+/// timing starts and reused in turn for every write.
+fn filled_buffers(file: &DmaFile, kind: RawBuffers) -> Vec<Rc<DmaBuffer>> {
     let mut generator = Xorshift64::new(PAYLOAD_SEED);
-    (0..CEILING_WRITES_IN_FLIGHT)
+    let count = match kind {
+        RawBuffers::Registered => CEILING_WRITES_IN_FLIGHT,
+        RawBuffers::Heap => HEAP_BUFFERS,
+    };
+    (0..count)
         .map(|_| {
-            let mut buffer = file.alloc_dma_buffer(CEILING_WRITE_BYTES as usize);
+            let mut buffer = match kind {
+                RawBuffers::Registered => file.alloc_dma_buffer(CEILING_WRITE_BYTES as usize),
+                RawBuffers::Heap => {
+                    glommio::allocate_dma_buffer_global(CEILING_WRITE_BYTES as usize)
+                }
+            };
             for chunk in buffer.as_bytes_mut().chunks_mut(1024) {
                 let value = half_random_value(&mut generator, chunk.len());
                 chunk.copy_from_slice(&value);

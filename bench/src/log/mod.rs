@@ -33,10 +33,12 @@ use glommio::Placement;
 pub use error::BenchError;
 pub use report::LogReport;
 
+use crate::log::ceiling::RawBuffers;
 use crate::log::payload::{
     BATCH_VARIANTS, PAYLOAD_SEED, RECORDS_PER_BATCH, VALUE_BYTES, build_batches,
 };
-use crate::log::report::{BatchShape, LatencyComparison, LatencySummary};
+use crate::log::report::{BatchShape, LatencyComparison, LatencySummary, Throughput};
+use crate::log::throughput::AppendRun;
 
 /// Default bytes written by the throughput measurements (2 GiB).
 pub const BYTES_DEFAULT: u64 = 2 << 30;
@@ -151,22 +153,11 @@ async fn measure_all(options: LogBenchOptions) -> Result<LogReport, BenchError> 
     );
     let batch_bytes = batches[0].len() as u64;
     let dir = &options.dir;
-    progress(format_args!(
-        "raw O_DIRECT write of {} bytes",
-        options.bytes
-    ));
-    let ceiling = in_subdir(dir, CEILING_DIR, async |sub| {
-        ceiling::measure(sub, options.bytes).await
-    })
-    .await?;
-    progress(format_args!(
-        "PartitionLog appends of {} bytes",
-        options.bytes
-    ));
-    let append = in_subdir(dir, APPEND_DIR, async |sub| {
-        throughput::measure(sub, options.bytes, &batches).await
-    })
-    .await?;
+    let ThroughputRuns {
+        ceiling,
+        ceiling_heap,
+        append,
+    } = measure_throughput(dir, options.bytes, &batches).await?;
     let latency = measure_latency(dir, options.samples, &batches[0]).await?;
     progress(format_args!(
         "reopening {} idle partitions",
@@ -184,10 +175,62 @@ async fn measure_all(options: LogBenchOptions) -> Result<LogReport, BenchError> 
             value_bytes: VALUE_BYTES as u64,
         },
         ceiling,
+        ceiling_heap,
         append,
         latency,
         idle,
     })
+}
+
+/// Rounds of raw-write and log-append throughput, rotating which goes
+/// first, so every series sees the same (noisy, drifting) disk.
+const THROUGHPUT_ROUNDS: u64 = 3;
+
+/// The three throughput series, each summed over the rounds.
+#[derive(Default)]
+struct ThroughputRuns {
+    ceiling: Throughput,
+    ceiling_heap: Throughput,
+    append: AppendRun,
+}
+
+async fn measure_throughput(
+    dir: &Path,
+    bytes: u64,
+    batches: &[Vec<u8>],
+) -> Result<ThroughputRuns, BenchError> {
+    let round_bytes = bytes.div_ceil(THROUGHPUT_ROUNDS);
+    let mut runs = ThroughputRuns::default();
+    for round in 0..THROUGHPUT_ROUNDS {
+        progress(format_args!(
+            "throughput round {} of {THROUGHPUT_ROUNDS}: {round_bytes} bytes raw (twice) and appended",
+            round + 1
+        ));
+        for step in 0..3 {
+            match (step + round) % 3 {
+                0 => runs
+                    .ceiling
+                    .add(&raw(dir, round_bytes, RawBuffers::Registered).await?),
+                1 => runs
+                    .ceiling_heap
+                    .add(&raw(dir, round_bytes, RawBuffers::Heap).await?),
+                _ => runs.append.add(
+                    &in_subdir(dir, APPEND_DIR, async |sub| {
+                        throughput::measure(sub, round_bytes, batches).await
+                    })
+                    .await?,
+                ),
+            }
+        }
+    }
+    Ok(runs)
+}
+
+async fn raw(dir: &Path, bytes: u64, kind: RawBuffers) -> Result<Throughput, BenchError> {
+    in_subdir(dir, CEILING_DIR, async |sub| {
+        ceiling::measure(sub, bytes, kind).await
+    })
+    .await
 }
 
 async fn measure_latency(

@@ -12,6 +12,7 @@ mod error;
 mod files;
 mod open;
 mod partition_log;
+mod pool;
 mod read;
 mod segment;
 mod state;

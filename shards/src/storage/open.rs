@@ -466,10 +466,8 @@ async fn write_index(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
         Vec::new(),
         ChunkSizing::INDEX,
     );
-    appender.append(bytes);
-    if let Some(dispatch) = appender.take_dispatch() {
-        dispatch.execute().await?;
-    }
+    appender.append(&[bytes]);
+    appender.write_all().await?;
     file.truncate(bytes.len() as u64)
         .await
         .map_err(io_error("trimming", path))?;
@@ -522,6 +520,7 @@ async fn into_segment(
             first_batch_max_timestamp: scan.first_batch_max_timestamp,
             synced_bytes: scan.log_bytes,
             sealing: false,
+            seal_started: false,
         }))
     } else {
         SegmentState::Sealed(Box::new(SealedIndexes {

@@ -30,8 +30,9 @@ use crate::storage::segment::Segment;
 use crate::storage::state::{AppendInfo, LogState, LogStats};
 use crate::storage::writer::{ring, run_syncer, run_writer};
 
-/// Appended bytes the writer may lag behind before appends wait for it.
-pub const UNWRITTEN_BYTES_MAX: u64 = 64 << 20;
+/// Appended bytes the writer may lag behind before appends wait for it
+/// (until half of them are written).
+pub const UNWRITTEN_BYTES_MAX: u64 = 16 << 20;
 
 /// What the caller knows about how the log was last closed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -123,12 +124,13 @@ impl PartitionLog {
             .map_err(|_| self.closed())?;
         self.inner.state.borrow().check_usable()?;
         self.track_epoch(leader_epoch).await?;
-        let unwritten_end = {
-            let state = self.inner.state.borrow();
-            (state.unwritten_bytes() > UNWRITTEN_BYTES_MAX).then_some(state.log_end_offset)
-        };
-        if let Some(end) = unwritten_end {
-            self.wait_written(end).await?;
+        let backlog = self
+            .inner
+            .state
+            .borrow()
+            .backlog_target(UNWRITTEN_BYTES_MAX);
+        if let Some(target) = backlog {
+            self.wait_written(target).await?;
         }
         let incoming = {
             let state = self.inner.state.borrow();
@@ -276,6 +278,12 @@ impl PartitionLog {
     /// The log's directory.
     pub fn dir(&self) -> PathBuf {
         self.inner.state.borrow().dir().to_owned()
+    }
+
+    /// Drops the tail cache if nothing was appended since `since`: an idle
+    /// partition should cost almost nothing.
+    pub fn release_idle_memory(&self, since: std::time::Instant) {
+        self.inner.state.borrow_mut().release_idle_memory(since);
     }
 
     /// Heap held by this log (buffers, indexes, bookkeeping).

@@ -23,7 +23,7 @@ use brook_engine::types::{Offset, TimestampMs};
 use glommio::io::DmaFile;
 use zerocopy::IntoBytes;
 
-use crate::storage::appender::{ChunkSizing, Dispatch, PageAppender};
+use crate::storage::appender::{ChunkSizing, PageAppender, Write};
 use crate::storage::bytes::LogBytes;
 use crate::storage::error::{StorageError, io_error};
 use crate::storage::files::{create_dma, read_exact, segment_path};
@@ -66,6 +66,31 @@ pub(crate) struct ActiveSegment {
     /// Rolled: no more appends; the writer finishes its writes, trims its
     /// files to size and syncs them, then the segment becomes `Sealed`.
     pub sealing: bool,
+    /// The writer has started trimming and syncing the rolled segment.
+    pub seal_started: bool,
+}
+
+/// Which of a segment's files a write is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SegmentFile {
+    Log,
+    OffsetIndex,
+    TimeIndex,
+}
+
+impl ActiveSegment {
+    fn appender(&mut self, file: SegmentFile) -> &mut PageAppender {
+        match file {
+            SegmentFile::Log => &mut self.log,
+            SegmentFile::OffsetIndex => &mut self.offset_index,
+            SegmentFile::TimeIndex => &mut self.time_index,
+        }
+    }
+
+    /// Every appended byte of every file is written.
+    pub fn is_written(&self) -> bool {
+        self.log.is_idle() && self.offset_index.is_idle() && self.time_index.is_idle()
+    }
 }
 
 /// A sealed segment's index files: never in memory whole.
@@ -188,6 +213,7 @@ impl Segment {
             first_batch_max_timestamp: None,
             synced_bytes: 0,
             sealing: false,
+            seal_started: false,
         };
         Ok(Segment {
             base_offset,
@@ -262,19 +288,18 @@ impl Segment {
             SegmentState::Open(active) if !active.sealing => active,
             _ => unreachable!("appends only reach the active segment"),
         };
-        active.log.append(header);
-        active.log.append(rest);
+        active.log.append(&[header, rest]);
         let update = active.indexer.on_batch(BatchPlacement {
             position,
             last_offset,
             max_timestamp,
         });
         if let Some(entry) = update.offset_entry {
-            active.offset_index.append(entry.as_bytes());
+            active.offset_index.append(&[entry.as_bytes()]);
             active.offset_entries.push(entry);
         }
         if let Some(entry) = update.time_entry {
-            active.time_index.append(entry.as_bytes());
+            active.time_index.append(&[entry.as_bytes()]);
             active.time_entries.push(entry);
         }
         if position == 0 {
@@ -295,38 +320,42 @@ impl Segment {
             return;
         }
         if let Some(entry) = active.indexer.on_seal() {
-            active.time_index.append(entry.as_bytes());
+            active.time_index.append(&[entry.as_bytes()]);
             active.time_entries.push(entry);
         }
         active.log.drop_cache();
         active.sealing = true;
     }
 
-    /// The writes still owed for this segment's three files.
-    pub fn take_dispatches(&mut self) -> Option<[Option<Dispatch>; 3]> {
+    /// The next write this segment's files may start now. Index pages are
+    /// only written partly filled when the segment is sealing or `closing`.
+    pub fn next_write(&mut self, closing: bool) -> Option<(SegmentFile, Write)> {
         let active = self.active_mut()?;
-        let dispatches = [
-            active.log.take_dispatch(),
-            active.offset_index.take_dispatch(),
-            active.time_index.take_dispatch(),
-        ];
-        dispatches.iter().any(Option::is_some).then_some(dispatches)
+        let flushing = closing || active.sealing;
+        [
+            SegmentFile::Log,
+            SegmentFile::OffsetIndex,
+            SegmentFile::TimeIndex,
+        ]
+        .into_iter()
+        .find_map(|file| {
+            active
+                .appender(file)
+                .next_write(flushing)
+                .map(|write| (file, write))
+        })
     }
 
-    pub fn complete_dispatches(&mut self, dispatches: [Option<Dispatch>; 3]) {
-        let Some(active) = self.active_mut() else {
-            return;
-        };
-        let [log, offset_index, time_index] = dispatches;
-        let appenders = [
-            &mut active.log,
-            &mut active.offset_index,
-            &mut active.time_index,
-        ];
-        for (appender, dispatch) in appenders.into_iter().zip([log, offset_index, time_index]) {
-            if let Some(dispatch) = dispatch {
-                appender.complete(dispatch);
-            }
+    pub fn complete_write(&mut self, file: SegmentFile, end: u64) {
+        if let Some(active) = self.active_mut() {
+            active.appender(file).complete(end);
+        }
+    }
+
+    /// Drops the tail cache of an active segment nobody appended to lately.
+    pub fn release_cache(&mut self) {
+        if let Some(active) = self.active_mut() {
+            active.log.drop_cache();
         }
     }
 

@@ -20,9 +20,9 @@ use brook_engine::types::{LeaderEpoch, Offset, TimestampMs};
 use futures::channel::oneshot;
 use glommio::io::DmaFile;
 
-use crate::storage::appender::Dispatch;
+use crate::storage::appender::Write;
 use crate::storage::error::StorageError;
-use crate::storage::segment::Segment;
+use crate::storage::segment::{Segment, SegmentFile};
 use crate::storage::waiters::Waiters;
 
 /// Where one append ended: its offsets become written/durable once its
@@ -59,10 +59,11 @@ pub struct LogStats {
 /// The writer's next job.
 #[derive(Debug)]
 pub(crate) enum WriteJob {
-    /// Write what was appended to one segment's files.
+    /// Write one chunk of one of a segment's files.
     Write {
         segment_base: Offset,
-        dispatches: [Option<Dispatch>; 3],
+        file: SegmentFile,
+        write: Write,
     },
     /// Trim a rolled segment's files to size and sync them.
     Seal {
@@ -107,6 +108,7 @@ pub(crate) struct LogState {
     failure: Option<StorageError>,
     pub closing: bool,
     pub stats: LogStats,
+    last_append: Option<Instant>,
 }
 
 impl LogState {
@@ -138,6 +140,7 @@ impl LogState {
             failure: None,
             closing: false,
             stats: LogStats::default(),
+            last_append: None,
         }
     }
 
@@ -188,11 +191,27 @@ impl LogState {
         self.stats.rolls += 1;
     }
 
-    /// Bytes appended to the active segment but not yet written.
-    pub fn unwritten_bytes(&self) -> u64 {
-        self.active()
-            .active()
-            .map_or(0, |active| active.log.unwritten())
+    /// If more than `max_bytes` appended to the active segment are not yet
+    /// written, the offset to wait for until at most half that many remain.
+    pub fn backlog_target(&self, max_bytes: u64) -> Option<Offset> {
+        let active = self.active();
+        let log = &active.active()?.log;
+        if log.unwritten() <= max_bytes {
+            return None;
+        }
+        let keep_from = log.len() - max_bytes / 2;
+        self.marks
+            .iter()
+            .skip(self.written_marks)
+            .find(|mark| mark.segment_base == active.base_offset && mark.end_position >= keep_from)
+            .map(|mark| mark.next_offset)
+    }
+
+    /// Drops the tail cache if nothing was appended since `since`.
+    pub fn release_idle_memory(&mut self, since: Instant) {
+        if self.last_append.is_none_or(|last| last < since) {
+            self.active_mut().release_cache();
+        }
     }
 
     /// Places validated `batches` at the log end: rewrites each header's base
@@ -228,13 +247,15 @@ impl LogState {
             records += batch.records_count() as u64;
         }
         let active = self.active();
+        let now = Instant::now();
         self.marks.push_back(AppendMark {
             segment_base: active.base_offset,
             end_position: active.log_bytes,
             next_offset: self.log_end_offset,
             records,
-            appended_at: Instant::now(),
+            appended_at: now,
         });
+        self.last_append = Some(now);
         self.unsynced_records += records;
         self.stats.appends += 1;
         AppendInfo {
@@ -268,22 +289,29 @@ impl LogState {
         Ok((offset > self.durable_offset).then(|| self.durable_waiters.add(offset)))
     }
 
-    /// The writer's next job: segments are served oldest first, so a rolled
-    /// segment is complete on disk before its successor's writes begin.
+    /// The writer's next job, if one may start now: writes of every open
+    /// segment (oldest first), then the trim-and-sync of a rolled segment
+    /// once all its writes completed.
     pub fn next_write_job(&mut self) -> Option<WriteJob> {
         let first_open = self
             .segments
             .iter()
             .position(|segment| !segment.is_sealed())?;
+        let closing = self.closing;
         for segment in &mut self.segments[first_open..] {
-            if let Some(dispatches) = segment.take_dispatches() {
+            let segment_base = segment.base_offset;
+            if let Some((file, write)) = segment.next_write(closing) {
                 return Some(WriteJob::Write {
-                    segment_base: segment.base_offset,
-                    dispatches,
+                    segment_base,
+                    file,
+                    write,
                 });
             }
-            if segment.is_sealing() {
-                let active = segment.active().expect("sealing segments are open");
+            let Some(active) = segment.active_mut() else {
+                continue;
+            };
+            if active.sealing && !active.seal_started && active.is_written() {
+                active.seal_started = true;
                 let files = [&active.log, &active.offset_index, &active.time_index]
                     .into_iter()
                     .map(|appender| {
@@ -295,7 +323,7 @@ impl LogState {
                     })
                     .collect();
                 return Some(WriteJob::Seal {
-                    segment_base: segment.base_offset,
+                    segment_base,
                     files,
                 });
             }
@@ -303,10 +331,10 @@ impl LogState {
         None
     }
 
-    pub fn complete_write(&mut self, segment_base: Offset, dispatches: [Option<Dispatch>; 3]) {
+    pub fn complete_write(&mut self, segment_base: Offset, file: SegmentFile, end: u64) {
         self.stats.write_jobs += 1;
         if let Some(slot) = self.segment_slot(segment_base) {
-            self.segments[slot].complete_dispatches(dispatches);
+            self.segments[slot].complete_write(file, end);
         }
         self.advance();
     }

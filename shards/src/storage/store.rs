@@ -37,6 +37,8 @@ pub struct MaintenanceSchedule {
     pub retention_check_interval: Duration,
     /// `log.flush.offset.checkpoint.interval.ms` (1 minute).
     pub checkpoint_interval: Duration,
+    /// How long a log goes without appends before its tail cache is dropped.
+    pub idle_release_interval: Duration,
 }
 
 impl Default for MaintenanceSchedule {
@@ -44,6 +46,7 @@ impl Default for MaintenanceSchedule {
         MaintenanceSchedule {
             retention_check_interval: Duration::from_millis(300_000),
             checkpoint_interval: Duration::from_millis(60_000),
+            idle_release_interval: Duration::from_secs(10),
         }
     }
 }
@@ -176,8 +179,9 @@ impl Store {
                 start + schedule.retention_check_interval,
                 start + schedule.checkpoint_interval,
             );
+            let mut next_release = start + schedule.idle_release_interval;
             loop {
-                let due = next_retention.min(next_checkpoint);
+                let due = next_retention.min(next_checkpoint).min(next_release);
                 glommio::timer::sleep(due.saturating_duration_since(Instant::now())).await;
                 let Some(store) = store.upgrade() else { return };
                 let now = Instant::now();
@@ -186,6 +190,14 @@ impl Store {
                     if let Err(error) = store.apply_retention(wall_clock_ms()).await {
                         tracing::error!(%error, "retention failed");
                     }
+                }
+                if now >= next_release {
+                    next_release = now + schedule.idle_release_interval;
+                    let idle_since = now - schedule.idle_release_interval;
+                    store
+                        .partitions()
+                        .iter()
+                        .for_each(|(_, log)| log.release_idle_memory(idle_since));
                 }
                 if now >= next_checkpoint {
                     next_checkpoint = now + schedule.checkpoint_interval;

@@ -1,21 +1,27 @@
 //! The two IO tasks behind each partition log.
 //!
-//! The *writer* writes what appends left in the active segment's tail (and
-//! finishes rolled segments: last writes, trim to size, sync), one job at a
-//! time so a page rewritten by a later write is never overtaken by an earlier
-//! write. The *syncer* runs `fdatasync` on the active segment whenever the
-//! flush policy asks, concurrently with the writer: one sync covers every
-//! write completed before it started (group commit). Both only borrow the
-//! state between awaits.
+//! The *writer* keeps the disk busy with what appends left in the segments'
+//! tails: up to a few chunk writes per file in flight at once (see
+//! [`crate::storage::appender`] for which may overlap), and the trim-and-sync
+//! of rolled segments. The *syncer* runs `fdatasync` on the active segment
+//! whenever the flush policy asks, concurrently with the writer: one sync
+//! covers every write completed before it started (group commit). Both only
+//! borrow the state between awaits.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::time::Instant;
 
-use futures::future::{select, try_join_all};
+use brook_engine::types::Offset;
+use futures::StreamExt;
+use futures::future::{Either, select, try_join_all};
+use futures::stream::FuturesUnordered;
 use glommio::sync::Semaphore;
 
 use crate::storage::error::{StorageError, io_error};
 use crate::storage::partition_log::LogInner;
+use crate::storage::segment::SegmentFile;
 use crate::storage::state::{SyncDecision, WriteJob};
 
 /// Wakes a task; wake-ups coalesce.
@@ -30,46 +36,86 @@ async fn wait(bell: &Semaphore) {
     let _ = bell.acquire(1).await;
 }
 
+/// What a finished job changes in the state.
+enum Done {
+    Write {
+        segment_base: Offset,
+        file: SegmentFile,
+        end: u64,
+    },
+    Seal {
+        segment_base: Offset,
+    },
+}
+
+type Running = Pin<Box<dyn Future<Output = Result<Done, StorageError>>>>;
+
+fn start(job: WriteJob) -> Running {
+    match job {
+        WriteJob::Write {
+            segment_base,
+            file,
+            write,
+        } => Box::pin(async move {
+            write.execute().await?;
+            Ok(Done::Write {
+                segment_base,
+                file,
+                end: write.end,
+            })
+        }),
+        WriteJob::Seal {
+            segment_base,
+            files,
+        } => Box::pin(async move {
+            let trims = files.iter().map(|(file, path, len)| async move {
+                file.truncate(*len)
+                    .await
+                    .map_err(io_error("trimming", path))?;
+                file.fdatasync().await.map_err(io_error("syncing", path))
+            });
+            try_join_all(trims).await?;
+            Ok(Done::Seal { segment_base })
+        }),
+    }
+}
+
 pub(crate) async fn run_writer(log: Rc<LogInner>) {
+    let mut running: FuturesUnordered<Running> = FuturesUnordered::new();
     loop {
-        let next = {
+        let closing = {
             let mut state = log.state.borrow_mut();
             if state.failure().is_some() {
                 return;
             }
-            (state.next_write_job(), state.closing)
+            while let Some(job) = state.next_write_job() {
+                running.push(start(job));
+            }
+            state.closing
         };
-        let job = match next {
-            (Some(job), _) => job,
-            (None, true) => return,
-            (None, false) => {
-                wait(&log.writer_bell).await;
-                continue;
+        let done = if running.is_empty() {
+            if closing {
+                return;
+            }
+            wait(&log.writer_bell).await;
+            continue;
+        } else {
+            match select(running.next(), std::pin::pin!(wait(&log.writer_bell))).await {
+                Either::Left((Some(done), _)) => done,
+                Either::Left((None, _)) | Either::Right(_) => continue,
             }
         };
-        let result = match job {
-            WriteJob::Write {
-                segment_base,
-                dispatches,
-            } => {
-                let writes = dispatches
-                    .iter()
-                    .flatten()
-                    .map(|dispatch| dispatch.execute());
-                let result = try_join_all(writes).await;
-                result.map(|_| {
-                    log.state
-                        .borrow_mut()
-                        .complete_write(segment_base, dispatches)
-                })
+        let result = done.map(|done| {
+            let mut state = log.state.borrow_mut();
+            match done {
+                Done::Write {
+                    segment_base,
+                    file,
+                    end,
+                } => state.complete_write(segment_base, file, end),
+                Done::Seal { segment_base } => state.complete_seal(segment_base),
             }
-            WriteJob::Seal {
-                segment_base,
-                files,
-            } => seal(&files)
-                .await
-                .map(|()| log.state.borrow_mut().complete_seal(segment_base)),
-        };
+        });
         if let Err(error) = result {
             tracing::error!(log = %log.name, %error, "write failed; taking the partition log offline");
             log.state.borrow_mut().fail(&error);
@@ -77,18 +123,6 @@ pub(crate) async fn run_writer(log: Rc<LogInner>) {
         }
         ring(&log.syncer_bell);
     }
-}
-
-async fn seal(
-    files: &[(Rc<glommio::io::DmaFile>, std::path::PathBuf, u64)],
-) -> Result<(), StorageError> {
-    let trims = files.iter().map(|(file, path, len)| async move {
-        file.truncate(*len)
-            .await
-            .map_err(io_error("trimming", path))?;
-        file.fdatasync().await.map_err(io_error("syncing", path))
-    });
-    try_join_all(trims).await.map(|_| ())
 }
 
 pub(crate) async fn run_syncer(log: Rc<LogInner>) {
