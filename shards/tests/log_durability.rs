@@ -171,3 +171,33 @@ fn rolls_keep_durability_in_offset_order() {
         log.close().await.unwrap();
     });
 }
+
+#[test]
+fn a_log_that_never_syncs_on_its_own_keeps_bounded_bookkeeping() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("never-0");
+    block_on(async move {
+        let config = LogConfig::default()
+            .with_overrides([
+                ("flush.messages", "9223372036854775807"),
+                ("flush.ms", "9223372036854775807"),
+            ])
+            .unwrap();
+        let log = open(&dir, config, crashed()).await;
+        let baseline = log.heap_bytes();
+        for i in 0..5_000 {
+            let info = log.append(&batch(1, 10, i), EPOCH, now_ms()).await.unwrap();
+            log.wait_written(info.log_end_offset).await.unwrap();
+        }
+        assert_eq!(log.stats().syncs, 0);
+        log.release_idle_memory(Instant::now() + Duration::from_secs(1));
+        let grown = log.heap_bytes() - baseline;
+        assert!(
+            grown < 256 << 10,
+            "5,000 unsynced appends hold {grown} bytes"
+        );
+        assert_eq!(log.flush().await.unwrap(), Offset(5_000));
+        assert_eq!(log.durable_offset(), Offset(5_000));
+        log.close().await.unwrap();
+    });
+}

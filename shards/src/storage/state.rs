@@ -25,6 +25,9 @@ use crate::storage::error::StorageError;
 use crate::storage::segment::{Segment, SegmentFile};
 use crate::storage::waiters::Waiters;
 
+/// Marks of written, unsynced appends kept apart before merging.
+const WRITTEN_MARKS_MAX: usize = 64;
+
 /// Where one append ended: its offsets become written/durable once its
 /// segment's written/synced bytes reach `end_position`.
 #[derive(Debug)]
@@ -427,8 +430,25 @@ impl LogState {
             self.marks.pop_front();
             self.written_marks -= 1;
         }
+        self.coalesce_written_marks();
         self.written_waiters.release(self.written_offset);
         self.durable_waiters.release(self.durable_offset);
+    }
+
+    /// Bounds the marks of written, not yet synced appends (a policy that
+    /// rarely syncs would otherwise keep one per append): the oldest two of
+    /// the same segment merge. A sync covers every written byte, so a merged
+    /// mark only becomes durable a little later, never wrongly.
+    fn coalesce_written_marks(&mut self) {
+        while self.written_marks > WRITTEN_MARKS_MAX
+            && self.marks[0].segment_base == self.marks[1].segment_base
+        {
+            let oldest = self.marks.pop_front().expect("more than the bound");
+            let next = &mut self.marks[0];
+            next.records += oldest.records;
+            next.appended_at = oldest.appended_at;
+            self.written_marks -= 1;
+        }
     }
 
     /// Takes the log offline after an IO error: every waiter and every later
