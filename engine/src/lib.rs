@@ -9,5 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cluster;
 pub mod log;
+pub mod protocol;
 pub mod types;

@@ -1,0 +1,170 @@
+//! The broker's settings, read from a Kafka `server.properties`-style file
+//! with Kafka's names; every setting has Kafka's default, so no file is needed.
+
+use crate::cluster::topic_config::TOPIC_CONFIGS;
+use crate::log::config::{ConfigError, LogConfig};
+use crate::protocol::frame::SOCKET_REQUEST_MAX_BYTES_DEFAULT;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerConfig {
+    /// `broker.id` (0).
+    pub broker_id: i32,
+    /// `num.partitions` (1): partitions of an auto-created topic.
+    pub num_partitions: u32,
+    /// `auto.create.topics.enable` (true).
+    pub auto_create_topics_enable: bool,
+    /// `socket.request.max.bytes` (100 MiB).
+    pub socket_request_max_bytes: usize,
+    /// `log.retention.check.interval.ms` (5 minutes).
+    pub retention_check_interval_ms: u64,
+    /// `log.flush.offset.checkpoint.interval.ms` (1 minute).
+    pub checkpoint_interval_ms: u64,
+    /// Topic defaults from the `log.*` names (`log.segment.bytes`, …).
+    pub log_defaults: LogConfig,
+    /// Settings Brook does not know; the caller logs them (as Kafka does).
+    pub unknown: Vec<String>,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> BrokerConfig {
+        BrokerConfig {
+            broker_id: 0,
+            num_partitions: 1,
+            auto_create_topics_enable: true,
+            socket_request_max_bytes: SOCKET_REQUEST_MAX_BYTES_DEFAULT,
+            retention_check_interval_ms: 300_000,
+            checkpoint_interval_ms: 60_000,
+            log_defaults: LogConfig::default(),
+            unknown: Vec::new(),
+        }
+    }
+}
+
+/// Splits properties text into `(key, value)` pairs (Java `Properties` rules
+/// for the forms Kafka's files use: `key=value`, `key: value`, `#`/`!` comments).
+pub fn parse_properties(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#') && !line.starts_with('!'))
+        .filter_map(|line| {
+            let split = line.find(['=', ':'])?;
+            Some((
+                line[..split].trim().to_owned(),
+                line[split + 1..].trim().to_owned(),
+            ))
+        })
+        .collect()
+}
+
+impl BrokerConfig {
+    /// Applies `server.properties`-style settings over the defaults.
+    pub fn from_properties(settings: &[(String, String)]) -> Result<BrokerConfig, ConfigError> {
+        let mut config = BrokerConfig::default();
+        let mut topic_level = Vec::new();
+        // Kafka's precedence for time settings: ms over minutes over hours.
+        let mut retention = (None, None, None);
+        let mut roll = (None, None);
+        for (key, value) in settings {
+            let invalid = |reason| ConfigError::Invalid {
+                name: key.clone(),
+                value: value.clone(),
+                reason,
+            };
+            let number = || value.parse::<i64>().map_err(|_| invalid("not an integer"));
+            match key.as_str() {
+                "broker.id" | "node.id" => config.broker_id = number()? as i32,
+                "num.partitions" => {
+                    config.num_partitions = u32::try_from(number()?)
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or(invalid("must be positive"))?
+                }
+                "auto.create.topics.enable" => {
+                    config.auto_create_topics_enable = value
+                        .parse()
+                        .map_err(|_| invalid("expected true or false"))?
+                }
+                "socket.request.max.bytes" => {
+                    config.socket_request_max_bytes = usize::try_from(number()?)
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or(invalid("must be positive"))?
+                }
+                "log.retention.check.interval.ms" => {
+                    config.retention_check_interval_ms =
+                        u64::try_from(number()?).map_err(|_| invalid("must not be negative"))?
+                }
+                "log.flush.offset.checkpoint.interval.ms" => {
+                    config.checkpoint_interval_ms =
+                        u64::try_from(number()?).map_err(|_| invalid("must not be negative"))?
+                }
+                "log.retention.ms" => retention.0 = Some(number()?),
+                "log.retention.minutes" => retention.1 = Some(number()?),
+                "log.retention.hours" => retention.2 = Some(number()?),
+                "log.roll.ms" => roll.0 = Some(number()?),
+                "log.roll.hours" => roll.1 = Some(number()?),
+                broker => match TOPIC_CONFIGS.iter().find(|name| name.broker == broker) {
+                    Some(name) => topic_level.push((name.topic, value.as_str())),
+                    None => config.unknown.push(key.clone()),
+                },
+            }
+        }
+        let retention_ms = retention
+            .0
+            .or(retention.1.map(|m| m * 60_000))
+            .or(retention.2.map(|h| h * 3_600_000));
+        let retention_ms = retention_ms.map(|ms| {
+            if ms < 0 {
+                "-1".to_owned()
+            } else {
+                ms.to_string()
+            }
+        });
+        let roll_ms = roll
+            .0
+            .or(roll.1.map(|h| h * 3_600_000))
+            .map(|ms| ms.to_string());
+        let mut log_settings: Vec<(&str, &str)> = topic_level;
+        if let Some(ms) = retention_ms.as_deref() {
+            log_settings.push(("retention.ms", ms));
+        }
+        if let Some(ms) = roll_ms.as_deref() {
+            log_settings.push(("segment.ms", ms));
+        }
+        config.log_defaults = LogConfig::default().with_overrides(log_settings)?;
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kafka_properties_set_broker_and_topic_defaults() {
+        let text = "# a comment\nnum.partitions=8\nauto.create.topics.enable = false\nlog.segment.bytes: 1048576\n\
+                    log.retention.hours=1\nmessage.max.bytes=2000000\nlisteners=PLAINTEXT://:9092\n";
+        let config = BrokerConfig::from_properties(&parse_properties(text)).unwrap();
+        assert_eq!(config.num_partitions, 8);
+        assert!(!config.auto_create_topics_enable);
+        assert_eq!(config.log_defaults.segment_bytes, 1 << 20);
+        assert_eq!(config.log_defaults.retention_ms, Some(3_600_000));
+        assert_eq!(config.log_defaults.max_message_bytes, 2_000_000);
+        assert_eq!(config.unknown, vec!["listeners".to_owned()]);
+    }
+
+    #[test]
+    fn retention_ms_wins_over_hours_and_bad_values_are_named() {
+        let settings = parse_properties("log.retention.hours=5\nlog.retention.ms=-1\n");
+        assert_eq!(
+            BrokerConfig::from_properties(&settings)
+                .unwrap()
+                .log_defaults
+                .retention_ms,
+            None
+        );
+        let error =
+            BrokerConfig::from_properties(&parse_properties("num.partitions=zero")).unwrap_err();
+        assert!(matches!(error, ConfigError::Invalid { name, .. } if name == "num.partitions"));
+    }
+}

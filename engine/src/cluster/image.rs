@@ -1,0 +1,325 @@
+//! The metadata image: every topic, its id, its partitions' owning shards
+//! and its config overrides. Immutable once published; the controller makes
+//! a new one for every change, so shards read it without locks.
+//!
+//! Persisted by the controller as text, one record per line (names are
+//! Kafka-legal, so they never contain spaces):
+//!
+//! ```text
+//! brook-metadata 1
+//! topic <name> <topic id as 32 hex digits> <shard of p0>,<shard of p1>,…
+//! config <name> <key>=<value>
+//! ```
+
+use std::collections::BTreeMap;
+
+use thiserror::Error;
+
+use crate::types::{PartitionId, TopicPartition};
+
+/// Kafka's limit on topic name length.
+pub const TOPIC_NAME_BYTES_MAX: usize = 249;
+/// Partitions a topic may have (bounds what one request can create).
+pub const PARTITIONS_MAX: usize = 100_000;
+
+/// A shard (core) of this broker.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ShardId(pub u16);
+
+/// A topic's 16-byte id (Kafka's `Uuid`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TopicId(pub [u8; 16]);
+
+impl TopicId {
+    pub fn to_hex(self) -> String {
+        self.0.iter().map(|byte| format!("{byte:02x}")).collect()
+    }
+
+    pub fn from_hex(text: &str) -> Option<TopicId> {
+        if text.len() != 32 {
+            return None;
+        }
+        let mut id = [0u8; 16];
+        for (slot, pair) in id.iter_mut().zip(text.as_bytes().chunks(2)) {
+            *slot = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+        }
+        Some(TopicId(id))
+    }
+
+    pub fn is_zero(self) -> bool {
+        self.0 == [0; 16]
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicMetadata {
+    pub name: String,
+    pub id: TopicId,
+    /// The owning shard of each partition, by partition number.
+    pub partitions: Vec<ShardId>,
+    pub configs: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MetadataImage {
+    pub topics: BTreeMap<String, TopicMetadata>,
+}
+
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum TopicNameError {
+    #[error("topic name is empty")]
+    Empty,
+    #[error("topic name cannot be \".\" or \"..\"")]
+    Dots,
+    #[error("topic name is longer than {TOPIC_NAME_BYTES_MAX} characters")]
+    TooLong,
+    #[error("topic name {0:?} has characters other than ASCII alphanumerics, '.', '_' and '-'")]
+    IllegalCharacters(String),
+}
+
+/// Kafka's topic name rules (`Topic.validate`).
+pub fn validate_topic_name(name: &str) -> Result<(), TopicNameError> {
+    if name.is_empty() {
+        return Err(TopicNameError::Empty);
+    }
+    if name == "." || name == ".." {
+        return Err(TopicNameError::Dots);
+    }
+    if name.len() > TOPIC_NAME_BYTES_MAX {
+        return Err(TopicNameError::TooLong);
+    }
+    if !name
+        .bytes()
+        .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'))
+    {
+        return Err(TopicNameError::IllegalCharacters(name.to_owned()));
+    }
+    Ok(())
+}
+
+impl MetadataImage {
+    pub fn topic(&self, name: &str) -> Option<&TopicMetadata> {
+        self.topics.get(name)
+    }
+
+    pub fn topic_by_id(&self, id: TopicId) -> Option<&TopicMetadata> {
+        self.topics.values().find(|topic| topic.id == id)
+    }
+
+    /// The shard owning a partition, if the partition exists.
+    pub fn owner(&self, topic_partition: &TopicPartition) -> Option<ShardId> {
+        let topic = self.topics.get(&topic_partition.topic)?;
+        usize::try_from(topic_partition.partition.0)
+            .ok()
+            .and_then(|index| topic.partitions.get(index).copied())
+    }
+
+    /// How many partitions each of `shards` shards owns.
+    pub fn shard_loads(&self, shards: u16) -> Vec<usize> {
+        let mut loads = vec![0usize; usize::from(shards.max(1))];
+        for shard in self
+            .topics
+            .values()
+            .flat_map(|topic| topic.partitions.iter())
+        {
+            if let Some(load) = loads.get_mut(usize::from(shard.0)) {
+                *load += 1;
+            }
+        }
+        loads
+    }
+
+    /// Every partition of every topic, with its owner.
+    pub fn partitions(&self) -> impl Iterator<Item = (TopicPartition, ShardId)> + '_ {
+        self.topics.values().flat_map(|topic| {
+            topic.partitions.iter().enumerate().map(|(index, shard)| {
+                (
+                    TopicPartition {
+                        topic: topic.name.clone(),
+                        partition: PartitionId(index as i32),
+                    },
+                    *shard,
+                )
+            })
+        })
+    }
+
+    pub fn encode(&self) -> String {
+        let mut text = String::from("brook-metadata 1\n");
+        for topic in self.topics.values() {
+            let shards: Vec<String> = topic
+                .partitions
+                .iter()
+                .map(|shard| shard.0.to_string())
+                .collect();
+            text.push_str(&format!(
+                "topic {} {} {}\n",
+                topic.name,
+                topic.id.to_hex(),
+                shards.join(",")
+            ));
+            for (key, value) in &topic.configs {
+                text.push_str(&format!("config {} {key}={value}\n", topic.name));
+            }
+        }
+        text
+    }
+
+    pub fn decode(text: &str) -> Result<MetadataImage, ImageError> {
+        let mut lines = text
+            .lines()
+            .enumerate()
+            .map(|(number, line)| (number + 1, line));
+        match lines.next() {
+            Some((_, "brook-metadata 1")) => {}
+            _ => {
+                return Err(ImageError {
+                    line: 1,
+                    reason: "not a brook-metadata 1 file",
+                });
+            }
+        }
+        let mut image = MetadataImage::default();
+        for (line, content) in lines.filter(|(_, content)| !content.trim().is_empty()) {
+            let fields: Vec<&str> = content.split(' ').collect();
+            match fields.as_slice() {
+                ["topic", name, id, shards] => {
+                    let id = TopicId::from_hex(id).ok_or(ImageError {
+                        line,
+                        reason: "bad topic id",
+                    })?;
+                    let partitions = parse_shards(shards).ok_or(ImageError {
+                        line,
+                        reason: "bad shard list",
+                    })?;
+                    let topic = TopicMetadata {
+                        name: (*name).to_owned(),
+                        id,
+                        partitions,
+                        configs: BTreeMap::new(),
+                    };
+                    image.topics.insert(topic.name.clone(), topic);
+                }
+                ["config", name, setting] => {
+                    let (key, value) = setting.split_once('=').ok_or(ImageError {
+                        line,
+                        reason: "bad config",
+                    })?;
+                    let topic = image.topics.get_mut(*name).ok_or(ImageError {
+                        line,
+                        reason: "config of an unknown topic",
+                    })?;
+                    topic.configs.insert(key.to_owned(), value.to_owned());
+                }
+                _ => {
+                    return Err(ImageError {
+                        line,
+                        reason: "unknown record",
+                    });
+                }
+            }
+        }
+        Ok(image)
+    }
+}
+
+fn parse_shards(text: &str) -> Option<Vec<ShardId>> {
+    if text.is_empty() {
+        return Some(Vec::new());
+    }
+    text.split(',')
+        .map(|shard| shard.parse::<u16>().ok().map(ShardId))
+        .collect()
+}
+
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[error("metadata line {line}: {reason}")]
+pub struct ImageError {
+    pub line: usize,
+    pub reason: &'static str,
+}
+
+/// Owners for `count` new partitions: each goes to the least-loaded shard
+/// (the lowest-numbered on ties), counting the ones placed before it.
+pub fn place_partitions(count: usize, loads: &mut [usize]) -> Vec<ShardId> {
+    (0..count)
+        .map(|_| {
+            let (shard, load) = loads
+                .iter_mut()
+                .enumerate()
+                .min_by_key(|(shard, load)| (**load, *shard))
+                .expect("at least one shard");
+            *load += 1;
+            ShardId(shard as u16)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image() -> MetadataImage {
+        let mut image = MetadataImage::default();
+        let orders = TopicMetadata {
+            name: "orders".into(),
+            id: TopicId([0xab; 16]),
+            partitions: vec![ShardId(0), ShardId(1), ShardId(0)],
+            configs: BTreeMap::from([("retention.ms".into(), "1000".into())]),
+        };
+        image.topics.insert(orders.name.clone(), orders);
+        image
+    }
+
+    #[test]
+    fn images_round_trip_through_text() {
+        let image = image();
+        let text = image.encode();
+        assert_eq!(
+            text,
+            "brook-metadata 1\ntopic orders abababababababababababababababab 0,1,0\nconfig orders retention.ms=1000\n"
+        );
+        assert_eq!(MetadataImage::decode(&text), Ok(image));
+        assert!(MetadataImage::decode("brook-metadata 2\n").is_err());
+        assert!(MetadataImage::decode("brook-metadata 1\ntopic x zz 0\n").is_err());
+        assert!(MetadataImage::decode("brook-metadata 1\nconfig x a=b\n").is_err());
+    }
+
+    #[test]
+    fn owners_and_loads() {
+        let image = image();
+        assert_eq!(
+            image.owner(&TopicPartition::new("orders", 1)),
+            Some(ShardId(1))
+        );
+        assert_eq!(image.owner(&TopicPartition::new("orders", 3)), None);
+        assert_eq!(image.owner(&TopicPartition::new("orders", -1)), None);
+        assert_eq!(image.shard_loads(3), vec![2, 1, 0]);
+    }
+
+    #[test]
+    fn placement_fills_the_least_loaded_shards_first() {
+        let mut loads = vec![2, 1, 0];
+        let placed = place_partitions(5, &mut loads);
+        assert_eq!(
+            placed,
+            vec![ShardId(2), ShardId(1), ShardId(2), ShardId(0), ShardId(1)]
+        );
+        assert_eq!(loads, vec![3, 3, 2]);
+    }
+
+    #[test]
+    fn topic_names_follow_kafka() {
+        assert_eq!(validate_topic_name("orders.v1_x-2"), Ok(()));
+        assert_eq!(validate_topic_name(""), Err(TopicNameError::Empty));
+        assert_eq!(validate_topic_name(".."), Err(TopicNameError::Dots));
+        assert!(matches!(
+            validate_topic_name("a b"),
+            Err(TopicNameError::IllegalCharacters(_))
+        ));
+        assert_eq!(
+            validate_topic_name(&"x".repeat(250)),
+            Err(TopicNameError::TooLong)
+        );
+    }
+}

@@ -1,0 +1,9 @@
+//! The cluster's metadata model: topics, their ids, partitions and where each
+//! partition lives, topic configs, and the broker's own settings; with the
+//! rules that change them (placement, validation). Applied on the
+//! controller shard, persisted there, and published to every shard as an
+//! immutable image.
+
+pub mod broker_config;
+pub mod image;
+pub mod topic_config;

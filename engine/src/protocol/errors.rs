@@ -1,0 +1,49 @@
+//! Kafka's error codes (the wire values of `org.apache.kafka.common.protocol.Errors`)
+//! that Brook returns, and how storage failures map onto them.
+
+/// A Kafka protocol error code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ErrorCode(pub i16);
+
+impl ErrorCode {
+    pub const NONE: ErrorCode = ErrorCode(0);
+    pub const UNKNOWN_SERVER_ERROR: ErrorCode = ErrorCode(-1);
+    pub const OFFSET_OUT_OF_RANGE: ErrorCode = ErrorCode(1);
+    pub const CORRUPT_MESSAGE: ErrorCode = ErrorCode(2);
+    pub const UNKNOWN_TOPIC_OR_PARTITION: ErrorCode = ErrorCode(3);
+    pub const INVALID_FETCH_SIZE: ErrorCode = ErrorCode(4);
+    pub const LEADER_NOT_AVAILABLE: ErrorCode = ErrorCode(5);
+    pub const NOT_LEADER_OR_FOLLOWER: ErrorCode = ErrorCode(6);
+    pub const REQUEST_TIMED_OUT: ErrorCode = ErrorCode(7);
+    pub const MESSAGE_TOO_LARGE: ErrorCode = ErrorCode(10);
+    pub const INVALID_TOPIC_EXCEPTION: ErrorCode = ErrorCode(17);
+    pub const RECORD_LIST_TOO_LARGE: ErrorCode = ErrorCode(18);
+    pub const INVALID_REQUIRED_ACKS: ErrorCode = ErrorCode(21);
+    pub const INVALID_TIMESTAMP: ErrorCode = ErrorCode(32);
+    pub const UNSUPPORTED_VERSION: ErrorCode = ErrorCode(35);
+    pub const TOPIC_ALREADY_EXISTS: ErrorCode = ErrorCode(36);
+    pub const INVALID_PARTITIONS: ErrorCode = ErrorCode(37);
+    pub const INVALID_REPLICATION_FACTOR: ErrorCode = ErrorCode(38);
+    pub const INVALID_REQUEST: ErrorCode = ErrorCode(42);
+    pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: ErrorCode = ErrorCode(43);
+    pub const POLICY_VIOLATION: ErrorCode = ErrorCode(44);
+    pub const INVALID_CONFIG: ErrorCode = ErrorCode(40);
+    pub const KAFKA_STORAGE_ERROR: ErrorCode = ErrorCode(56);
+    pub const LOG_DIR_NOT_FOUND: ErrorCode = ErrorCode(57);
+    pub const UNKNOWN_LEADER_EPOCH: ErrorCode = ErrorCode(75);
+    pub const FENCED_LEADER_EPOCH: ErrorCode = ErrorCode(74);
+    pub const INVALID_RECORD: ErrorCode = ErrorCode(87);
+    pub const UNKNOWN_TOPIC_ID: ErrorCode = ErrorCode(100);
+    pub const INCONSISTENT_TOPIC_ID: ErrorCode = ErrorCode(103);
+    pub const RESOURCE_NOT_FOUND: ErrorCode = ErrorCode(91);
+
+    pub fn is_error(self) -> bool {
+        self != ErrorCode::NONE
+    }
+}
+
+impl From<ErrorCode> for i16 {
+    fn from(code: ErrorCode) -> i16 {
+        code.0
+    }
+}
