@@ -7,4 +7,5 @@
 //! swapped for a fork without touching callers.
 
 pub mod runtime;
+pub mod server;
 pub mod storage;

@@ -2,6 +2,7 @@
 //! to the crate that does the work, so every subcommand stays usable (and
 //! testable) as a library call.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -9,6 +10,8 @@ use brook_bench::allocator::CountingAllocator;
 use brook_bench::log::{
     BYTES_DEFAULT, LogBenchOptions, PARTITIONS_DEFAULT, SAMPLES_DEFAULT, parse_bytes,
 };
+use brook_engine::cluster::broker_config::{BrokerConfig, parse_properties};
+use brook_shards::server::ServerOptions;
 use clap::{Args, Parser, Subcommand};
 
 /// Counts live heap bytes so `brook bench log` can report what an idle
@@ -25,9 +28,33 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run a broker: Kafka clients connect to it as to a Kafka broker.
+    Serve(ServeArgs),
     /// Measure Brook against the machine it runs on.
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Address to accept Kafka clients on (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    listen: SocketAddr,
+    /// Host name given to clients in Metadata (default: the listen host).
+    #[arg(long)]
+    advertised_host: Option<String>,
+    /// Where partition logs and metadata live.
+    #[arg(long, default_value = "./brook-data")]
+    data_dir: PathBuf,
+    /// Shards (cores) to run (default: every core).
+    #[arg(long)]
+    cores: Option<usize>,
+    /// A Kafka server.properties-style file (num.partitions, log.segment.bytes, …).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Single settings on top of the file, as key=value (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    settings: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -62,13 +89,57 @@ struct LogArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
     match cli.command {
+        Command::Serve(args) => serve(args),
         Command::Bench(BenchCommand::Log(args)) => bench_log(args),
+    }
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    let mut settings = match &args.config {
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(text) => parse_properties(&text),
+            Err(error) => {
+                eprintln!("brook serve: cannot read {}: {error}", path.display());
+                return ExitCode::FAILURE;
+            }
+        },
+        None => Vec::new(),
+    };
+    settings.extend(
+        args.settings
+            .iter()
+            .flat_map(|setting| parse_properties(setting)),
+    );
+    let config = match BrokerConfig::from_properties(&settings) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("brook serve: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let options = ServerOptions {
+        listen: args.listen,
+        advertised_host: args.advertised_host,
+        data_dir: args.data_dir,
+        cores: args.cores,
+        config,
+    };
+    let ready = |address: SocketAddr, shards: u16| {
+        println!("brook listening on {address} ({shards} shards)");
+        let _ = std::io::Write::flush(&mut std::io::stdout());
+    };
+    match brook_shards::server::run(options, ready) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("brook serve: {error}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -63,6 +63,34 @@ impl LeaderEpochCache {
         after.checked_sub(1).map(|slot| self.entries[slot].epoch)
     }
 
+    /// Kafka's `endOffsetFor`: for a follower or consumer that last saw
+    /// `requested`, the largest epoch ≤ it that this log knows and the
+    /// offset where that epoch ended (the next epoch's start, or the log end
+    /// for the latest epoch). `None` when `requested` is newer than any epoch
+    /// here (Kafka's UNDEFINED_EPOCH / UNDEFINED_EPOCH_OFFSET).
+    pub fn end_offset_for(
+        &self,
+        requested: LeaderEpoch,
+        log_end_offset: Offset,
+    ) -> Option<(LeaderEpoch, Offset)> {
+        if requested.0 < 0 {
+            return None;
+        }
+        if self.latest_epoch() == Some(requested) {
+            return Some((requested, log_end_offset));
+        }
+        let higher = self.entries.iter().find(|entry| entry.epoch > requested)?;
+        let floor = self
+            .entries
+            .iter()
+            .rev()
+            .find(|entry| entry.epoch <= requested);
+        Some((
+            floor.map_or(requested, |entry| entry.epoch),
+            higher.start_offset,
+        ))
+    }
+
     /// Drops entries that start at or after `end_offset` (the log was truncated
     /// there). Returns whether anything changed.
     pub fn truncate_from_end(&mut self, end_offset: Offset) -> bool {
@@ -150,6 +178,30 @@ mod tests {
         assert!(!cache.assign(LeaderEpoch(2), Offset(30)));
         assert!(cache.assign(LeaderEpoch(4), Offset(30)));
         assert_eq!(cache.latest_epoch(), Some(LeaderEpoch(4)));
+    }
+
+    #[test]
+    fn end_offsets_follow_kafkas_rules() {
+        let cache = cache(&[(1, 10), (3, 50), (6, 90)]);
+        let end = Offset(120);
+        assert_eq!(
+            cache.end_offset_for(LeaderEpoch(6), end),
+            Some((LeaderEpoch(6), end))
+        );
+        assert_eq!(
+            cache.end_offset_for(LeaderEpoch(3), end),
+            Some((LeaderEpoch(3), Offset(90)))
+        );
+        assert_eq!(
+            cache.end_offset_for(LeaderEpoch(4), end),
+            Some((LeaderEpoch(3), Offset(90)))
+        );
+        assert_eq!(
+            cache.end_offset_for(LeaderEpoch(0), end),
+            Some((LeaderEpoch(0), Offset(10)))
+        );
+        assert_eq!(cache.end_offset_for(LeaderEpoch(7), end), None);
+        assert_eq!(cache.end_offset_for(LeaderEpoch(-1), end), None);
     }
 
     #[test]

@@ -165,7 +165,7 @@ impl PartitionLog {
 
     /// Persists a new leader epoch before its first batch (see
     /// [`brook_engine::log::epoch_cache`]); rejects an older one.
-    async fn track_epoch(&self, epoch: LeaderEpoch) -> Result<(), StorageError> {
+    pub(crate) async fn track_epoch(&self, epoch: LeaderEpoch) -> Result<(), StorageError> {
         if epoch.0 < 0 {
             return Ok(());
         }

@@ -210,6 +210,10 @@ impl LogState {
             .map(|mark| mark.next_offset)
     }
 
+    pub fn last_append(&self) -> Option<Instant> {
+        self.last_append
+    }
+
     /// Drops the tail cache if nothing was appended since `since`.
     pub fn release_idle_memory(&mut self, since: Instant) {
         if self.last_append.is_none_or(|last| last < since) {

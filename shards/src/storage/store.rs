@@ -129,6 +129,11 @@ impl Store {
         self.logs.borrow().get(topic_partition).cloned()
     }
 
+    /// Forgets a partition's log (the caller closes or deletes it).
+    pub fn remove_partition(&self, topic_partition: &TopicPartition) -> Option<PartitionLog> {
+        self.logs.borrow_mut().remove(topic_partition)
+    }
+
     pub fn partitions(&self) -> Vec<(TopicPartition, PartitionLog)> {
         self.logs
             .borrow()

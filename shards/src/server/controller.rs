@@ -1,0 +1,463 @@
+//! Metadata changes, applied one at a time on the controller shard (shard
+//! 0): validate, persist the new image, open or delete the affected logs on
+//! their owning shards, then publish the image to every shard. Persisting
+//! first means a crash in between leaves a metadata file that the next start
+//! completes (owners open the logs the image lists).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use brook_engine::cluster::image::{
+    MetadataImage, PARTITIONS_MAX, ShardId, TopicId, TopicMetadata, place_partitions,
+    validate_topic_name,
+};
+use brook_engine::cluster::topic_config::{is_topic_config, resolve};
+use brook_engine::log::config::LogConfig;
+use brook_engine::protocol::errors::ErrorCode;
+use brook_engine::types::{PartitionId, TopicPartition};
+
+use crate::server::shard::Shard;
+use crate::storage::StorageError;
+
+/// The metadata file in the data directory.
+pub const METADATA_FILE: &str = "brook-metadata";
+
+/// The outcome of one topic's change, as admin responses report it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicOutcome {
+    pub name: String,
+    pub error: ErrorCode,
+    pub message: Option<String>,
+    pub topic_id: TopicId,
+    pub partitions: usize,
+}
+
+impl TopicOutcome {
+    fn failed(name: &str, error: ErrorCode, message: impl Into<String>) -> TopicOutcome {
+        TopicOutcome {
+            name: name.to_owned(),
+            error,
+            message: Some(message.into()),
+            topic_id: TopicId::default(),
+            partitions: 0,
+        }
+    }
+
+    fn done(topic: &TopicMetadata) -> TopicOutcome {
+        TopicOutcome {
+            name: topic.name.clone(),
+            error: ErrorCode::NONE,
+            message: None,
+            topic_id: topic.id,
+            partitions: topic.partitions.len(),
+        }
+    }
+}
+
+/// A topic to create.
+#[derive(Clone, Debug)]
+pub struct NewTopic {
+    pub name: String,
+    pub partitions: i32,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// A requested metadata change.
+#[derive(Clone, Debug)]
+pub enum Change {
+    Create {
+        topics: Vec<NewTopic>,
+        validate_only: bool,
+    },
+    Delete {
+        names: Vec<String>,
+    },
+    AddPartitions {
+        topic: String,
+        total: i32,
+        validate_only: bool,
+    },
+    SetConfigs {
+        topic: String,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    },
+}
+
+pub fn load_image(data_dir: &Path) -> Result<MetadataImage, StorageError> {
+    let path = data_dir.join(METADATA_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => MetadataImage::decode(&text).map_err(|error| StorageError::Corrupt {
+            path,
+            reason: error.to_string(),
+        }),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(MetadataImage::default()),
+        Err(error) => Err(StorageError::io("reading", &path, error)),
+    }
+}
+
+/// Applies `change` on the controller shard; returns one outcome per topic.
+pub async fn apply(shard: &Rc<Shard>, change: Change) -> Vec<TopicOutcome> {
+    let controller = shard.context.controller_shard();
+    let names = change_names(&change);
+    let applied = shard
+        .on_shard(controller, move |controller| async move {
+            apply_here(&controller, change).await
+        })
+        .await;
+    applied.unwrap_or_else(|gone| {
+        names
+            .iter()
+            .map(|name| {
+                TopicOutcome::failed(name, ErrorCode::UNKNOWN_SERVER_ERROR, gone.to_string())
+            })
+            .collect()
+    })
+}
+
+fn change_names(change: &Change) -> Vec<String> {
+    match change {
+        Change::Create { topics, .. } => topics.iter().map(|topic| topic.name.clone()).collect(),
+        Change::Delete { names } => names.clone(),
+        Change::AddPartitions { topic, .. } | Change::SetConfigs { topic, .. } => {
+            vec![topic.clone()]
+        }
+    }
+}
+
+/// The logs a change opens, deletes or reconfigures, by owning shard.
+#[derive(Default)]
+struct Effects {
+    open: BTreeMap<ShardId, Vec<(TopicPartition, LogConfig)>>,
+    delete: BTreeMap<ShardId, Vec<TopicPartition>>,
+    reconfigure: BTreeMap<ShardId, Vec<(TopicPartition, LogConfig)>>,
+}
+
+async fn apply_here(controller: &Rc<Shard>, change: Change) -> Vec<TopicOutcome> {
+    let Ok(_permit) = controller.controller_lock.acquire_permit(1).await else {
+        return change_names(&change)
+            .iter()
+            .map(|name| TopicOutcome::failed(name, ErrorCode::UNKNOWN_SERVER_ERROR, "stopping"))
+            .collect();
+    };
+    let mut image = (*controller.image()).clone();
+    let mut effects = Effects::default();
+    let defaults = controller.context.config.log_defaults.clone();
+    let shards = controller.context.shards;
+    let outcomes = match change {
+        Change::Create {
+            topics,
+            validate_only,
+        } => topics
+            .into_iter()
+            .map(|topic| {
+                create(
+                    &mut image,
+                    &mut effects,
+                    &defaults,
+                    shards,
+                    topic,
+                    validate_only,
+                )
+            })
+            .collect::<Vec<_>>(),
+        Change::Delete { names } => names
+            .iter()
+            .map(|name| delete(&mut image, &mut effects, name))
+            .collect(),
+        Change::AddPartitions {
+            topic,
+            total,
+            validate_only,
+        } => {
+            vec![add_partitions(
+                &mut image,
+                &mut effects,
+                &defaults,
+                shards,
+                &topic,
+                total,
+                validate_only,
+            )]
+        }
+        Change::SetConfigs {
+            topic,
+            configs,
+            validate_only,
+        } => {
+            vec![set_configs(
+                &mut image,
+                &mut effects,
+                &defaults,
+                &topic,
+                configs,
+                validate_only,
+            )]
+        }
+    };
+    if image == *controller.image() {
+        return outcomes;
+    }
+    if let Err(reason) = commit(controller, image, effects).await {
+        tracing::error!(%reason, "applying a metadata change failed");
+        return outcomes
+            .into_iter()
+            .map(|outcome| TopicOutcome {
+                error: ErrorCode::KAFKA_STORAGE_ERROR,
+                message: Some(reason.clone()),
+                ..outcome
+            })
+            .collect();
+    }
+    outcomes
+}
+
+fn check_configs(defaults: &LogConfig, configs: &BTreeMap<String, String>) -> Result<(), String> {
+    if let Some(unknown) = configs.keys().find(|key| !is_topic_config(key)) {
+        return Err(format!("config {unknown} is not supported by Brook"));
+    }
+    resolve(defaults, configs)
+        .map(|_| ())
+        .map_err(|error| error.to_string())
+}
+
+fn create(
+    image: &mut MetadataImage,
+    effects: &mut Effects,
+    defaults: &LogConfig,
+    shards: u16,
+    topic: NewTopic,
+    validate_only: bool,
+) -> TopicOutcome {
+    if let Err(error) = validate_topic_name(&topic.name) {
+        return TopicOutcome::failed(
+            &topic.name,
+            ErrorCode::INVALID_TOPIC_EXCEPTION,
+            error.to_string(),
+        );
+    }
+    if image.topic(&topic.name).is_some() {
+        return TopicOutcome::failed(
+            &topic.name,
+            ErrorCode::TOPIC_ALREADY_EXISTS,
+            format!("topic {} already exists", topic.name),
+        );
+    }
+    if topic.partitions < 1 || topic.partitions as usize > PARTITIONS_MAX {
+        return TopicOutcome::failed(
+            &topic.name,
+            ErrorCode::INVALID_PARTITIONS,
+            format!("{} partitions", topic.partitions),
+        );
+    }
+    if let Err(message) = check_configs(defaults, &topic.configs) {
+        return TopicOutcome::failed(&topic.name, ErrorCode::INVALID_CONFIG, message);
+    }
+    let mut loads = image.shard_loads(shards);
+    let placement = place_partitions(topic.partitions as usize, &mut loads);
+    let metadata = TopicMetadata {
+        name: topic.name.clone(),
+        id: TopicId(random_id()),
+        partitions: placement,
+        configs: topic.configs,
+    };
+    let outcome = TopicOutcome::done(&metadata);
+    if validate_only {
+        return outcome;
+    }
+    let config = resolve(defaults, &metadata.configs).unwrap_or_else(|_| defaults.clone());
+    for (index, owner) in metadata.partitions.iter().enumerate() {
+        let topic_partition = TopicPartition {
+            topic: metadata.name.clone(),
+            partition: PartitionId(index as i32),
+        };
+        effects
+            .open
+            .entry(*owner)
+            .or_default()
+            .push((topic_partition, config.clone()));
+    }
+    image.topics.insert(metadata.name.clone(), metadata);
+    outcome
+}
+
+fn delete(image: &mut MetadataImage, effects: &mut Effects, name: &str) -> TopicOutcome {
+    let Some(topic) = image.topics.remove(name) else {
+        return TopicOutcome::failed(
+            name,
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            format!("no topic {name}"),
+        );
+    };
+    for (index, owner) in topic.partitions.iter().enumerate() {
+        let topic_partition = TopicPartition {
+            topic: topic.name.clone(),
+            partition: PartitionId(index as i32),
+        };
+        effects
+            .delete
+            .entry(*owner)
+            .or_default()
+            .push(topic_partition);
+    }
+    TopicOutcome::done(&topic)
+}
+
+fn add_partitions(
+    image: &mut MetadataImage,
+    effects: &mut Effects,
+    defaults: &LogConfig,
+    shards: u16,
+    name: &str,
+    total: i32,
+    validate_only: bool,
+) -> TopicOutcome {
+    let mut loads = image.shard_loads(shards);
+    let Some(topic) = image.topics.get_mut(name) else {
+        return TopicOutcome::failed(
+            name,
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            format!("no topic {name}"),
+        );
+    };
+    let current = topic.partitions.len();
+    if total < 0 || (total as usize) <= current || total as usize > PARTITIONS_MAX {
+        let message = format!("topic {name} has {current} partitions; {total} is not more");
+        return TopicOutcome::failed(name, ErrorCode::INVALID_PARTITIONS, message);
+    }
+    if validate_only {
+        return TopicOutcome {
+            partitions: total as usize,
+            ..TopicOutcome::done(topic)
+        };
+    }
+    let config = resolve(defaults, &topic.configs).unwrap_or_else(|_| defaults.clone());
+    for (offset, owner) in place_partitions(total as usize - current, &mut loads)
+        .into_iter()
+        .enumerate()
+    {
+        let topic_partition = TopicPartition {
+            topic: name.to_owned(),
+            partition: PartitionId((current + offset) as i32),
+        };
+        effects
+            .open
+            .entry(owner)
+            .or_default()
+            .push((topic_partition, config.clone()));
+        topic.partitions.push(owner);
+    }
+    TopicOutcome::done(topic)
+}
+
+fn set_configs(
+    image: &mut MetadataImage,
+    effects: &mut Effects,
+    defaults: &LogConfig,
+    name: &str,
+    configs: BTreeMap<String, String>,
+    validate_only: bool,
+) -> TopicOutcome {
+    let Some(topic) = image.topics.get_mut(name) else {
+        return TopicOutcome::failed(
+            name,
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            format!("no topic {name}"),
+        );
+    };
+    if let Err(message) = check_configs(defaults, &configs) {
+        return TopicOutcome::failed(name, ErrorCode::INVALID_CONFIG, message);
+    }
+    if validate_only {
+        return TopicOutcome::done(topic);
+    }
+    topic.configs = configs;
+    let config = resolve(defaults, &topic.configs).unwrap_or_else(|_| defaults.clone());
+    for (index, owner) in topic.partitions.iter().enumerate() {
+        let topic_partition = TopicPartition {
+            topic: name.to_owned(),
+            partition: PartitionId(index as i32),
+        };
+        effects
+            .reconfigure
+            .entry(*owner)
+            .or_default()
+            .push((topic_partition, config.clone()));
+    }
+    TopicOutcome::done(topic)
+}
+
+/// Persists `image`, applies `effects` on the owning shards, publishes.
+async fn commit(
+    controller: &Rc<Shard>,
+    image: MetadataImage,
+    effects: Effects,
+) -> Result<(), String> {
+    let path: PathBuf = controller.context.data_dir.join(METADATA_FILE);
+    crate::storage::write_file_atomically(&path, image.encode().as_bytes())
+        .await
+        .map_err(|error| error.to_string())?;
+    let image = Arc::new(image);
+    for (owner, partitions) in effects.open {
+        let opened = controller
+            .on_shard(owner, move |shard| async move {
+                shard
+                    .open_partitions(partitions)
+                    .await
+                    .map_err(|error| error.to_string())
+            })
+            .await;
+        match opened {
+            Ok(Ok(())) => {}
+            Ok(Err(reason)) => {
+                return Err(format!("opening partitions on shard {}: {reason}", owner.0));
+            }
+            Err(gone) => return Err(gone.to_string()),
+        }
+    }
+    for (owner, partitions) in effects.reconfigure {
+        let reconfigured = controller
+            .on_shard(owner, move |shard| async move {
+                for (topic_partition, config) in partitions {
+                    if let Some(log) = shard.log(&topic_partition) {
+                        log.set_config(config);
+                    }
+                }
+            })
+            .await;
+        reconfigured.map_err(|gone| gone.to_string())?;
+    }
+    for shard in controller.context.shard_ids() {
+        let image = image.clone();
+        controller
+            .on_shard(shard, move |shard| async move { shard.set_image(image) })
+            .await
+            .map_err(|gone| gone.to_string())?;
+    }
+    for (owner, partitions) in effects.delete {
+        let deleted = controller
+            .on_shard(owner, move |shard| async move {
+                shard.delete_partitions(partitions).await
+            })
+            .await;
+        deleted.map_err(|gone| gone.to_string())?;
+    }
+    Ok(())
+}
+
+/// 16 random bytes (a topic id), from the kernel.
+pub fn random_id() -> [u8; 16] {
+    let mut bytes = [0u8; 16];
+    let read = std::fs::File::open("/dev/urandom")
+        .and_then(|mut urandom| std::io::Read::read_exact(&mut urandom, &mut bytes));
+    if read.is_err() {
+        // Without /dev/urandom, fall back to the clock: ids must only differ.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        bytes = nanos.to_be_bytes();
+    }
+    bytes
+}

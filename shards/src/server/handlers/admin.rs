@@ -1,0 +1,303 @@
+//! CreateTopics, DeleteTopics and CreatePartitions, through the controller.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use brook_engine::cluster::image::TopicId;
+use brook_engine::cluster::topic_config::{effective_value, resolve};
+use brook_engine::protocol::errors::ErrorCode;
+use brook_engine::protocol::frame::{FrameError, Request};
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::{
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    DeleteTopicsRequest, DeleteTopicsResponse,
+};
+use uuid::Uuid;
+
+use crate::server::controller::{self, Change, NewTopic, TopicOutcome};
+use crate::server::handlers::cluster::uuid;
+use crate::server::handlers::configs::{CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC};
+use crate::server::handlers::{text, topic_name};
+use crate::server::response::{Response, encode};
+use crate::server::shard::Shard;
+
+/// Error code for a replica assignment Brook cannot honour.
+const INVALID_REPLICA_ASSIGNMENT: ErrorCode = ErrorCode(39);
+
+/// Checks what a single broker can honour before anything is created.
+fn check_replication(shard: &Shard, topic: &CreatableTopic) -> Result<i32, (ErrorCode, String)> {
+    let broker = shard.context.broker_id;
+    if topic.replication_factor > 1 {
+        let message = format!(
+            "Replication factor: {} larger than available brokers: 1.",
+            topic.replication_factor
+        );
+        return Err((ErrorCode::INVALID_REPLICATION_FACTOR, message));
+    }
+    if topic.assignments.is_empty() {
+        let default_partitions = shard.context.config.num_partitions as i32;
+        return Ok(if topic.num_partitions == -1 {
+            default_partitions
+        } else {
+            topic.num_partitions
+        });
+    }
+    if topic.num_partitions != -1 || topic.replication_factor != -1 {
+        return Err((
+            ErrorCode::INVALID_REQUEST,
+            "both partition count and replica assignments were given".into(),
+        ));
+    }
+    if topic.assignments.iter().any(|assignment| {
+        assignment
+            .broker_ids
+            .iter()
+            .map(|id| id.0)
+            .collect::<Vec<_>>()
+            != vec![broker]
+    }) {
+        return Err((
+            INVALID_REPLICA_ASSIGNMENT,
+            format!("replicas must be [{broker}], the only broker"),
+        ));
+    }
+    Ok(topic.assignments.len() as i32)
+}
+
+pub async fn create_topics(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
+    let body: CreateTopicsRequest = request.decode_body()?;
+    let mut results: Vec<Option<CreatableTopicResult>> = Vec::new();
+    let mut new_topics = Vec::new();
+    for topic in &body.topics {
+        let name = topic.name.to_string();
+        match check_replication(shard, topic) {
+            Err((error, message)) => results.push(Some(failed_result(&name, error, &message))),
+            Ok(partitions) => {
+                let configs: BTreeMap<String, String> = topic
+                    .configs
+                    .iter()
+                    .filter_map(|config| {
+                        config
+                            .value
+                            .as_ref()
+                            .map(|value| (config.name.to_string(), value.to_string()))
+                    })
+                    .collect();
+                new_topics.push(NewTopic {
+                    name,
+                    partitions,
+                    configs,
+                });
+                results.push(None);
+            }
+        }
+    }
+    let outcomes = controller::apply(
+        shard,
+        Change::Create {
+            topics: new_topics,
+            validate_only: body.validate_only,
+        },
+    )
+    .await;
+    let mut outcomes = outcomes.into_iter();
+    let defaults = shard.context.config.log_defaults.clone();
+    let topics = results
+        .into_iter()
+        .zip(&body.topics)
+        .map(|(result, requested)| {
+            result.unwrap_or_else(|| {
+                let outcome = outcomes.next().unwrap_or_else(|| TopicOutcome {
+                    name: requested.name.to_string(),
+                    error: ErrorCode::UNKNOWN_SERVER_ERROR,
+                    message: None,
+                    topic_id: TopicId::default(),
+                    partitions: 0,
+                });
+                let configs: BTreeMap<String, String> = requested
+                    .configs
+                    .iter()
+                    .filter_map(|config| {
+                        config
+                            .value
+                            .as_ref()
+                            .map(|value| (config.name.to_string(), value.to_string()))
+                    })
+                    .collect();
+                created_result(&outcome, &defaults, &configs)
+            })
+        })
+        .collect();
+    encode(
+        request,
+        &CreateTopicsResponse::default().with_topics(topics),
+    )
+}
+
+fn failed_result(name: &str, error: ErrorCode, message: &str) -> CreatableTopicResult {
+    CreatableTopicResult::default()
+        .with_name(topic_name(name))
+        .with_error_code(error.0)
+        .with_error_message(Some(text(message)))
+        .with_num_partitions(-1)
+        .with_replication_factor(-1)
+}
+
+fn created_result(
+    outcome: &TopicOutcome,
+    defaults: &brook_engine::log::config::LogConfig,
+    overrides: &BTreeMap<String, String>,
+) -> CreatableTopicResult {
+    if outcome.error.is_error() {
+        return failed_result(
+            &outcome.name,
+            outcome.error,
+            outcome.message.as_deref().unwrap_or(""),
+        );
+    }
+    let resolved = resolve(defaults, overrides).unwrap_or_else(|_| defaults.clone());
+    let configs = brook_engine::cluster::topic_config::TOPIC_CONFIGS
+        .iter()
+        .map(|name| {
+            let source = if overrides.contains_key(name.topic) {
+                CONFIG_SOURCE_TOPIC
+            } else {
+                CONFIG_SOURCE_DEFAULT
+            };
+            CreatableTopicConfigs::default()
+                .with_name(text(name.topic))
+                .with_value(effective_value(&resolved, name.topic).map(|value| text(&value)))
+                .with_config_source(source)
+        })
+        .collect();
+    CreatableTopicResult::default()
+        .with_name(topic_name(&outcome.name))
+        .with_topic_id(uuid(outcome.topic_id))
+        .with_num_partitions(outcome.partitions as i32)
+        .with_replication_factor(1)
+        .with_configs(Some(configs))
+}
+
+pub async fn delete_topics(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
+    let body: DeleteTopicsRequest = request.decode_body()?;
+    let image = shard.image();
+    // v6 names topics by name or id; earlier versions by name only.
+    let requested: Vec<(Option<String>, Uuid)> = if request.api_version >= 6 {
+        body.topics
+            .iter()
+            .map(|topic| {
+                (
+                    topic.name.as_ref().map(|name| name.to_string()),
+                    topic.topic_id,
+                )
+            })
+            .collect()
+    } else {
+        body.topic_names
+            .iter()
+            .map(|name| (Some(name.to_string()), Uuid::nil()))
+            .collect()
+    };
+    let mut names = Vec::new();
+    let mut results = Vec::new();
+    for (name, id) in &requested {
+        let resolved = match name {
+            Some(name) => Some(name.clone()),
+            None => image
+                .topic_by_id(TopicId(*id.as_bytes()))
+                .map(|topic| topic.name.clone()),
+        };
+        match resolved {
+            Some(name) => {
+                names.push(name.clone());
+                results.push((Some(name), *id, None));
+            }
+            None => results.push((None, *id, Some(ErrorCode::UNKNOWN_TOPIC_ID))),
+        }
+    }
+    let outcomes = controller::apply(shard, Change::Delete { names }).await;
+    let mut outcomes = outcomes.into_iter();
+    let responses = results
+        .into_iter()
+        .map(|(name, id, error)| {
+            let (error, message, topic_id) = match error {
+                Some(error) => (error, Some("unknown topic id".to_owned()), id),
+                None => match outcomes.next() {
+                    Some(outcome) => (outcome.error, outcome.message, uuid(outcome.topic_id)),
+                    None => (ErrorCode::UNKNOWN_SERVER_ERROR, None, id),
+                },
+            };
+            DeletableTopicResult::default()
+                .with_name(name.as_deref().map(topic_name))
+                .with_topic_id(topic_id)
+                .with_error_code(error.0)
+                .with_error_message(message.as_deref().map(text))
+        })
+        .collect();
+    encode(
+        request,
+        &DeleteTopicsResponse::default().with_responses(responses),
+    )
+}
+
+pub async fn create_partitions(
+    shard: &Rc<Shard>,
+    request: &Request,
+) -> Result<Response, FrameError> {
+    let body: CreatePartitionsRequest = request.decode_body()?;
+    let broker = shard.context.broker_id;
+    let mut results = Vec::with_capacity(body.topics.len());
+    for topic in body.topics {
+        let name = topic.name.to_string();
+        let bad_assignment = topic.assignments.as_ref().is_some_and(|assignments| {
+            assignments.iter().any(|assignment| {
+                assignment
+                    .broker_ids
+                    .iter()
+                    .map(|id| id.0)
+                    .collect::<Vec<_>>()
+                    != vec![broker]
+            })
+        });
+        let outcome = if bad_assignment {
+            TopicOutcome {
+                name: name.clone(),
+                error: INVALID_REPLICA_ASSIGNMENT,
+                message: Some(format!("replicas must be [{broker}], the only broker")),
+                topic_id: TopicId::default(),
+                partitions: 0,
+            }
+        } else {
+            let change = Change::AddPartitions {
+                topic: name.clone(),
+                total: topic.count,
+                validate_only: body.validate_only,
+            };
+            controller::apply(shard, change)
+                .await
+                .pop()
+                .unwrap_or_else(|| TopicOutcome {
+                    name: name.clone(),
+                    error: ErrorCode::UNKNOWN_SERVER_ERROR,
+                    message: None,
+                    topic_id: TopicId::default(),
+                    partitions: 0,
+                })
+        };
+        results.push(
+            CreatePartitionsTopicResult::default()
+                .with_name(topic_name(&name))
+                .with_error_code(outcome.error.0)
+                .with_error_message(outcome.message.as_deref().map(text)),
+        );
+    }
+    encode(
+        request,
+        &CreatePartitionsResponse::default().with_results(results),
+    )
+}

@@ -1,0 +1,252 @@
+//! Metadata, DescribeCluster and DescribeLogDirs: what this single broker,
+//! its topics and its log directory look like to clients.
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use brook_engine::cluster::image::{MetadataImage, TopicId, TopicMetadata, validate_topic_name};
+use brook_engine::protocol::errors::ErrorCode;
+use brook_engine::protocol::frame::{FrameError, Request};
+use brook_engine::types::{PartitionId, TopicPartition};
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::describe_log_dirs_response::{
+    DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
+};
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{
+    BrokerId, DescribeClusterRequest, DescribeClusterResponse, DescribeLogDirsRequest,
+    DescribeLogDirsResponse, MetadataRequest, MetadataResponse,
+};
+use uuid::Uuid;
+
+use crate::server::controller::{self, Change, NewTopic};
+use crate::server::handlers::{text, topic_name};
+use crate::server::response::{Response, encode};
+use crate::server::shard::{LEADER_EPOCH, Shard};
+
+/// Kafka's "authorized operations not requested" marker.
+const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
+
+/// Creates the missing topics among `names` (auto topic creation) and
+/// returns the image that includes them.
+pub(crate) async fn ensure_topics(shard: &Rc<Shard>, names: &[String]) -> Arc<MetadataImage> {
+    let image = shard.image();
+    let missing: Vec<NewTopic> = names
+        .iter()
+        .filter(|name| image.topic(name).is_none() && validate_topic_name(name).is_ok())
+        .map(|name| NewTopic {
+            name: name.clone(),
+            partitions: shard.context.config.num_partitions as i32,
+            configs: Default::default(),
+        })
+        .collect();
+    if missing.is_empty() || !shard.context.config.auto_create_topics_enable {
+        return image;
+    }
+    for outcome in controller::apply(
+        shard,
+        Change::Create {
+            topics: missing,
+            validate_only: false,
+        },
+    )
+    .await
+    {
+        if outcome.error.is_error() && outcome.error != ErrorCode::TOPIC_ALREADY_EXISTS {
+            tracing::warn!(topic = %outcome.name, error = ?outcome.error, "auto-creating a topic failed");
+        }
+    }
+    shard.image()
+}
+
+pub(crate) fn uuid(id: TopicId) -> Uuid {
+    Uuid::from_bytes(id.0)
+}
+
+fn broker(shard: &Shard) -> MetadataResponseBroker {
+    MetadataResponseBroker::default()
+        .with_node_id(BrokerId(shard.context.broker_id))
+        .with_host(text(&shard.context.advertised_host))
+        .with_port(i32::from(shard.context.advertised_port))
+}
+
+fn topic_response(shard: &Shard, topic: &TopicMetadata) -> MetadataResponseTopic {
+    let node = BrokerId(shard.context.broker_id);
+    let partitions = (0..topic.partitions.len())
+        .map(|index| {
+            MetadataResponsePartition::default()
+                .with_partition_index(index as i32)
+                .with_leader_id(node)
+                .with_leader_epoch(LEADER_EPOCH.0)
+                .with_replica_nodes(vec![node])
+                .with_isr_nodes(vec![node])
+        })
+        .collect();
+    MetadataResponseTopic::default()
+        .with_name(Some(topic_name(&topic.name)))
+        .with_topic_id(uuid(topic.id))
+        .with_partitions(partitions)
+        .with_topic_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
+}
+
+fn missing_topic(name: Option<&str>, id: Uuid, error: ErrorCode) -> MetadataResponseTopic {
+    MetadataResponseTopic::default()
+        .with_error_code(error.0)
+        .with_name(name.map(topic_name))
+        .with_topic_id(id)
+        .with_topic_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
+}
+
+pub async fn metadata(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
+    let body: MetadataRequest = request.decode_body()?;
+    let version = request.api_version;
+    // v0 lists all topics with an empty list; later versions with null.
+    let wanted = body
+        .topics
+        .filter(|topics| version > 0 || !topics.is_empty());
+    let auto_create = version < 4 || body.allow_auto_topic_creation;
+    let image = match &wanted {
+        Some(topics) if auto_create => {
+            let names: Vec<String> = topics
+                .iter()
+                .filter_map(|topic| topic.name.as_ref().map(|name| name.to_string()))
+                .collect();
+            ensure_topics(shard, &names).await
+        }
+        _ => shard.image(),
+    };
+    let topics = match wanted {
+        None => image
+            .topics
+            .values()
+            .map(|topic| topic_response(shard, topic))
+            .collect(),
+        Some(topics) => topics
+            .iter()
+            .map(|requested| match &requested.name {
+                Some(name) => match image.topic(name) {
+                    Some(topic) => topic_response(shard, topic),
+                    None if validate_topic_name(name).is_err() => {
+                        missing_topic(Some(name), Uuid::nil(), ErrorCode::INVALID_TOPIC_EXCEPTION)
+                    }
+                    None => missing_topic(
+                        Some(name),
+                        Uuid::nil(),
+                        ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                    ),
+                },
+                None => match image.topic_by_id(TopicId(*requested.topic_id.as_bytes())) {
+                    Some(topic) => topic_response(shard, topic),
+                    None => missing_topic(None, requested.topic_id, ErrorCode::UNKNOWN_TOPIC_ID),
+                },
+            })
+            .collect(),
+    };
+    let response = MetadataResponse::default()
+        .with_brokers(vec![broker(shard)])
+        .with_cluster_id(Some(text(&shard.context.cluster_id)))
+        .with_controller_id(BrokerId(shard.context.broker_id))
+        .with_topics(topics)
+        .with_cluster_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED);
+    encode(request, &response)
+}
+
+pub fn describe_cluster(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
+    let body: DescribeClusterRequest = request.decode_body()?;
+    let broker = DescribeClusterBroker::default()
+        .with_broker_id(BrokerId(shard.context.broker_id))
+        .with_host(text(&shard.context.advertised_host))
+        .with_port(i32::from(shard.context.advertised_port));
+    let endpoint_type = if request.api_version >= 1 {
+        body.endpoint_type
+    } else {
+        1
+    };
+    let response = DescribeClusterResponse::default()
+        .with_endpoint_type(endpoint_type)
+        .with_cluster_id(text(&shard.context.cluster_id))
+        .with_controller_id(BrokerId(shard.context.broker_id))
+        .with_brokers(vec![broker])
+        .with_cluster_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED);
+    encode(request, &response)
+}
+
+pub async fn describe_log_dirs(
+    shard: &Rc<Shard>,
+    request: &Request,
+) -> Result<Response, FrameError> {
+    let body: DescribeLogDirsRequest = request.decode_body()?;
+    let image = shard.image();
+    let wanted: Vec<TopicPartition> = match body.topics {
+        None => image
+            .partitions()
+            .map(|(topic_partition, _)| topic_partition)
+            .collect(),
+        Some(topics) => topics
+            .iter()
+            .flat_map(|topic| {
+                topic.partitions.iter().map(|partition| TopicPartition {
+                    topic: topic.topic.to_string(),
+                    partition: PartitionId(*partition),
+                })
+            })
+            .collect(),
+    };
+    let mut by_topic: std::collections::BTreeMap<String, Vec<DescribeLogDirsPartition>> =
+        Default::default();
+    for topic_partition in wanted {
+        let Some(owner) = image.owner(&topic_partition) else {
+            continue;
+        };
+        let lookup = topic_partition.clone();
+        let size = shard
+            .on_shard(owner, move |shard| async move {
+                shard.log(&lookup).map(|log| log.size_bytes())
+            })
+            .await;
+        if let Ok(Some(size)) = size {
+            let partition = DescribeLogDirsPartition::default()
+                .with_partition_index(topic_partition.partition.0)
+                .with_partition_size(size as i64);
+            by_topic
+                .entry(topic_partition.topic)
+                .or_default()
+                .push(partition);
+        }
+    }
+    let topics = by_topic
+        .into_iter()
+        .map(|(name, partitions)| {
+            DescribeLogDirsTopic::default()
+                .with_name(topic_name(&name))
+                .with_partitions(partitions)
+        })
+        .collect();
+    let (total_bytes, usable_bytes) = filesystem_space(&shard.context.data_dir);
+    let result = DescribeLogDirsResult::default()
+        .with_log_dir(text(&shard.context.data_dir.display().to_string()))
+        .with_topics(topics)
+        .with_total_bytes(total_bytes)
+        .with_usable_bytes(usable_bytes);
+    encode(
+        request,
+        &DescribeLogDirsResponse::default().with_results(vec![result]),
+    )
+}
+
+/// Total and available bytes of the filesystem holding `dir` (-1 if unknown).
+fn filesystem_space(dir: &std::path::Path) -> (i64, i64) {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return (-1, -1);
+    };
+    // SAFETY: a NUL-terminated path and a zeroed out-parameter.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+        return (-1, -1);
+    }
+    let block = stat.f_frsize as i64;
+    (stat.f_blocks as i64 * block, stat.f_bavail as i64 * block)
+}

@@ -1,0 +1,62 @@
+//! One handler per API. Each decodes its request body, does its work
+//! (locally or on the owning shards), and encodes its response; per-partition
+//! failures are Kafka error codes in the response, and a request that cannot
+//! be decoded closes the connection.
+
+mod admin;
+mod cluster;
+mod configs;
+mod fetch;
+mod offsets;
+mod produce;
+
+use std::rc::Rc;
+
+use brook_engine::protocol::errors::ErrorCode;
+use brook_engine::protocol::frame::{FrameError, Request};
+use brook_engine::protocol::versions::api_versions_response;
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::server::response::{Response, encode};
+use crate::server::shard::Shard;
+
+pub async fn handle(shard: &Rc<Shard>, request: Request) -> Response {
+    let handled = match request.api_key {
+        ApiKey::ApiVersions => api_versions(&request),
+        ApiKey::Metadata => cluster::metadata(shard, &request).await,
+        ApiKey::DescribeCluster => cluster::describe_cluster(shard, &request),
+        ApiKey::Produce => produce::handle(shard, &request).await,
+        ApiKey::Fetch => fetch::handle(shard, &request).await,
+        ApiKey::ListOffsets => offsets::list_offsets(shard, &request).await,
+        ApiKey::OffsetForLeaderEpoch => offsets::offset_for_leader_epoch(shard, &request).await,
+        ApiKey::DeleteRecords => offsets::delete_records(shard, &request).await,
+        ApiKey::CreateTopics => admin::create_topics(shard, &request).await,
+        ApiKey::DeleteTopics => admin::delete_topics(shard, &request).await,
+        ApiKey::CreatePartitions => admin::create_partitions(shard, &request).await,
+        ApiKey::DescribeConfigs => configs::describe_configs(shard, &request),
+        ApiKey::IncrementalAlterConfigs => {
+            configs::incremental_alter_configs(shard, &request).await
+        }
+        ApiKey::DescribeLogDirs => cluster::describe_log_dirs(shard, &request).await,
+        other => Err(FrameError::Malformed {
+            api_key: other,
+            version: request.api_version,
+            reason: "not served".into(),
+        }),
+    };
+    handled.unwrap_or_else(|error| Response::Close(error.to_string()))
+}
+
+fn api_versions(request: &Request) -> Result<Response, FrameError> {
+    request.decode_body::<ApiVersionsRequest>()?;
+    encode(request, &api_versions_response(ErrorCode::NONE))
+}
+
+pub(crate) fn topic_name(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_owned()))
+}
+
+pub(crate) fn text(value: &str) -> StrBytes {
+    StrBytes::from_string(value.to_owned())
+}

@@ -1,0 +1,226 @@
+//! ListOffsets (earliest, latest, by timestamp, max timestamp),
+//! OffsetForLeaderEpoch and DeleteRecords, each answered by the owning shard.
+
+use std::rc::Rc;
+
+use brook_engine::protocol::errors::ErrorCode;
+use brook_engine::protocol::frame::{FrameError, Request};
+use brook_engine::types::{LeaderEpoch, Offset, PartitionId, TimestampMs, TopicPartition};
+use kafka_protocol::messages::delete_records_response::{
+    DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+};
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::offset_for_leader_epoch_response::{
+    EpochEndOffset, OffsetForLeaderTopicResult,
+};
+use kafka_protocol::messages::{
+    DeleteRecordsRequest, DeleteRecordsResponse, ListOffsetsRequest, ListOffsetsResponse,
+    OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
+};
+
+use crate::server::handlers::fetch::epoch_error;
+use crate::server::handlers::produce::storage_error_code;
+use crate::server::handlers::topic_name;
+use crate::server::response::{Response, encode};
+use crate::server::shard::{LEADER_EPOCH, Shard};
+use crate::storage::PartitionLog;
+
+/// ListOffsets' special timestamps.
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
+const EARLIEST_LOCAL: i64 = -4;
+const LATEST_TIERED: i64 = -5;
+
+/// Runs `work` on the shard owning `topic_partition` with its log, or
+/// returns `missing` if the partition does not exist.
+async fn on_owner<T: Send + 'static>(
+    shard: &Rc<Shard>,
+    topic_partition: TopicPartition,
+    missing: T,
+    work: impl FnOnce(PartitionLog) -> std::pin::Pin<Box<dyn std::future::Future<Output = T>>>
+    + Send
+    + 'static,
+) -> T {
+    let Some(owner) = shard.image().owner(&topic_partition) else {
+        return missing;
+    };
+    let result = shard
+        .on_shard(owner, move |owner| async move {
+            match owner.log(&topic_partition) {
+                Some(log) => Some(work(log).await),
+                None => None,
+            }
+        })
+        .await;
+    result.ok().flatten().unwrap_or(missing)
+}
+
+/// (error, timestamp, offset) for one ListOffsets query.
+async fn list_offset(log: PartitionLog, timestamp: i64) -> (ErrorCode, i64, i64) {
+    match timestamp {
+        LATEST => (ErrorCode::NONE, -1, log.visible_offset().0),
+        EARLIEST | EARLIEST_LOCAL => (ErrorCode::NONE, -1, log.log_start_offset().0),
+        LATEST_TIERED => (ErrorCode::NONE, -1, -1),
+        MAX_TIMESTAMP => match log.max_timestamp() {
+            None => (ErrorCode::NONE, -1, -1),
+            Some(max) => stamp_of(&log, max).await,
+        },
+        target if target >= 0 => stamp_of(&log, TimestampMs(target)).await,
+        _ => (ErrorCode::INVALID_REQUEST, -1, -1),
+    }
+}
+
+/// The first visible record with a timestamp ≥ `target` (offset -1 if none).
+async fn stamp_of(log: &PartitionLog, target: TimestampMs) -> (ErrorCode, i64, i64) {
+    match log.offset_for_timestamp(target).await {
+        Ok(Some(stamp)) if stamp.offset < log.visible_offset() => {
+            (ErrorCode::NONE, stamp.timestamp.0, stamp.offset.0)
+        }
+        Ok(_) => (ErrorCode::NONE, -1, -1),
+        Err(error) => (storage_error_code(&error), -1, -1),
+    }
+}
+
+pub async fn list_offsets(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
+    let body: ListOffsetsRequest = request.decode_body()?;
+    let mut topics = Vec::with_capacity(body.topics.len());
+    for topic in body.topics {
+        let name = topic.name.to_string();
+        let mut partitions = Vec::with_capacity(topic.partitions.len());
+        for partition in topic.partitions {
+            let topic_partition = TopicPartition {
+                topic: name.clone(),
+                partition: PartitionId(partition.partition_index),
+            };
+            let (error, timestamp, offset) = match epoch_error(partition.current_leader_epoch) {
+                Some(error) => (error, -1, -1),
+                None => {
+                    let missing = (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1);
+                    let target = partition.timestamp;
+                    on_owner(shard, topic_partition, missing, move |log| {
+                        Box::pin(list_offset(log, target))
+                    })
+                    .await
+                }
+            };
+            partitions.push(
+                ListOffsetsPartitionResponse::default()
+                    .with_partition_index(partition.partition_index)
+                    .with_error_code(error.0)
+                    .with_timestamp(timestamp)
+                    .with_offset(offset)
+                    // The field exists from v4 (the codec rejects it before).
+                    .with_leader_epoch(if offset >= 0 && request.api_version >= 4 {
+                        LEADER_EPOCH.0
+                    } else {
+                        -1
+                    }),
+            );
+        }
+        topics.push(
+            ListOffsetsTopicResponse::default()
+                .with_name(topic_name(&name))
+                .with_partitions(partitions),
+        );
+    }
+    encode(request, &ListOffsetsResponse::default().with_topics(topics))
+}
+
+pub async fn offset_for_leader_epoch(
+    shard: &Rc<Shard>,
+    request: &Request,
+) -> Result<Response, FrameError> {
+    let body: OffsetForLeaderEpochRequest = request.decode_body()?;
+    let mut topics = Vec::with_capacity(body.topics.len());
+    for topic in body.topics {
+        let name = topic.topic.to_string();
+        let mut partitions = Vec::with_capacity(topic.partitions.len());
+        for partition in topic.partitions {
+            let topic_partition = TopicPartition {
+                topic: name.clone(),
+                partition: PartitionId(partition.partition),
+            };
+            let (error, epoch, end_offset) = match epoch_error(partition.current_leader_epoch) {
+                Some(error) => (error, -1, -1),
+                None => {
+                    let requested = LeaderEpoch(partition.leader_epoch);
+                    let missing = (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1);
+                    on_owner(shard, topic_partition, missing, move |log| {
+                        Box::pin(async move {
+                            match log.epoch_end_offset(requested) {
+                                Some((epoch, end)) => (ErrorCode::NONE, epoch.0, end.0),
+                                None => (ErrorCode::NONE, -1, -1),
+                            }
+                        })
+                    })
+                    .await
+                }
+            };
+            partitions.push(
+                EpochEndOffset::default()
+                    .with_partition(partition.partition)
+                    .with_error_code(error.0)
+                    .with_leader_epoch(epoch)
+                    .with_end_offset(end_offset),
+            );
+        }
+        topics.push(
+            OffsetForLeaderTopicResult::default()
+                .with_topic(topic_name(&name))
+                .with_partitions(partitions),
+        );
+    }
+    encode(
+        request,
+        &OffsetForLeaderEpochResponse::default().with_topics(topics),
+    )
+}
+
+pub async fn delete_records(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
+    let body: DeleteRecordsRequest = request.decode_body()?;
+    let mut topics = Vec::with_capacity(body.topics.len());
+    for topic in body.topics {
+        let name = topic.name.to_string();
+        let mut partitions = Vec::with_capacity(topic.partitions.len());
+        for partition in topic.partitions {
+            let topic_partition = TopicPartition {
+                topic: name.clone(),
+                partition: PartitionId(partition.partition_index),
+            };
+            let requested = partition.offset;
+            let missing = (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1);
+            let (error, low_watermark) = on_owner(shard, topic_partition, missing, move |log| {
+                Box::pin(async move {
+                    let offset = if requested == -1 {
+                        log.visible_offset()
+                    } else {
+                        Offset(requested)
+                    };
+                    match log.delete_records_before(offset) {
+                        Ok(start) => (ErrorCode::NONE, start.0),
+                        Err(error) => (storage_error_code(&error), -1),
+                    }
+                })
+            })
+            .await;
+            partitions.push(
+                DeleteRecordsPartitionResult::default()
+                    .with_partition_index(partition.partition_index)
+                    .with_low_watermark(low_watermark)
+                    .with_error_code(error.0),
+            );
+        }
+        topics.push(
+            DeleteRecordsTopicResult::default()
+                .with_name(topic_name(&name))
+                .with_partitions(partitions),
+        );
+    }
+    encode(
+        request,
+        &DeleteRecordsResponse::default().with_topics(topics),
+    )
+}

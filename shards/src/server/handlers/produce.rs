@@ -1,0 +1,259 @@
+//! Produce: each partition's record bytes (a slice of the request frame,
+//! never copied here) go to the partition's owning shard, which validates
+//! and appends them (the one copy, into the DMA tail) and answers once the
+//! acks level is met: acks=0 not at all, acks=1 once written, acks=all once
+//! fsynced.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use brook_engine::log::batch::{BatchError, BatchHeader};
+use brook_engine::protocol::errors::ErrorCode;
+use brook_engine::protocol::frame::{FrameError, Request};
+use brook_engine::types::{PartitionId, TopicPartition};
+use bytes::Bytes;
+use futures::future::join_all;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+
+use crate::server::handlers::cluster::ensure_topics;
+use crate::server::handlers::{text, topic_name};
+use crate::server::response::{Response, encode};
+use crate::server::shard::{LEADER_EPOCH, Shard, now_ms};
+use crate::storage::StorageError;
+
+/// One partition's result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Produced {
+    error: ErrorCode,
+    message: Option<String>,
+    base_offset: i64,
+    log_append_time: i64,
+    log_start_offset: i64,
+}
+
+impl Produced {
+    fn failed(error: ErrorCode, message: impl Into<String>) -> Produced {
+        Produced {
+            error,
+            message: Some(message.into()),
+            base_offset: -1,
+            log_append_time: -1,
+            log_start_offset: -1,
+        }
+    }
+}
+
+/// Kafka's code for a storage failure.
+pub(crate) fn storage_error_code(error: &StorageError) -> ErrorCode {
+    match error {
+        StorageError::InvalidBatch(BatchError::UnsupportedMagic(magic)) if *magic < 2 => {
+            ErrorCode::INVALID_RECORD
+        }
+        StorageError::InvalidBatch(
+            BatchError::RecordCountMismatch { .. } | BatchError::OffsetOverflow { .. },
+        ) => ErrorCode::INVALID_RECORD,
+        StorageError::InvalidBatch(_) | StorageError::EmptyAppend => ErrorCode::CORRUPT_MESSAGE,
+        StorageError::BatchTooLarge { .. } => ErrorCode::MESSAGE_TOO_LARGE,
+        StorageError::OffsetOutOfRange { .. } => ErrorCode::OFFSET_OUT_OF_RANGE,
+        StorageError::StaleLeaderEpoch { .. } => ErrorCode::FENCED_LEADER_EPOCH,
+        StorageError::Closed { .. } => ErrorCode::NOT_LEADER_OR_FOLLOWER,
+        StorageError::Io { .. } | StorageError::Offline { .. } | StorageError::Corrupt { .. } => {
+            ErrorCode::KAFKA_STORAGE_ERROR
+        }
+    }
+}
+
+/// Kafka rejects client batches whose base offset is not 0 and control
+/// batches from clients (`LogValidator`).
+fn check_client_batches(records: &[u8]) -> Result<(), String> {
+    let mut rest = records;
+    while rest.len() >= brook_engine::log::batch::BATCH_HEADER_BYTES {
+        let Ok(header) = BatchHeader::parse(rest) else {
+            return Ok(());
+        };
+        if header.base_offset.get() != 0 {
+            return Err(format!(
+                "batch base offset {} is not 0",
+                header.base_offset.get()
+            ));
+        }
+        if header.attributes.get() & 0x20 != 0 {
+            return Err("clients may not produce control batches".into());
+        }
+        rest = &rest[header.size_bytes().min(rest.len())..];
+    }
+    Ok(())
+}
+
+async fn append_on_owner(
+    shard: Rc<Shard>,
+    topic_partition: TopicPartition,
+    records: Bytes,
+    acks: i16,
+    timeout: Duration,
+) -> Produced {
+    let Some(log) = shard.log(&topic_partition) else {
+        return Produced::failed(
+            ErrorCode::NOT_LEADER_OR_FOLLOWER,
+            "the partition is not open here",
+        );
+    };
+    let info = match log.append(&records, LEADER_EPOCH, now_ms()).await {
+        Ok(info) => info,
+        Err(error) => return Produced::failed(storage_error_code(&error), error.to_string()),
+    };
+    let waited = match acks {
+        0 => Ok(Ok(())),
+        1 => with_timeout(timeout, log.wait_written(info.log_end_offset)).await,
+        _ => with_timeout(timeout, log.wait_durable(info.log_end_offset)).await,
+    };
+    match waited {
+        Ok(Ok(())) => Produced {
+            error: ErrorCode::NONE,
+            message: None,
+            base_offset: info.base_offset.0,
+            log_append_time: info.log_append_time.map_or(-1, |time| time.0),
+            log_start_offset: log.log_start_offset().0,
+        },
+        Ok(Err(error)) => Produced::failed(storage_error_code(&error), error.to_string()),
+        Err(()) => Produced::failed(
+            ErrorCode::REQUEST_TIMED_OUT,
+            "timed out waiting for the acks level",
+        ),
+    }
+}
+
+/// Runs `future` for at most `timeout`.
+pub(crate) async fn with_timeout<T>(
+    timeout: Duration,
+    future: impl std::future::Future<Output = T>,
+) -> Result<T, ()> {
+    let future = std::pin::pin!(future);
+    let timer = std::pin::pin!(glommio::timer::sleep(timeout));
+    match futures::future::select(future, timer).await {
+        futures::future::Either::Left((value, _)) => Ok(value),
+        futures::future::Either::Right(_) => Err(()),
+    }
+}
+
+async fn produce_partition(
+    shard: &Rc<Shard>,
+    topic_partition: TopicPartition,
+    records: Option<Bytes>,
+    acks: i16,
+    timeout: Duration,
+) -> Produced {
+    if !matches!(acks, -1..=1) {
+        return Produced::failed(
+            ErrorCode::INVALID_REQUIRED_ACKS,
+            format!("acks must be -1, 0 or 1, not {acks}"),
+        );
+    }
+    let Some(records) = records.filter(|records| !records.is_empty()) else {
+        return Produced::failed(ErrorCode::CORRUPT_MESSAGE, "no records");
+    };
+    if let Err(message) = check_client_batches(&records) {
+        return Produced::failed(ErrorCode::INVALID_RECORD, message);
+    }
+    let Some(owner) = shard.image().owner(&topic_partition) else {
+        return Produced::failed(
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            format!("no partition {topic_partition}"),
+        );
+    };
+    let produced = shard
+        .on_shard(owner, move |owner| {
+            append_on_owner(owner, topic_partition, records, acks, timeout)
+        })
+        .await;
+    produced
+        .unwrap_or_else(|gone| Produced::failed(ErrorCode::UNKNOWN_SERVER_ERROR, gone.to_string()))
+}
+
+pub async fn handle(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
+    let body: ProduceRequest = request.decode_body()?;
+    let timeout = Duration::from_millis(body.timeout_ms.max(0) as u64);
+    let names: Vec<String> = body
+        .topic_data
+        .iter()
+        .map(|topic| topic.name.to_string())
+        .collect();
+    ensure_topics(shard, &names).await;
+    let mut topics = Vec::with_capacity(body.topic_data.len());
+    for topic in body.topic_data {
+        let name = topic.name.to_string();
+        let partitions: Vec<_> = topic
+            .partition_data
+            .into_iter()
+            .map(|partition| {
+                let topic_partition = TopicPartition {
+                    topic: name.clone(),
+                    partition: PartitionId(partition.index),
+                };
+                let index = partition.index;
+                let produced = produce_partition(
+                    shard,
+                    topic_partition,
+                    partition.records,
+                    body.acks,
+                    timeout,
+                );
+                async move { (index, produced.await) }
+            })
+            .collect();
+        topics.push((name, join_all(partitions)));
+    }
+    let mut responses = Vec::with_capacity(topics.len());
+    for (name, partitions) in topics {
+        let partition_responses = partitions
+            .await
+            .into_iter()
+            .map(|(index, produced)| partition_response(index, produced))
+            .collect();
+        responses.push(
+            TopicProduceResponse::default()
+                .with_name(topic_name(&name))
+                .with_partition_responses(partition_responses),
+        );
+    }
+    if body.acks == 0 {
+        return Ok(Response::Nothing);
+    }
+    encode(
+        request,
+        &ProduceResponse::default().with_responses(responses),
+    )
+}
+
+fn partition_response(index: i32, produced: Produced) -> PartitionProduceResponse {
+    PartitionProduceResponse::default()
+        .with_index(index)
+        .with_error_code(produced.error.0)
+        .with_base_offset(produced.base_offset)
+        .with_log_append_time_ms(produced.log_append_time)
+        .with_log_start_offset(produced.log_start_offset)
+        .with_error_message(produced.message.as_deref().map(text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use brook_engine::log::builder::{BatchOptions, NewRecord, encode_batch};
+    use brook_engine::types::TimestampMs;
+
+    #[test]
+    fn client_batches_must_start_at_offset_zero_and_not_be_control() {
+        let batch = encode_batch(
+            &[NewRecord::value("x", TimestampMs(1))],
+            &BatchOptions::default(),
+        );
+        assert_eq!(check_client_batches(&batch), Ok(()));
+        let mut moved = batch.clone();
+        moved[7] = 5;
+        assert!(check_client_batches(&moved).is_err());
+        let mut control = batch.clone();
+        control[22] |= 0x20;
+        assert!(check_client_batches(&control).is_err());
+    }
+}

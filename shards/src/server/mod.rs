@@ -1,0 +1,159 @@
+//! `brook serve`: one broker, one pinned glommio executor (shard) per core.
+//!
+//! Start-up: read `meta.properties` (cluster id) and the metadata image,
+//! build the shard mesh, start the shards (each opens, and after a crash
+//! recovers, the logs it owns, then binds the shared port with
+//! SO_REUSEPORT), and report the address once every shard serves. SIGTERM or
+//! SIGINT stops every shard, which closes its logs cleanly.
+
+mod connection;
+mod context;
+mod controller;
+mod handlers;
+mod mesh;
+mod meta_properties;
+mod response;
+mod shard;
+mod signals;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use brook_engine::cluster::broker_config::BrokerConfig;
+use brook_engine::cluster::image::ShardId;
+use glommio::Placement;
+use thiserror::Error;
+
+pub use context::ServerContext;
+
+use crate::runtime::executor_builder;
+
+/// How to run the broker (the `brook serve` flags).
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    pub listen: SocketAddr,
+    /// Host put in Metadata responses (default: the listen host).
+    pub advertised_host: Option<String>,
+    pub data_dir: PathBuf,
+    /// Shards to run (default: every available core).
+    pub cores: Option<usize>,
+    pub config: BrokerConfig,
+}
+
+#[derive(Debug, Error)]
+pub enum ServerError {
+    #[error("{0}")]
+    Storage(#[from] crate::storage::StorageError),
+    #[error("cannot listen on {address}: {source}")]
+    Listen {
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start shard {shard}: {reason}")]
+    Shard { shard: u16, reason: String },
+}
+
+/// Runs the broker until SIGTERM/SIGINT. `on_ready` is called with the
+/// bound address once every shard serves.
+pub fn run(
+    options: ServerOptions,
+    on_ready: impl FnOnce(SocketAddr, u16),
+) -> Result<(), ServerError> {
+    signals::block_termination_signals();
+    std::fs::create_dir_all(&options.data_dir).map_err(|source| {
+        crate::storage::StorageError::io("creating", &options.data_dir, source)
+    })?;
+    let cluster_id =
+        meta_properties::load_or_create_cluster_id(&options.data_dir, options.config.broker_id)?;
+    let image = Arc::new(controller::load_image(&options.data_dir)?);
+    let listen = resolve_port(options.listen)?;
+    let cpus = std::thread::available_parallelism().map_or(1, |count| count.get());
+    let shards = options.cores.unwrap_or(cpus).clamp(1, u16::MAX as usize) as u16;
+    let (senders, receivers) = mesh::channels(shards);
+    let advertised_host = options
+        .advertised_host
+        .clone()
+        .unwrap_or_else(|| listen.ip().to_string());
+    let context = Arc::new(ServerContext {
+        broker_id: options.config.broker_id,
+        cluster_id,
+        listen,
+        advertised_host,
+        advertised_port: listen.port(),
+        data_dir: options.data_dir.clone(),
+        config: options.config.clone(),
+        shards,
+        mesh: senders,
+    });
+    for unknown in &context.config.unknown {
+        tracing::warn!(setting = %unknown, "ignoring unknown config");
+    }
+    let (ready_sender, ready) = flume::unbounded();
+    let mut executors = Vec::new();
+    for (index, jobs) in receivers.into_iter().enumerate() {
+        let (context, image, ready) = (context.clone(), image.clone(), ready_sender.clone());
+        let shard = ShardId(index as u16);
+        let builder =
+            executor_builder(Placement::Fixed(index % cpus)).name(&format!("brook-shard-{index}"));
+        let spawned = builder.spawn(move || shard::run_shard(shard, context, jobs, image, ready));
+        executors.push(spawned.map_err(|error| ServerError::Shard {
+            shard: index as u16,
+            reason: error.to_string(),
+        })?);
+    }
+    drop(ready_sender);
+    let mut started = 0;
+    let mut failure = None;
+    while started < shards {
+        match ready.recv() {
+            Ok(Ok(_)) => started += 1,
+            Ok(Err(reason)) => {
+                failure.get_or_insert(reason);
+                started += 1;
+            }
+            Err(_) => break,
+        }
+    }
+    if let Some(reason) = failure {
+        stop_all(&context);
+        executors
+            .into_iter()
+            .for_each(|executor| drop(executor.join()));
+        return Err(ServerError::Shard { shard: 0, reason });
+    }
+    on_ready(listen, shards);
+    let stopper = context.clone();
+    std::thread::spawn(move || {
+        let signal = signals::wait_for_termination();
+        tracing::info!(signal, "stopping");
+        stop_all(&stopper);
+    });
+    for executor in executors {
+        let _ = executor.join();
+    }
+    Ok(())
+}
+
+/// Binds port 0 to learn a free port when asked for one, so every shard
+/// binds the same port.
+fn resolve_port(listen: SocketAddr) -> Result<SocketAddr, ServerError> {
+    if listen.port() != 0 {
+        return Ok(listen);
+    }
+    let probe = TcpListener::bind(listen).map_err(|source| ServerError::Listen {
+        address: listen,
+        source,
+    })?;
+    probe.local_addr().map_err(|source| ServerError::Listen {
+        address: listen,
+        source,
+    })
+}
+
+fn stop_all(context: &ServerContext) {
+    for sender in &context.mesh {
+        let job: mesh::Job = Box::new(|shard| Box::pin(async move { shard.stop() }));
+        let _ = sender.send(job);
+    }
+}

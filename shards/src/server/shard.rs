@@ -1,0 +1,242 @@
+//! One shard of the broker: an executor pinned to a core that owns a
+//! disjoint set of partitions (their logs), accepts connections on the shared
+//! port, and runs jobs other shards send it over the mesh.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use brook_engine::cluster::image::{MetadataImage, ShardId};
+use brook_engine::cluster::topic_config;
+use brook_engine::log::config::LogConfig;
+use brook_engine::types::{LeaderEpoch, TopicPartition};
+use glommio::net::TcpListener;
+use glommio::sync::Semaphore;
+
+use crate::server::connection::serve_connection;
+use crate::server::context::ServerContext;
+use crate::server::mesh::{MeshReceiver, ShardGone, job_with_reply};
+use crate::storage::{MaintenanceSchedule, PartitionLog, StorageError, Store, StoreOptions};
+
+/// The only leader epoch a single broker ever has.
+pub const LEADER_EPOCH: LeaderEpoch = LeaderEpoch(0);
+
+/// Per-shard state. Lives on its shard; shared with its tasks by `Rc`.
+pub struct Shard {
+    pub id: ShardId,
+    pub context: Arc<ServerContext>,
+    pub store: Rc<Store>,
+    image: RefCell<Arc<MetadataImage>>,
+    /// Serialises metadata changes (used on the controller shard).
+    pub controller_lock: Semaphore,
+    stopping: Cell<bool>,
+    stop_bell: Semaphore,
+}
+
+impl std::fmt::Debug for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Shard({})", self.id.0)
+    }
+}
+
+impl Shard {
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.image.borrow().clone()
+    }
+
+    pub fn set_image(&self, image: Arc<MetadataImage>) {
+        *self.image.borrow_mut() = image;
+    }
+
+    pub fn log(&self, topic_partition: &TopicPartition) -> Option<PartitionLog> {
+        self.store.partition(topic_partition)
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.get()
+    }
+
+    /// Runs `job` on `target` (directly when that is this shard) and returns
+    /// its result.
+    pub async fn on_shard<F, Fut, R>(
+        self: &Rc<Self>,
+        target: ShardId,
+        job: F,
+    ) -> Result<R, ShardGone>
+    where
+        F: FnOnce(Rc<Shard>) -> Fut + Send + 'static,
+        Fut: Future<Output = R> + 'static,
+        R: Send + 'static,
+    {
+        if target == self.id {
+            return Ok(job(self.clone()).await);
+        }
+        let sender = self
+            .context
+            .mesh
+            .get(usize::from(target.0))
+            .ok_or(ShardGone(target.0))?;
+        let (boxed, reply) = job_with_reply(job);
+        sender
+            .send_async(boxed)
+            .await
+            .map_err(|_| ShardGone(target.0))?;
+        reply.await.map_err(|_| ShardGone(target.0))
+    }
+
+    /// The log config of a topic: broker defaults, then its overrides.
+    pub fn topic_log_config(&self, topic: &str) -> LogConfig {
+        let image = self.image();
+        let overrides = image
+            .topic(topic)
+            .map(|topic| topic.configs.clone())
+            .unwrap_or_default();
+        topic_config::resolve(&self.context.config.log_defaults, &overrides)
+            .unwrap_or_else(|_| self.context.config.log_defaults.clone())
+    }
+
+    /// Opens (creating if new) partition logs owned by this shard, as leader.
+    pub async fn open_partitions(
+        &self,
+        partitions: Vec<(TopicPartition, LogConfig)>,
+    ) -> Result<(), StorageError> {
+        for (topic_partition, config) in partitions {
+            let log = self
+                .store
+                .open_partition(&topic_partition, config, now_ms())
+                .await?;
+            log.become_leader(LEADER_EPOCH).await?;
+        }
+        Ok(())
+    }
+
+    /// Closes and deletes partition logs of deleted topics.
+    pub async fn delete_partitions(&self, partitions: Vec<TopicPartition>) {
+        for topic_partition in partitions {
+            if let Some(log) = self.store.remove_partition(&topic_partition) {
+                if let Err(error) = log.delete().await {
+                    tracing::error!(partition = %topic_partition, %error, "deleting partition log failed");
+                }
+            }
+        }
+    }
+
+    /// Asks this shard to stop accepting and close its logs.
+    pub fn stop(&self) {
+        self.stopping.set(true);
+        self.stop_bell.signal(1);
+    }
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as i64)
+}
+
+/// What a shard reports once it serves.
+pub type Ready = flume::Sender<Result<ShardId, String>>;
+
+/// Runs shard `id` until it is stopped: opens its logs, binds the listener,
+/// serves connections and mesh jobs, then closes its logs cleanly.
+pub async fn run_shard(
+    id: ShardId,
+    context: Arc<ServerContext>,
+    jobs: MeshReceiver,
+    image: Arc<MetadataImage>,
+    ready: Ready,
+) {
+    let shard = match start(id, context, image).await {
+        Ok(shard) => shard,
+        Err(error) => {
+            let _ = ready.send(Err(format!("shard {}: {error}", id.0)));
+            return;
+        }
+    };
+    let listener = match TcpListener::bind(shard.context.listen) {
+        Ok(listener) => listener,
+        Err(error) => {
+            let _ = ready.send(Err(format!(
+                "shard {}: binding {}: {error}",
+                id.0, shard.context.listen
+            )));
+            return;
+        }
+    };
+    glommio::spawn_local(run_jobs(shard.clone(), jobs)).detach();
+    let _ = ready.send(Ok(id));
+    accept_until_stopped(&shard, &listener).await;
+    drop(listener);
+    if let Err(error) = shard.store.close().await {
+        tracing::error!(shard = id.0, %error, "closing the store failed; the next start will recover");
+    }
+    tracing::info!(shard = id.0, "shard stopped");
+}
+
+async fn start(
+    id: ShardId,
+    context: Arc<ServerContext>,
+    image: Arc<MetadataImage>,
+) -> Result<Rc<Shard>, StorageError> {
+    let store = Rc::new(
+        Store::open(StoreOptions {
+            root: context.data_dir.clone(),
+            shard: id.0,
+        })
+        .await?,
+    );
+    let shard = Rc::new(Shard {
+        id,
+        context,
+        store,
+        image: RefCell::new(image.clone()),
+        controller_lock: Semaphore::new(1),
+        stopping: Cell::new(false),
+        stop_bell: Semaphore::new(0),
+    });
+    let owned: Vec<(TopicPartition, LogConfig)> = image
+        .partitions()
+        .filter(|(_, owner)| *owner == id)
+        .map(|(topic_partition, _)| {
+            let config = shard.topic_log_config(&topic_partition.topic);
+            (topic_partition, config)
+        })
+        .collect();
+    shard.open_partitions(owned).await?;
+    shard.store.checkpoint().await?;
+    let config = &shard.context.config;
+    shard.store.start_maintenance(MaintenanceSchedule {
+        retention_check_interval: Duration::from_millis(config.retention_check_interval_ms.max(1)),
+        checkpoint_interval: Duration::from_millis(config.checkpoint_interval_ms.max(1)),
+        ..MaintenanceSchedule::default()
+    });
+    Ok(shard)
+}
+
+async fn run_jobs(shard: Rc<Shard>, jobs: MeshReceiver) {
+    while let Ok(job) = jobs.recv_async().await {
+        glommio::spawn_local(job(shard.clone())).detach();
+    }
+}
+
+async fn accept_until_stopped(shard: &Rc<Shard>, listener: &TcpListener) {
+    loop {
+        let accept = std::pin::pin!(listener.accept());
+        let stop = std::pin::pin!(shard.stop_bell.acquire(1));
+        match futures::future::select(accept, stop).await {
+            futures::future::Either::Left((Ok(stream), _)) => {
+                glommio::spawn_local(serve_connection(shard.clone(), stream)).detach();
+            }
+            futures::future::Either::Left((Err(error), _)) => {
+                tracing::warn!(shard = shard.id.0, %error, "accept failed");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+            futures::future::Either::Right(_) => return,
+        }
+        if shard.is_stopping() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! The parts of a partition log the broker needs beyond appending and
+//! reading: what consumers may see, leader epochs, live config changes,
+//! DeleteRecords, and deleting the log.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use brook_engine::log::config::{FlushPolicy, LogConfig};
+use brook_engine::types::{LeaderEpoch, Offset, TimestampMs};
+
+use crate::storage::error::{StorageError, io_error};
+use crate::storage::partition_log::PartitionLog;
+
+impl PartitionLog {
+    /// The offset below which consumers may read (the high watermark of a
+    /// single replica): every offset a crash cannot take back under the flush
+    /// policy. Under continuous flushing that is the durable offset; a topic
+    /// that set `flush.messages`/`flush.ms` accepted losing unsynced data to a
+    /// machine crash, so written (process-crash safe) data is visible.
+    pub fn visible_offset(&self) -> Offset {
+        let state = self.inner.state.borrow();
+        match state.config.flush {
+            FlushPolicy::Continuous => state.durable_offset,
+            FlushPolicy::Interval { .. } => state.written_offset,
+        }
+    }
+
+    /// Waits until every offset below `offset` is visible.
+    pub async fn wait_visible(&self, offset: Offset) -> Result<(), StorageError> {
+        let continuous = self.inner.state.borrow().config.flush == FlushPolicy::Continuous;
+        if continuous {
+            self.wait_durable(offset).await
+        } else {
+            self.wait_written(offset).await
+        }
+    }
+
+    pub fn config(&self) -> LogConfig {
+        self.inner.state.borrow().config.clone()
+    }
+
+    /// Applies a changed topic config; rolls, retention, flushing and limits
+    /// follow it from the next decision on.
+    pub fn set_config(&self, config: LogConfig) {
+        self.inner.state.borrow_mut().config = config;
+    }
+
+    /// Makes `epoch` the log's current leader epoch (persisted before any
+    /// batch of it is written), as a leader does when it takes over.
+    pub async fn become_leader(&self, epoch: LeaderEpoch) -> Result<(), StorageError> {
+        let _permit = self
+            .inner
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| self.closed_error())?;
+        self.track_epoch(epoch).await
+    }
+
+    pub fn latest_epoch(&self) -> Option<LeaderEpoch> {
+        self.inner.state.borrow().epochs.latest_epoch()
+    }
+
+    /// OffsetForLeaderEpoch: the end of `epoch` in this log (see
+    /// [`brook_engine::log::epoch_cache::LeaderEpochCache::end_offset_for`]).
+    pub fn epoch_end_offset(&self, epoch: LeaderEpoch) -> Option<(LeaderEpoch, Offset)> {
+        let state = self.inner.state.borrow();
+        state.epochs.end_offset_for(epoch, state.log_end_offset)
+    }
+
+    /// The largest record timestamp among visible batches, if any has one.
+    pub fn max_timestamp(&self) -> Option<TimestampMs> {
+        let state = self.inner.state.borrow();
+        state
+            .segments
+            .iter()
+            .map(|segment| segment.largest_timestamp)
+            .max()
+            .filter(|largest| largest.0 >= 0)
+    }
+
+    /// DeleteRecords: moves the log start offset up to `offset` (at most the
+    /// visible offset). Whole segments below it go with the next retention
+    /// pass, as in Kafka. Returns the new log start offset.
+    pub fn delete_records_before(&self, offset: Offset) -> Result<Offset, StorageError> {
+        let visible = self.visible_offset();
+        let mut state = self.inner.state.borrow_mut();
+        state.check_usable()?;
+        if offset > visible || offset.0 < 0 {
+            let log_end = state.log_end_offset;
+            return Err(StorageError::OffsetOutOfRange {
+                requested: offset,
+                log_start: state.log_start_offset,
+                log_end,
+            });
+        }
+        if offset > state.log_start_offset {
+            state.log_start_offset = offset;
+            state.epochs.truncate_from_start(offset);
+        }
+        Ok(state.log_start_offset)
+    }
+
+    /// Closes the log and removes its directory (the topic was deleted).
+    pub async fn delete(&self) -> Result<(), StorageError> {
+        let dir: PathBuf = self.dir();
+        let _ = self.close().await;
+        std::fs::remove_dir_all(&dir).map_err(io_error("deleting", &dir))?;
+        tracing::info!(dir = %dir.display(), "deleted partition log");
+        Ok(())
+    }
+
+    /// When the last append happened, if any since opening.
+    pub fn idle_since(&self) -> Option<Instant> {
+        self.inner.state.borrow().last_append()
+    }
+
+    pub(crate) fn closed_error(&self) -> StorageError {
+        StorageError::Closed { path: self.dir() }
+    }
+}
