@@ -67,10 +67,13 @@ async fn read_requests<R: AsyncRead + Unpin>(
         let size = frame_size(prefix, max_bytes)?;
         let mut frame = BytesMut::zeroed(size);
         if reader.read_exact(&mut frame).await.is_err() {
-            return Err(FrameError::TooShort { size: size as i64 });
+            return Err(FrameError::Truncated { size });
         }
         let response_slot = match parse_request(frame.freeze()) {
-            Ok(request) => Slot::Handle(request),
+            Ok(request) => {
+                tracing::trace!(api = ?request.api_key, version = request.api_version, client = ?request.client_id, "request");
+                Slot::Handle(request)
+            }
             Err(FrameError::UnsupportedVersion {
                 api_key: ApiKey::ApiVersions,
                 correlation_id,
