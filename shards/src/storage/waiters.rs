@@ -77,7 +77,11 @@ mod tests {
         for _ in 0..10 * PRUNE_EVERY {
             drop(waiters.add(Offset(5)));
         }
-        assert!(waiters.len() < PRUNE_EVERY as usize, "{} waiters kept", waiters.len());
+        assert!(
+            waiters.len() < PRUNE_EVERY as usize,
+            "{} waiters kept",
+            waiters.len()
+        );
         let kept = waiters.add(Offset(5));
         waiters.release(Offset(5));
         assert!(futures::executor::block_on(kept).unwrap().is_ok());
