@@ -114,6 +114,16 @@ fn hostile_frames_close_only_their_connection() {
             frame[6..8].copy_from_slice(&2i16.to_be_bytes());
             frame
         }),
+        ("an array of 2^31 elements in a few bytes", {
+            let mut frame = frame(
+                ApiKey::Metadata,
+                0,
+                &kafka_protocol::messages::MetadataRequest::default(),
+            );
+            let len = frame.len();
+            frame[len - 4..].copy_from_slice(&i32::MAX.to_be_bytes());
+            frame
+        }),
         ("a body that does not decode", {
             let mut frame = frame(
                 ApiKey::Metadata,

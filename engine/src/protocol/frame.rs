@@ -177,6 +177,30 @@ mod tests {
         }
     }
 
+    /// A few bytes declaring 2^31 array elements must be an error, not a
+    /// multi-gigabyte reservation that aborts the process (fuzz finding; see
+    /// vendor/kafka-protocol/BROOK.md).
+    #[test]
+    fn huge_declared_array_lengths_are_errors() {
+        let mut frame = frame_of(ApiKey::Metadata, 0, &MetadataRequest::default()).to_vec();
+        let len = frame.len();
+        frame[len - 4..].copy_from_slice(&i32::MAX.to_be_bytes());
+        let request = parse_request(Bytes::from(frame)).unwrap();
+        assert!(matches!(
+            request.decode_body::<MetadataRequest>(),
+            Err(FrameError::Malformed { .. })
+        ));
+        let mut compact = frame_of(ApiKey::Metadata, 12, &MetadataRequest::default()).to_vec();
+        let len = compact.len();
+        compact.truncate(len - 4);
+        compact.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x07]);
+        let request = parse_request(Bytes::from(compact)).unwrap();
+        assert!(matches!(
+            request.decode_body::<MetadataRequest>(),
+            Err(FrameError::Malformed { .. })
+        ));
+    }
+
     #[test]
     fn unknown_keys_unsupported_versions_and_garbage_are_errors() {
         let mut unknown = frame_of(ApiKey::Metadata, 1, &MetadataRequest::default()).to_vec();
