@@ -342,40 +342,50 @@ fn a_waiting_fetch_returns_soon_after_a_produce() {
         .add_partition_offset("polled", 0, Offset::Beginning)
         .unwrap();
     consumer.assign(&assignment).unwrap();
-    // Let the consumer park a fetch at the broker.
-    assert!(consumer.poll(Duration::from_millis(1500)).is_none());
     let producer = producer(&broker, "1");
     // Connected and with metadata, so the timing below is the broker's.
     producer
         .client()
         .fetch_metadata(Some("polled"), TIMEOUT)
         .unwrap();
-    let sent = Instant::now();
-    send(
-        &producer,
-        BaseRecord::to("polled").key("k").payload(&b"now"[..]),
-    );
-    // Serve the producer without blocking in flush(), whose own polling
-    // interval would dominate the figure printed below.
-    let message = loop {
-        producer.poll(Duration::ZERO);
-        match consumer.poll(Duration::from_millis(5)) {
-            Some(message) => break message.unwrap(),
-            None if sent.elapsed() > Duration::from_secs(4) => {
-                panic!("the parked fetch was not woken")
+    // The acceptance bound is 100 ms. One round can miss it for reasons that
+    // are not the broker's (two cores shared with the rest of the suite), so
+    // each round must be woken long before the 5 s wait runs out, and the
+    // best of three must be within the bound. A broker that answers parked
+    // fetches on a timer instead of on the append fails both.
+    let mut best = Duration::MAX;
+    for round in 0..3 {
+        // Let the consumer park a fetch at the broker.
+        assert!(consumer.poll(Duration::from_millis(700)).is_none());
+        let payload = format!("now-{round}");
+        let sent = Instant::now();
+        send(
+            &producer,
+            BaseRecord::to("polled")
+                .key("k")
+                .payload(payload.as_bytes()),
+        );
+        // Serve the producer without blocking in flush(), whose own polling
+        // interval would dominate the measured figure.
+        let message = loop {
+            producer.poll(Duration::ZERO);
+            match consumer.poll(Duration::from_millis(2)) {
+                Some(message) => break message.unwrap(),
+                None if sent.elapsed() > Duration::from_secs(4) => {
+                    panic!("the parked fetch was not woken")
+                }
+                None => {}
             }
-            None => {}
-        }
-    };
-    assert_eq!(message.payload(), Some(&b"now"[..]));
-    let woken_after = sent.elapsed();
-    println!("parked fetch answered {woken_after:?} after the produce was sent");
+        };
+        let woken_after = sent.elapsed();
+        assert_eq!(message.payload(), Some(payload.as_bytes()));
+        println!("round {round}: parked fetch answered {woken_after:?} after the send");
+        assert!(
+            woken_after < Duration::from_secs(2),
+            "woken after {woken_after:?}"
+        );
+        best = best.min(woken_after);
+    }
     producer.flush(TIMEOUT).unwrap();
-    // A fetch that waited out its 5 s would arrive after ~5 s; a woken one
-    // arrives with the produce. The bound is loose (this is not a timing
-    // benchmark) but far below the wait.
-    assert!(
-        woken_after < Duration::from_secs(2),
-        "woken after {woken_after:?}"
-    );
+    assert!(best < Duration::from_millis(100), "best wake-up {best:?}");
 }
