@@ -181,6 +181,24 @@ impl MetadataImage {
         }
         let mut image = MetadataImage::default();
         for (line, content) in lines.filter(|(_, content)| !content.trim().is_empty()) {
+            // A config value may hold spaces ("compact, delete"): it is the
+            // rest of its line.
+            if let Some(config) = content.strip_prefix("config ") {
+                let (name, setting) = config.split_once(' ').ok_or(ImageError {
+                    line,
+                    reason: "bad config",
+                })?;
+                let (key, value) = setting.split_once('=').ok_or(ImageError {
+                    line,
+                    reason: "bad config",
+                })?;
+                let topic = image.topics.get_mut(name).ok_or(ImageError {
+                    line,
+                    reason: "config of an unknown topic",
+                })?;
+                topic.configs.insert(key.to_owned(), value.to_owned());
+                continue;
+            }
             let fields: Vec<&str> = content.split(' ').collect();
             match fields.as_slice() {
                 ["topic", name, id, shards] => {
@@ -199,17 +217,6 @@ impl MetadataImage {
                         configs: BTreeMap::new(),
                     };
                     image.topics.insert(topic.name.clone(), topic);
-                }
-                ["config", name, setting] => {
-                    let (key, value) = setting.split_once('=').ok_or(ImageError {
-                        line,
-                        reason: "bad config",
-                    })?;
-                    let topic = image.topics.get_mut(*name).ok_or(ImageError {
-                        line,
-                        reason: "config of an unknown topic",
-                    })?;
-                    topic.configs.insert(key.to_owned(), value.to_owned());
                 }
                 _ => {
                     return Err(ImageError {
@@ -283,6 +290,17 @@ mod tests {
         assert!(MetadataImage::decode("brook-metadata 2\n").is_err());
         assert!(MetadataImage::decode("brook-metadata 1\ntopic x zz 0\n").is_err());
         assert!(MetadataImage::decode("brook-metadata 1\nconfig x a=b\n").is_err());
+    }
+
+    #[test]
+    fn config_values_with_spaces_round_trip() {
+        let mut image = image();
+        let orders = image.topics.get_mut("orders").unwrap();
+        orders
+            .configs
+            .insert("cleanup.policy".into(), "compact, delete".into());
+        orders.configs.insert("retention.ms".into(), " 1000".into());
+        assert_eq!(MetadataImage::decode(&image.encode()), Ok(image));
     }
 
     #[test]

@@ -126,6 +126,10 @@ impl LogConfig {
                 value: value.to_owned(),
                 reason,
             };
+            // Values are kept as given, one per line of the metadata file.
+            if value.chars().any(char::is_control) {
+                return Err(invalid("contains a control character"));
+            }
             let number = || {
                 value
                     .trim()
@@ -312,6 +316,12 @@ mod tests {
         assert_eq!(
             LogConfig::default().with_overrides([("segment.size", "1")]),
             Err(ConfigError::Unknown("segment.size".into()))
+        );
+        // Stored values are one line each in the metadata file.
+        assert!(
+            LogConfig::default()
+                .with_overrides([("retention.ms", "1000\nconfig x y=z")])
+                .is_err()
         );
     }
 }
