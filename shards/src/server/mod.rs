@@ -22,12 +22,15 @@ use std::sync::Arc;
 
 use brook_engine::cluster::broker_config::BrokerConfig;
 use brook_engine::cluster::image::ShardId;
-use glommio::Placement;
+use glommio::{Placement, PoolPlacement};
 use thiserror::Error;
 
 pub use context::ServerContext;
 
 use crate::runtime::executor_builder;
+
+/// Blocking-pool threads per shard (they mostly wait on sockets and disks).
+const SENDFILE_THREADS: usize = 4;
 
 /// How to run the broker (the `brook serve` flags).
 #[derive(Clone, Debug)]
@@ -68,8 +71,11 @@ pub fn run(
         meta_properties::load_or_create_cluster_id(&options.data_dir, options.config.broker_id)?;
     let image = Arc::new(controller::load_image(&options.data_dir)?);
     let listen = resolve_port(options.listen)?;
-    let cpus = std::thread::available_parallelism().map_or(1, |count| count.get());
-    let shards = options.cores.unwrap_or(cpus).clamp(1, u16::MAX as usize) as u16;
+    let cpus = allowed_cpus();
+    let shards = options
+        .cores
+        .unwrap_or(cpus.len())
+        .clamp(1, u16::MAX as usize) as u16;
     let (senders, receivers) = mesh::channels(shards);
     let advertised_host = options
         .advertised_host
@@ -94,8 +100,11 @@ pub fn run(
     for (index, jobs) in receivers.into_iter().enumerate() {
         let (context, image, ready) = (context.clone(), image.clone(), ready_sender.clone());
         let shard = ShardId(index as u16);
-        let builder =
-            executor_builder(Placement::Fixed(index % cpus)).name(&format!("brook-shard-{index}"));
+        // File sends wait on the blocking pool for slow peers; several
+        // threads keep one slow consumer from delaying the others.
+        let builder = executor_builder(Placement::Fixed(cpus[index % cpus.len()]))
+            .blocking_thread_pool_placement(PoolPlacement::Unbound(SENDFILE_THREADS))
+            .name(&format!("brook-shard-{index}"));
         let spawned = builder.spawn(move || shard::run_shard(shard, context, jobs, image, ready));
         executors.push(spawned.map_err(|error| ServerError::Shard {
             shard: index as u16,
@@ -112,7 +121,10 @@ pub fn run(
                 failure.get_or_insert(reason);
                 started += 1;
             }
-            Err(_) => break,
+            Err(_) => {
+                failure.get_or_insert_with(|| "a shard stopped before it served".to_owned());
+                break;
+            }
         }
     }
     if let Some(reason) = failure {
@@ -156,4 +168,27 @@ fn stop_all(context: &ServerContext) {
         let job: mesh::Job = Box::new(|shard| Box::pin(async move { shard.stop() }));
         let _ = sender.send(job);
     }
+}
+
+/// The CPUs this process may run on (its affinity mask, as `taskset` sets
+/// it), in order; shards are pinned to them round-robin.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set, and the call writes at
+    // most its size.
+    let allowed = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            None
+        } else {
+            Some(
+                (0..libc::CPU_SETSIZE as usize)
+                    .filter(|cpu| libc::CPU_ISSET(*cpu, &set))
+                    .collect::<Vec<_>>(),
+            )
+        }
+    };
+    allowed.filter(|cpus| !cpus.is_empty()).unwrap_or_else(|| {
+        let count = std::thread::available_parallelism().map_or(1, |count| count.get());
+        (0..count).collect()
+    })
 }

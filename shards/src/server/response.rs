@@ -96,38 +96,63 @@ pub async fn write_fetch<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
+/// How long one pool job waits for a full socket before it hands the pool
+/// thread back (other connections' file reads queue behind it).
+const SENDFILE_WAIT_SLICE_MS: i32 = 100;
+
+/// How long a peer may take no bytes at all before the send fails.
+const SENDFILE_STALL_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Sends `len` bytes of `file` from `position` to the socket with
 /// sendfile(2), on glommio's blocking pool. Both descriptors are duplicated
-/// for the pool thread, so nothing it uses can be closed under it.
+/// for the pool thread, so nothing it uses can be closed under it. A peer
+/// that stops reading holds a pool thread for at most one slice at a time.
 pub async fn sendfile_all(
     socket: RawFd,
     file: &std::fs::File,
     position: u64,
     len: u64,
 ) -> std::io::Result<()> {
-    let file = file.try_clone()?;
+    let file = std::sync::Arc::new(file.try_clone()?);
     // SAFETY: dup of a descriptor this connection owns and keeps open while
     // it awaits this call; the duplicate is owned (and closed) by `socket`.
-    let socket = unsafe {
+    let socket = std::sync::Arc::new(unsafe {
         let duplicate = libc::dup(socket);
         if duplicate < 0 {
             return Err(std::io::Error::last_os_error());
         }
         OwnedFd::from_raw_fd(duplicate)
-    };
-    glommio::executor()
-        .spawn_blocking(move || send_range(&socket, &file, position, len))
-        .await
+    });
+    let end = position + len;
+    let mut offset = position;
+    let mut progressed = std::time::Instant::now();
+    while offset < end {
+        let (socket, file) = (socket.clone(), file.clone());
+        let reached = glommio::executor()
+            .spawn_blocking(move || send_range(&socket, &file, offset, end))
+            .await?;
+        if reached > offset {
+            offset = reached;
+            progressed = std::time::Instant::now();
+        } else if progressed.elapsed() > SENDFILE_STALL_MAX {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the peer stopped reading",
+            ));
+        }
+    }
+    Ok(())
 }
 
+/// Sends from `position` towards `end` until done or the socket stays full
+/// for a slice; returns the position reached.
 fn send_range(
     socket: &OwnedFd,
     file: &std::fs::File,
     position: u64,
-    len: u64,
-) -> std::io::Result<()> {
+    end: u64,
+) -> std::io::Result<u64> {
     let mut offset = position as libc::off_t;
-    let end = position + len;
     while (offset as u64) < end {
         let remaining = (end - offset as u64).min(1 << 30) as usize;
         // SAFETY: valid descriptors, and `offset` is a valid out-parameter.
@@ -145,32 +170,34 @@ fn send_range(
         let error = std::io::Error::last_os_error();
         match error.kind() {
             std::io::ErrorKind::Interrupted => {}
-            std::io::ErrorKind::WouldBlock => wait_writable(socket)?,
+            std::io::ErrorKind::WouldBlock => {
+                if !wait_writable(socket)? {
+                    break;
+                }
+            }
             _ => return Err(error),
         }
     }
-    Ok(())
+    Ok(offset as u64)
 }
 
-/// Blocks the pool thread until the (non-blocking) socket can take more.
-fn wait_writable(socket: &OwnedFd) -> std::io::Result<()> {
+/// Waits (on the pool thread) up to one slice for the non-blocking socket to
+/// take more; false if it is still full.
+fn wait_writable(socket: &OwnedFd) -> std::io::Result<bool> {
     let mut poll = libc::pollfd {
         fd: socket.as_raw_fd(),
         events: libc::POLLOUT,
         revents: 0,
     };
     // SAFETY: one valid pollfd.
-    let ready = unsafe { libc::poll(&mut poll, 1, 30_000) };
+    let ready = unsafe { libc::poll(&mut poll, 1, SENDFILE_WAIT_SLICE_MS) };
     match ready {
         1.. if poll.revents & (libc::POLLERR | libc::POLLHUP) != 0 => Err(std::io::Error::new(
             std::io::ErrorKind::BrokenPipe,
             "the peer went away",
         )),
-        1.. => Ok(()),
-        0 => Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "the peer stopped reading",
-        )),
+        1.. => Ok(true),
+        0 => Ok(false),
         _ => Err(std::io::Error::last_os_error()),
     }
 }

@@ -166,7 +166,10 @@ pub async fn run_shard(
         }
     };
     glommio::spawn_local(run_jobs(shard.clone(), jobs)).detach();
+    // Dropped once sent: a shard that dies before it reports then shows as a
+    // disconnect instead of leaving start-up waiting.
     let _ = ready.send(Ok(id));
+    drop(ready);
     accept_until_stopped(&shard, &listener).await;
     drop(listener);
     if let Err(error) = shard.store.close().await {
