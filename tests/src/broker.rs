@@ -110,6 +110,24 @@ impl Broker {
         &self.data_dir
     }
 
+    /// CPU time (user + system) the broker process has used so far.
+    pub fn cpu_time(&self) -> Duration {
+        let pid = self.child.as_ref().expect("a running broker").id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("reading stat");
+        // Fields after the parenthesised command name; utime and stime are
+        // the 14th and 15th of the whole line.
+        let after_name = &stat[stat.rfind(')').expect("a stat line") + 2..];
+        let fields: Vec<u64> = after_name
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .map(|field| field.parse().expect("a tick count"))
+            .collect();
+        // SAFETY: sysconf has no preconditions.
+        let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+        Duration::from_millis((fields[0] + fields[1]) * 1000 / ticks_per_second)
+    }
+
     /// The broker's log so far (for failure messages).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.data_dir.join("broker.log")).unwrap_or_default()

@@ -3,58 +3,29 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
 
 use brook_engine::log::builder::{BatchOptions, NewRecord, encode_batch};
 use brook_engine::types::TimestampMs;
 use brook_tests::broker::Broker;
-use bytes::{Bytes, BytesMut};
+use brook_tests::raw::{self, connect};
+use bytes::Bytes;
 use kafka_protocol::messages::api_versions_response::ApiVersionsResponse;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ListOffsetsRequest, ListOffsetsResponse, ProduceRequest,
-    ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+    ProduceResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 const BROOK: &str = env!("CARGO_BIN_EXE_brook-e2e");
 
-fn connect(broker: &Broker) -> TcpStream {
-    let stream = TcpStream::connect(&broker.address).expect("connecting");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    stream
-}
-
 fn frame<T: Encodable>(api_key: ApiKey, version: i16, body: &T) -> Vec<u8> {
-    let mut buffer = BytesMut::new();
-    RequestHeader::default()
-        .with_request_api_key(api_key as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(7)
-        .with_client_id(Some(StrBytes::from_static_str("raw")))
-        .encode(&mut buffer, api_key.request_header_version(version))
-        .unwrap();
-    body.encode(&mut buffer, version).unwrap();
-    let mut framed = (buffer.len() as i32).to_be_bytes().to_vec();
-    framed.extend_from_slice(&buffer);
-    framed
+    raw::frame(api_key, version, 7, body)
 }
 
-/// Reads one response frame's body after its header, or `None` if the
-/// broker closed the connection.
 fn response(stream: &mut TcpStream, api_key: ApiKey, version: i16) -> Option<Bytes> {
-    let mut size = [0u8; 4];
-    stream.read_exact(&mut size).ok()?;
-    let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
-    stream.read_exact(&mut body).ok()?;
-    let mut body = Bytes::from(body);
-    let header =
-        ResponseHeader::decode(&mut body, api_key.response_header_version(version)).unwrap();
-    assert_eq!(header.correlation_id, 7);
-    Some(body)
+    raw::response(stream, api_key, version, 7)
 }
 
 fn closed(stream: &mut TcpStream) -> bool {

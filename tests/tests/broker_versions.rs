@@ -3,7 +3,6 @@
 //! Clients pick their own versions; this covers the ones none of the test
 //! clients happen to use (kafkajs and kafka-python speak old ones).
 
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
@@ -11,9 +10,10 @@ use brook_engine::log::builder::{BatchOptions, NewRecord, encode_batch};
 use brook_engine::protocol::versions::SUPPORTED;
 use brook_engine::types::TimestampMs;
 use brook_tests::broker::Broker;
-use bytes::{Bytes, BytesMut};
+use brook_tests::raw::exchange;
+use bytes::Bytes;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 const BROOK: &str = env!("CARGO_BIN_EXE_brook-e2e");
@@ -21,51 +21,6 @@ const TOPIC: &str = "versions";
 
 fn name(value: &str) -> TopicName {
     TopicName(StrBytes::from_string(value.to_owned()))
-}
-
-fn exchange<Q: Encodable, R: Decodable>(
-    stream: &mut TcpStream,
-    api_key: ApiKey,
-    version: i16,
-    request: &Q,
-) -> R {
-    let mut buffer = BytesMut::new();
-    RequestHeader::default()
-        .with_request_api_key(api_key as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(i32::from(version))
-        .with_client_id(Some(StrBytes::from_static_str("sweep")))
-        .encode(&mut buffer, api_key.request_header_version(version))
-        .unwrap();
-    request
-        .encode(&mut buffer, version)
-        .unwrap_or_else(|error| panic!("{api_key:?} v{version} request: {error}"));
-    stream
-        .write_all(&(buffer.len() as i32).to_be_bytes())
-        .unwrap();
-    stream.write_all(&buffer).unwrap();
-    let mut size = [0u8; 4];
-    stream
-        .read_exact(&mut size)
-        .unwrap_or_else(|error| panic!("{api_key:?} v{version}: no answer ({error})"));
-    let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
-    stream.read_exact(&mut body).unwrap();
-    let mut body = Bytes::from(body);
-    let header =
-        ResponseHeader::decode(&mut body, api_key.response_header_version(version)).unwrap();
-    assert_eq!(
-        header.correlation_id,
-        i32::from(version),
-        "{api_key:?} v{version}"
-    );
-    let response = R::decode(&mut body, version)
-        .unwrap_or_else(|error| panic!("{api_key:?} v{version} response: {error}"));
-    assert!(
-        body.is_empty(),
-        "{api_key:?} v{version}: {} bytes left over",
-        body.len()
-    );
-    response
 }
 
 fn batch() -> Bytes {

@@ -15,6 +15,9 @@ pub struct BrokerConfig {
     pub auto_create_topics_enable: bool,
     /// `socket.request.max.bytes` (100 MiB).
     pub socket_request_max_bytes: usize,
+    /// `fetch.max.bytes` (55 MiB): the most record bytes one Fetch response
+    /// carries, whatever the request asks (beyond one batch, KIP-74).
+    pub fetch_max_bytes: usize,
     /// `log.retention.check.interval.ms` (5 minutes).
     pub retention_check_interval_ms: u64,
     /// `log.flush.offset.checkpoint.interval.ms` (1 minute).
@@ -32,6 +35,7 @@ impl Default for BrokerConfig {
             num_partitions: 1,
             auto_create_topics_enable: true,
             socket_request_max_bytes: SOCKET_REQUEST_MAX_BYTES_DEFAULT,
+            fetch_max_bytes: 57_671_680,
             retention_check_interval_ms: 300_000,
             checkpoint_interval_ms: 60_000,
             log_defaults: LogConfig::default(),
@@ -90,6 +94,12 @@ impl BrokerConfig {
                         .filter(|n| *n > 0)
                         .ok_or(invalid("must be positive"))?
                 }
+                "fetch.max.bytes" => {
+                    config.fetch_max_bytes = usize::try_from(number()?)
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or(invalid("must be positive"))?
+                }
                 "log.retention.check.interval.ms" => {
                     config.retention_check_interval_ms =
                         u64::try_from(number()?).map_err(|_| invalid("must not be negative"))?
@@ -109,10 +119,23 @@ impl BrokerConfig {
                 },
             }
         }
+        // A count of minutes or hours too large for milliseconds is refused,
+        // not wrapped (a wrapped negative would mean "keep forever").
+        let in_ms = |setting: Option<i64>, key: &str, unit: i64| {
+            setting
+                .map(|count| {
+                    count.checked_mul(unit).ok_or(ConfigError::Invalid {
+                        name: key.to_owned(),
+                        value: count.to_string(),
+                        reason: "too large",
+                    })
+                })
+                .transpose()
+        };
         let retention_ms = retention
             .0
-            .or(retention.1.map(|m| m * 60_000))
-            .or(retention.2.map(|h| h * 3_600_000));
+            .or(in_ms(retention.1, "log.retention.minutes", 60_000)?)
+            .or(in_ms(retention.2, "log.retention.hours", 3_600_000)?);
         let retention_ms = retention_ms.map(|ms| {
             if ms < 0 {
                 "-1".to_owned()
@@ -122,7 +145,7 @@ impl BrokerConfig {
         });
         let roll_ms = roll
             .0
-            .or(roll.1.map(|h| h * 3_600_000))
+            .or(in_ms(roll.1, "log.roll.hours", 3_600_000)?)
             .map(|ms| ms.to_string());
         let mut log_settings: Vec<(&str, &str)> = topic_level;
         if let Some(ms) = retention_ms.as_deref() {
@@ -166,5 +189,14 @@ mod tests {
         let error =
             BrokerConfig::from_properties(&parse_properties("num.partitions=zero")).unwrap_err();
         assert!(matches!(error, ConfigError::Invalid { name, .. } if name == "num.partitions"));
+        let error = BrokerConfig::from_properties(&parse_properties(
+            "log.retention.hours=9000000000000000",
+        ))
+        .unwrap_err();
+        assert!(
+            matches!(error, ConfigError::Invalid { name, .. } if name == "log.retention.hours")
+        );
+        let config = BrokerConfig::from_properties(&parse_properties("fetch.max.bytes=1024"));
+        assert_eq!(config.unwrap().fetch_max_bytes, 1024);
     }
 }

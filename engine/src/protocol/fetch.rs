@@ -52,26 +52,35 @@ pub struct FetchResponseData {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FetchPiece {
     Bytes(Vec<u8>),
-    /// The records of `topics[topic].partitions[partition]`.
+    /// The records of the `index`-th partition of the response, counting
+    /// through every topic's partitions in order.
     Records {
-        topic: usize,
-        partition: usize,
+        index: usize,
     },
 }
 
+#[derive(Clone, Copy, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FetchEncodeError {
+    #[error("fetch v{0} is not encoded")]
+    Version(i16),
+    #[error("a fetch response over 2 GiB")]
+    TooLarge,
+}
+
 /// Encodes the whole frame (size prefix, response header, body) for
-/// `version`; record bytes are left as [`FetchPiece::Records`] slots.
+/// `version`; record bytes are left as [`FetchPiece::Records`] slots. Bytes
+/// are cut only where records follow, so a response is few pieces.
 pub fn encode_fetch_response(
     correlation_id: i32,
     version: i16,
     data: &FetchResponseData,
-) -> Vec<FetchPiece> {
-    assert!(
-        FETCH_VERSIONS.contains(&version),
-        "fetch v{version} is not encoded"
-    );
+) -> Result<Vec<FetchPiece>, FetchEncodeError> {
+    if !FETCH_VERSIONS.contains(&version) {
+        return Err(FetchEncodeError::Version(version));
+    }
     let flexible = version >= 12;
     let mut pieces = Vec::new();
+    let mut body_bytes = 0usize;
     let mut writer = WireWriter::default();
     writer.int32(correlation_id);
     if flexible {
@@ -83,26 +92,28 @@ pub fn encode_fetch_response(
         writer.int32(data.session_id);
     }
     writer.array_length(Some(data.topics.len()), flexible);
-    for (topic_slot, topic) in data.topics.iter().enumerate() {
+    let mut index = 0;
+    for topic in &data.topics {
         if version >= 13 {
             writer.uuid(topic.topic_id);
         } else {
             writer.string(&topic.name, flexible);
         }
         writer.array_length(Some(topic.partitions.len()), flexible);
-        for (partition_slot, partition) in topic.partitions.iter().enumerate() {
+        for partition in &topic.partitions {
             encode_partition_head(&mut writer, version, partition);
-            writer.records_length(Some(partition.records_bytes), flexible);
-            pieces.push(FetchPiece::Bytes(std::mem::take(&mut writer.bytes)));
-            if partition.records_bytes > 0 {
-                pieces.push(FetchPiece::Records {
-                    topic: topic_slot,
-                    partition: partition_slot,
-                });
+            let records_bytes =
+                i32::try_from(partition.records_bytes).map_err(|_| FetchEncodeError::TooLarge)?;
+            writer.records_length(Some(records_bytes as usize), flexible);
+            if records_bytes > 0 {
+                body_bytes += writer.bytes.len() + partition.records_bytes;
+                pieces.push(FetchPiece::Bytes(std::mem::take(&mut writer.bytes)));
+                pieces.push(FetchPiece::Records { index });
             }
             if flexible {
                 writer.no_tagged_fields();
             }
+            index += 1;
         }
         if flexible {
             writer.no_tagged_fields();
@@ -111,23 +122,79 @@ pub fn encode_fetch_response(
     if flexible {
         writer.no_tagged_fields();
     }
+    body_bytes += writer.bytes.len();
     pieces.push(FetchPiece::Bytes(writer.bytes));
-    let body_bytes: usize = pieces
-        .iter()
-        .map(|piece| match piece {
-            FetchPiece::Bytes(bytes) => bytes.len(),
-            FetchPiece::Records { topic, partition } => {
-                data.topics[*topic].partitions[*partition].records_bytes
-            }
-        })
-        .sum();
-    let mut frame = (body_bytes as i32).to_be_bytes().to_vec();
+    let size = i32::try_from(body_bytes).map_err(|_| FetchEncodeError::TooLarge)?;
     if let Some(FetchPiece::Bytes(first)) = pieces.first_mut() {
+        let mut frame = Vec::with_capacity(4 + first.len());
+        frame.extend_from_slice(&size.to_be_bytes());
         frame.append(first);
         *first = frame;
     }
-    pieces.retain(|piece| !matches!(piece, FetchPiece::Bytes(bytes) if bytes.is_empty()));
-    pieces
+    Ok(pieces)
+}
+
+/// The record-byte budget of one Fetch response (KIP-74), spent over its
+/// partitions in request order: the first partition with records returns at
+/// least one whole batch whatever the limits, so a consumer always
+/// progresses; every later partition gets only what still fits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResponseBudget {
+    remaining: u64,
+    first_served: bool,
+}
+
+impl ResponseBudget {
+    /// The request's `max_bytes` (negative reads as 0) capped by the broker's
+    /// `fetch.max.bytes`.
+    pub fn new(request_max_bytes: i32, broker_max_bytes: usize) -> ResponseBudget {
+        ResponseBudget {
+            remaining: (request_max_bytes.max(0) as u64).min(broker_max_bytes as u64),
+            first_served: false,
+        }
+    }
+
+    /// How many bytes to read from the next partition; `None` if it can
+    /// contribute no records (the read of its offsets alone is enough).
+    /// `Some(0)` means "one batch, whatever its size".
+    pub fn read_limit(&self, partition_max_bytes: i32) -> Option<u64> {
+        let limit = (partition_max_bytes.max(0) as u64).min(self.remaining);
+        (!self.first_served || limit > 0).then_some(limit)
+    }
+
+    /// The most record bytes the next partition may add to the response;
+    /// `None` while no partition has records (the first is served whole).
+    pub fn room(&self, partition_max_bytes: i32) -> Option<u64> {
+        self.first_served
+            .then(|| (partition_max_bytes.max(0) as u64).min(self.remaining))
+    }
+
+    /// Accounts `len` bytes of records put in the response.
+    pub fn take(&mut self, len: u64) {
+        if len > 0 {
+            self.first_served = true;
+            self.remaining = self.remaining.saturating_sub(len);
+        }
+    }
+}
+
+/// The length of the longest run of whole batches at the start of `bytes`
+/// (given as `len` bytes readable through `byte_at`) that fits in `room`.
+pub fn whole_batches_within(len: u64, room: u64, byte_at: impl Fn(u64) -> u8) -> u64 {
+    // A v2 batch: base offset (8), then its length after that field (4).
+    const LENGTH_END: u64 = 12;
+    let mut end = 0u64;
+    while end + LENGTH_END <= len {
+        let length = (8..12).fold(0u32, |value, at| {
+            (value << 8) | u32::from(byte_at(end + at))
+        });
+        let next = end + LENGTH_END + u64::from(length);
+        if next > len.min(room) {
+            break;
+        }
+        end = next;
+    }
+    end
 }
 
 fn encode_partition_head(writer: &mut WireWriter, version: i16, partition: &PartitionData) {
@@ -207,13 +274,13 @@ mod tests {
         let (data, records) = sample();
         for version in FETCH_VERSIONS {
             let mut frame = Vec::new();
-            for piece in encode_fetch_response(77, version, &data) {
+            let pieces = encode_fetch_response(77, version, &data).unwrap();
+            // Bytes, then one cut before each partition with records.
+            assert_eq!(pieces.len(), 5, "v{version}");
+            for piece in pieces {
                 match piece {
                     FetchPiece::Bytes(bytes) => frame.extend(bytes),
-                    FetchPiece::Records { topic, partition } => {
-                        let slot = if topic == 0 { partition } else { 2 };
-                        frame.extend(&records[slot]);
-                    }
+                    FetchPiece::Records { index } => frame.extend(&records[index]),
                 }
             }
             let mut buffer = Bytes::from(frame);
@@ -243,5 +310,72 @@ mod tests {
                 assert_eq!(third.log_start_offset, 5);
             }
         }
+    }
+
+    #[test]
+    fn unknown_versions_and_oversized_responses_are_errors() {
+        let (mut data, _) = sample();
+        assert_eq!(
+            encode_fetch_response(1, 17, &data),
+            Err(FetchEncodeError::Version(17))
+        );
+        data.topics[0].partitions[0].records_bytes = 1 << 31;
+        assert_eq!(
+            encode_fetch_response(1, 16, &data),
+            Err(FetchEncodeError::TooLarge)
+        );
+        data.topics[0].partitions[0].records_bytes = (1 << 31) - 100;
+        assert_eq!(
+            encode_fetch_response(1, 16, &data),
+            Err(FetchEncodeError::TooLarge)
+        );
+    }
+
+    #[test]
+    fn the_first_partition_with_records_is_served_whole_and_the_rest_fit() {
+        let mut budget = ResponseBudget::new(1000, 57_671_680);
+        assert_eq!(budget.read_limit(300), Some(300));
+        assert_eq!(budget.room(300), None);
+        // An empty partition does not count as the first.
+        budget.take(0);
+        assert_eq!(budget.room(300), None);
+        // The first batch may exceed both limits.
+        budget.take(800);
+        assert_eq!(budget.read_limit(300), Some(200));
+        assert_eq!(budget.room(300), Some(200));
+        assert_eq!(budget.room(150), Some(150));
+        budget.take(200);
+        assert_eq!(budget.read_limit(300), None);
+        assert_eq!(budget.room(300), Some(0));
+    }
+
+    #[test]
+    fn the_broker_caps_the_request_and_zero_still_serves_one_batch() {
+        let budget = ResponseBudget::new(i32::MAX, 1024);
+        assert_eq!(budget.read_limit(i32::MAX), Some(1024));
+        let mut budget = ResponseBudget::new(-5, 1024);
+        assert_eq!(budget.read_limit(100), Some(0));
+        budget.take(4096);
+        assert_eq!(budget.read_limit(100), None);
+    }
+
+    #[test]
+    fn whole_batches_are_cut_at_their_boundaries() {
+        // Three "batches" of 20, 30 and 12 bytes (length field = size - 12).
+        let mut bytes = Vec::new();
+        for size in [20u32, 30, 12] {
+            let mut batch = vec![0u8; size as usize];
+            batch[8..12].copy_from_slice(&(size - 12).to_be_bytes());
+            bytes.extend(batch);
+        }
+        let within = |room| whole_batches_within(bytes.len() as u64, room, |at| bytes[at as usize]);
+        assert_eq!(within(0), 0);
+        assert_eq!(within(19), 0);
+        assert_eq!(within(20), 20);
+        assert_eq!(within(49), 20);
+        assert_eq!(within(50), 50);
+        assert_eq!(within(1000), 62);
+        // A truncated last batch is never counted.
+        assert_eq!(whole_batches_within(55, 1000, |at| bytes[at as usize]), 50);
     }
 }

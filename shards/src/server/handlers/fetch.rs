@@ -3,22 +3,27 @@
 //! partition byte limits; if fewer than `min_bytes` are available the fetch
 //! waits (up to `max_wait_ms`) for an append to any of its partitions.
 //!
+//! Each owning shard is asked once per pass, all of them at the same time.
 //! Record bytes are never copied on this shard: the tail comes as shared
 //! slices of the log's DMA memory, sealed segments as a file range sent with
 //! sendfile. Data from another shard's memory is copied once to cross over.
 
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use brook_engine::cluster::image::{MetadataImage, TopicId};
+use brook_engine::cluster::image::{MetadataImage, ShardId, TopicId};
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::fetch::{
-    FetchPiece, FetchResponseData, PartitionData, TopicData, encode_fetch_response,
+    FetchPiece, FetchResponseData, PartitionData, ResponseBudget, TopicData, encode_fetch_response,
+    whole_batches_within,
 };
 use brook_engine::protocol::frame::{FrameError, Request};
 use brook_engine::types::{Offset, PartitionId, TopicPartition};
 use bytes::Bytes;
-use futures::future::select_all;
+use futures::FutureExt;
+use futures::channel::oneshot;
+use futures::future::{LocalBoxFuture, join_all, select_all};
 use kafka_protocol::messages::FetchRequest;
 
 use crate::server::handlers::produce::storage_error_code;
@@ -29,25 +34,30 @@ use crate::storage::{LogData, ReadOptions};
 /// The longest a fetch may wait, whatever it asks for.
 const FETCH_WAIT_MAX: Duration = Duration::from_secs(60);
 
-/// One requested partition.
+/// One requested partition, in request order.
 #[derive(Clone, Debug)]
 struct Wanted {
     topic_slot: usize,
-    topic_partition: Option<TopicPartition>,
     partition: i32,
     fetch_offset: i64,
     partition_max_bytes: i32,
-    current_leader_epoch: i32,
+    /// Where to read it, or why it cannot be read.
+    source: Result<(TopicPartition, ShardId), ErrorCode>,
+}
+
+/// One partition read on its owner, sent there with the request.
+#[derive(Clone, Debug)]
+struct Read {
+    slot: usize,
+    topic_partition: TopicPartition,
+    offset: Offset,
+    partition_max_bytes: i32,
 }
 
 /// What one partition read produced: `R` is [`Records`] on the
 /// connection's shard and [`SendableRecords`] when it crosses shards.
 enum Fetched<R> {
-    Error {
-        error: ErrorCode,
-        high_watermark: i64,
-        log_start_offset: i64,
-    },
+    Error(ErrorCode),
     Data {
         high_watermark: i64,
         log_start_offset: i64,
@@ -66,36 +76,89 @@ enum SendableRecords {
     },
 }
 
-impl<R> Fetched<R> {
-    fn map<T>(self, convert: impl FnOnce(R) -> Option<T>) -> Fetched<T> {
-        match self {
-            Fetched::Error {
-                error,
-                high_watermark,
-                log_start_offset,
-            } => Fetched::Error {
-                error,
-                high_watermark,
-                log_start_offset,
-            },
-            Fetched::Data {
-                high_watermark,
-                log_start_offset,
-                records,
-            } => Fetched::Data {
-                high_watermark,
-                log_start_offset,
-                records: records.and_then(convert),
-            },
-        }
-    }
-}
-
 fn records_len(records: &Records) -> u64 {
     match records {
         Records::Local(pieces) => pieces.iter().map(|piece| piece.len() as u64).sum(),
         Records::Owned(bytes) => bytes.len() as u64,
         Records::File { len, .. } => *len,
+    }
+}
+
+fn fetched_len(fetched: &Fetched<Records>) -> u64 {
+    match fetched {
+        Fetched::Data {
+            records: Some(records),
+            ..
+        } => records_len(records),
+        _ => 0,
+    }
+}
+
+/// Puts a partition's records in the response as far as the budget allows:
+/// whole batches only; a file range that does not fit is left for the next
+/// fetch (its batch boundaries are not known without reading it).
+fn spend(budget: &mut ResponseBudget, fetched: &mut Fetched<Records>, partition_max_bytes: i32) {
+    let Fetched::Data { records, .. } = fetched else {
+        return;
+    };
+    let Some(found) = records.take() else {
+        return;
+    };
+    let len = records_len(&found);
+    let kept = match budget.room(partition_max_bytes) {
+        Some(room) if len > room => cut_to_whole_batches(found, room),
+        _ => Some(found),
+    };
+    if let Some(kept) = &kept {
+        budget.take(records_len(kept));
+    }
+    *records = kept;
+}
+
+/// The longest run of whole batches of `records` within `room` bytes.
+fn cut_to_whole_batches(records: Records, room: u64) -> Option<Records> {
+    let cut = match &records {
+        Records::Local(pieces) => {
+            let total: u64 = pieces.iter().map(|piece| piece.len() as u64).sum();
+            let byte_at = |mut at: u64| {
+                for piece in pieces {
+                    if at < piece.len() as u64 {
+                        return piece[at as usize];
+                    }
+                    at -= piece.len() as u64;
+                }
+                0
+            };
+            whole_batches_within(total, room, byte_at)
+        }
+        Records::Owned(bytes) => {
+            whole_batches_within(bytes.len() as u64, room, |at| bytes[at as usize])
+        }
+        Records::File { .. } => 0,
+    };
+    if cut == 0 {
+        return None;
+    }
+    match records {
+        Records::Local(pieces) => {
+            let mut left = cut as usize;
+            let mut kept = Vec::new();
+            for piece in pieces {
+                if left == 0 {
+                    break;
+                }
+                let take = piece.len().min(left);
+                kept.push(if take == piece.len() {
+                    piece
+                } else {
+                    piece.slice(0, take)
+                });
+                left -= take;
+            }
+            Some(Records::Local(kept))
+        }
+        Records::Owned(bytes) => Some(Records::Owned(bytes.slice(..cut as usize))),
+        Records::File { .. } => None,
     }
 }
 
@@ -106,20 +169,13 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request) -> Result<Response, Fr
     let (topics, wanted) = resolve(&image, &body, version);
     let deadline =
         Instant::now() + Duration::from_millis(body.max_wait_ms.max(0) as u64).min(FETCH_WAIT_MAX);
-    let response_max_bytes = if body.max_bytes > 0 {
-        body.max_bytes as usize
-    } else {
-        usize::MAX
-    };
+    let budget = ResponseBudget::new(body.max_bytes, shard.context.config.fetch_max_bytes);
     loop {
-        let fetched = read_all(shard, &image, &wanted, response_max_bytes).await;
-        let bytes: u64 = fetched
-            .iter()
-            .map(|(_, fetched)| fetched_len(fetched))
-            .sum();
+        let fetched = read_all(shard, &wanted, budget).await;
+        let bytes: u64 = fetched.iter().map(fetched_len).sum();
         let any_error = fetched
             .iter()
-            .any(|(_, fetched)| matches!(fetched, Fetched::Error { .. }));
+            .any(|fetched| matches!(fetched, Fetched::Error(_)));
         if bytes >= body.min_bytes.max(0) as u64
             || any_error
             || Instant::now() >= deadline
@@ -129,11 +185,11 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request) -> Result<Response, Fr
                 request.correlation_id,
                 version,
                 topics,
-                wanted,
+                &wanted,
                 fetched,
             ));
         }
-        wait_for_data(shard, &image, &wanted, deadline).await;
+        wait_for_data(shard, &wanted, &fetched, deadline).await;
     }
 }
 
@@ -154,7 +210,7 @@ fn resolve(
             let id = image
                 .topic(&name)
                 .map_or(TopicId::default(), |known| known.id);
-            (image.topic(&name).map(|_| name.clone()).or(Some(name)), id)
+            (Some(name), id)
         };
         let topic_slot = topics.len();
         topics.push(TopicData {
@@ -163,108 +219,129 @@ fn resolve(
             partitions: Vec::new(),
         });
         for partition in &topic.partitions {
-            let topic_partition = name.as_ref().map(|name| TopicPartition {
-                topic: name.clone(),
-                partition: PartitionId(partition.partition),
-            });
+            let source = match &name {
+                None => Err(ErrorCode::UNKNOWN_TOPIC_ID),
+                Some(name) => {
+                    let topic_partition = TopicPartition {
+                        topic: name.clone(),
+                        partition: PartitionId(partition.partition),
+                    };
+                    match image.owner(&topic_partition) {
+                        None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
+                        Some(owner) => match epoch_error(partition.current_leader_epoch) {
+                            Some(error) => Err(error),
+                            None => Ok((topic_partition, owner)),
+                        },
+                    }
+                }
+            };
             wanted.push(Wanted {
                 topic_slot,
-                topic_partition,
                 partition: partition.partition,
                 fetch_offset: partition.fetch_offset,
                 partition_max_bytes: partition.partition_max_bytes,
-                current_leader_epoch: partition.current_leader_epoch,
+                source,
             });
         }
     }
     (topics, wanted)
 }
 
-fn fetched_len(fetched: &Fetched<Records>) -> u64 {
-    match fetched {
-        Fetched::Data {
-            records: Some(records),
-            ..
-        } => records_len(records),
-        _ => 0,
-    }
-}
-
-/// Reads every partition in order, spending the response byte budget; the
-/// first partition with data may exceed it (KIP-74) so consumers progress.
+/// Reads every partition, asking each owning shard once and all at the same
+/// time, then spends the response budget in request order.
 async fn read_all(
     shard: &Rc<Shard>,
-    image: &MetadataImage,
     wanted: &[Wanted],
-    response_max_bytes: usize,
-) -> Vec<(usize, Fetched<Records>)> {
-    let mut remaining = response_max_bytes;
-    let mut fetched = Vec::with_capacity(wanted.len());
+    budget: ResponseBudget,
+) -> Vec<Fetched<Records>> {
+    let mut by_owner: BTreeMap<ShardId, Vec<Read>> = BTreeMap::new();
     for (slot, partition) in wanted.iter().enumerate() {
-        let max_bytes = (partition.partition_max_bytes.max(0) as usize).min(remaining);
-        let result = read_partition(shard, image, partition, max_bytes).await;
-        let len = fetched_len(&result) as usize;
-        remaining = remaining.saturating_sub(len);
-        fetched.push((slot, result));
+        if let Ok((topic_partition, owner)) = &partition.source {
+            by_owner.entry(*owner).or_default().push(Read {
+                slot,
+                topic_partition: topic_partition.clone(),
+                offset: Offset(partition.fetch_offset),
+                partition_max_bytes: partition.partition_max_bytes,
+            });
+        }
     }
+    let reads = by_owner
+        .into_iter()
+        .map(|(owner, reads)| read_on(shard, owner, reads, budget));
+    let mut fetched: Vec<Option<Fetched<Records>>> = wanted
+        .iter()
+        .map(|partition| {
+            partition
+                .source
+                .as_ref()
+                .err()
+                .map(|error| Fetched::Error(*error))
+        })
+        .collect();
+    for (slot, result) in join_all(reads).await.into_iter().flatten() {
+        fetched[slot] = Some(result);
+    }
+    let mut budget = budget;
     fetched
+        .into_iter()
+        .zip(wanted)
+        .map(|(result, partition)| {
+            let mut result =
+                result.unwrap_or(Fetched::Error(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION));
+            spend(&mut budget, &mut result, partition.partition_max_bytes);
+            result
+        })
+        .collect()
 }
 
-async fn read_partition(
+/// Reads `reads` on `owner`: directly if that is this shard, else with one
+/// trip over the mesh.
+async fn read_on(
     shard: &Rc<Shard>,
-    image: &MetadataImage,
-    wanted: &Wanted,
-    max_bytes: usize,
-) -> Fetched<Records> {
-    let unknown = Fetched::Error {
-        error: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-        high_watermark: -1,
-        log_start_offset: -1,
-    };
-    let Some(topic_partition) = wanted.topic_partition.clone() else {
-        return Fetched::Error {
-            error: ErrorCode::UNKNOWN_TOPIC_ID,
-            high_watermark: -1,
-            log_start_offset: -1,
-        };
-    };
-    let Some(owner) = image.owner(&topic_partition) else {
-        return unknown;
-    };
-    if let Some(error) = epoch_error(wanted.current_leader_epoch) {
-        return Fetched::Error {
-            error,
-            high_watermark: -1,
-            log_start_offset: -1,
-        };
-    }
-    let offset = Offset(wanted.fetch_offset);
+    owner: ShardId,
+    reads: Vec<Read>,
+    budget: ResponseBudget,
+) -> Vec<(usize, Fetched<Records>)> {
     if owner == shard.id {
-        return read_local(shard, &topic_partition, offset, max_bytes).await;
+        return read_partitions(shard, &reads, budget).await;
     }
-    let read = shard
+    let slots: Vec<usize> = reads.iter().map(|read| read.slot).collect();
+    let remote = shard
         .on_shard(owner, move |owner| async move {
-            read_local(&owner, &topic_partition, offset, max_bytes)
+            read_partitions(&owner, &reads, budget)
                 .await
-                .map(sendable)
+                .into_iter()
+                .map(|(slot, fetched)| (slot, sendable(fetched)))
+                .collect::<Vec<_>>()
         })
         .await;
-    read.map_or(unknown, |fetched| {
-        fetched.map(|records| {
-            Some(match records {
-                SendableRecords::Bytes(bytes) => Records::Owned(bytes),
-                SendableRecords::File {
-                    file,
-                    position,
-                    len,
-                } => Records::File {
-                    file: Rc::new(file),
-                    position,
-                    len,
-                },
-            })
-        })
-    })
+    match remote {
+        Ok(results) => results
+            .into_iter()
+            .map(|(slot, fetched)| (slot, received(fetched)))
+            .collect(),
+        Err(_) => slots
+            .into_iter()
+            .map(|slot| (slot, Fetched::Error(ErrorCode::NOT_LEADER_OR_FOLLOWER)))
+            .collect(),
+    }
+}
+
+/// Reads on the owning shard, spending this shard's share of the budget as
+/// the whole response would (the caller spends it again across shards).
+async fn read_partitions(
+    shard: &Rc<Shard>,
+    reads: &[Read],
+    mut budget: ResponseBudget,
+) -> Vec<(usize, Fetched<Records>)> {
+    let mut results = Vec::with_capacity(reads.len());
+    for read in reads {
+        let limit = budget.read_limit(read.partition_max_bytes);
+        let mut fetched = read_local(shard, &read.topic_partition, read.offset, limit).await;
+        spend(&mut budget, &mut fetched, read.partition_max_bytes);
+        results.push((read.slot, fetched));
+    }
+    results
 }
 
 /// The leader-epoch check of Fetch and ListOffsets (KIP-320).
@@ -276,35 +353,33 @@ pub(crate) fn epoch_error(current_leader_epoch: i32) -> Option<ErrorCode> {
     }
 }
 
-/// Reads on the owning shard.
+/// Reads on the owning shard; with no `limit` only the partition's offsets.
 async fn read_local(
     shard: &Rc<Shard>,
     topic_partition: &TopicPartition,
     offset: Offset,
-    max_bytes: usize,
+    limit: Option<u64>,
 ) -> Fetched<Records> {
     let Some(log) = shard.log(topic_partition) else {
-        return Fetched::Error {
-            error: ErrorCode::NOT_LEADER_OR_FOLLOWER,
-            high_watermark: -1,
-            log_start_offset: -1,
-        };
+        return Fetched::Error(ErrorCode::NOT_LEADER_OR_FOLLOWER);
     };
     let high_watermark = log.visible_offset();
+    let Some(limit) = limit else {
+        return Fetched::Data {
+            high_watermark: high_watermark.0,
+            log_start_offset: log.log_start_offset().0,
+            records: None,
+        };
+    };
     let options = ReadOptions {
-        max_bytes: max_bytes.max(1),
+        // At least one byte: the first batch comes whole whatever its size.
+        max_bytes: usize::try_from(limit).unwrap_or(usize::MAX).max(1),
         max_offset: high_watermark,
         allow_file_range: true,
     };
     let outcome = match log.read(offset, options).await {
         Ok(outcome) => outcome,
-        Err(error) => {
-            return Fetched::Error {
-                error: storage_error_code(&error),
-                high_watermark: high_watermark.0,
-                log_start_offset: log.log_start_offset().0,
-            };
-        }
+        Err(error) => return Fetched::Error(storage_error_code(&error)),
     };
     let records = match outcome.data {
         LogData::Empty => None,
@@ -322,62 +397,138 @@ async fn read_local(
     }
 }
 
-/// Makes records readable on another shard (on the owning shard).
-fn sendable(records: Records) -> Option<SendableRecords> {
-    match records {
-        Records::Local(pieces) => {
+/// Makes a read sendable to another shard (on the owning shard).
+fn sendable(fetched: Fetched<Records>) -> Fetched<SendableRecords> {
+    let (high_watermark, log_start_offset, records) = match fetched {
+        Fetched::Error(error) => return Fetched::Error(error),
+        Fetched::Data {
+            high_watermark,
+            log_start_offset,
+            records,
+        } => (high_watermark, log_start_offset, records),
+    };
+    let records = match records {
+        None => None,
+        Some(Records::Local(pieces)) => {
             let mut bytes = Vec::with_capacity(pieces.iter().map(|piece| piece.len()).sum());
             pieces
                 .iter()
                 .for_each(|piece| bytes.extend_from_slice(piece));
             Some(SendableRecords::Bytes(Bytes::from(bytes)))
         }
-        Records::Owned(bytes) => Some(SendableRecords::Bytes(bytes)),
-        Records::File {
+        Some(Records::Owned(bytes)) => Some(SendableRecords::Bytes(bytes)),
+        Some(Records::File {
             file,
             position,
             len,
-        } => file.try_clone().ok().map(|file| SendableRecords::File {
-            file,
-            position,
-            len,
-        }),
+        }) => match file.try_clone() {
+            Ok(file) => Some(SendableRecords::File {
+                file,
+                position,
+                len,
+            }),
+            Err(error) => {
+                tracing::error!(%error, "duplicating a segment descriptor failed");
+                return Fetched::Error(ErrorCode::KAFKA_STORAGE_ERROR);
+            }
+        },
+    };
+    Fetched::Data {
+        high_watermark,
+        log_start_offset,
+        records,
     }
 }
 
-/// Waits until any partition's high watermark passes its fetch offset, or
-/// the deadline.
+/// The other side of [`sendable`], on the connection's shard.
+fn received(fetched: Fetched<SendableRecords>) -> Fetched<Records> {
+    match fetched {
+        Fetched::Error(error) => Fetched::Error(error),
+        Fetched::Data {
+            high_watermark,
+            log_start_offset,
+            records,
+        } => Fetched::Data {
+            high_watermark,
+            log_start_offset,
+            records: records.map(|records| match records {
+                SendableRecords::Bytes(bytes) => Records::Owned(bytes),
+                SendableRecords::File {
+                    file,
+                    position,
+                    len,
+                } => Records::File {
+                    file: Rc::new(file),
+                    position,
+                    len,
+                },
+            }),
+        },
+    }
+}
+
+/// Waits until any partition's high watermark passes the one this pass saw
+/// (or its fetch offset), or the deadline. Each owning shard gets one waiting
+/// job, which ends as soon as this wait does.
 async fn wait_for_data(
     shard: &Rc<Shard>,
-    image: &MetadataImage,
     wanted: &[Wanted],
+    fetched: &[Fetched<Records>],
     deadline: Instant,
 ) {
-    let mut waits: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>> = Vec::new();
+    let mut by_owner: BTreeMap<ShardId, Vec<(TopicPartition, Offset)>> = BTreeMap::new();
+    for (partition, fetched) in wanted.iter().zip(fetched) {
+        if let (Ok((topic_partition, owner)), Fetched::Data { high_watermark, .. }) =
+            (&partition.source, fetched)
+        {
+            let seen = partition.fetch_offset.max(*high_watermark);
+            by_owner
+                .entry(*owner)
+                .or_default()
+                .push((topic_partition.clone(), Offset(seen.saturating_add(1))));
+        }
+    }
     let remaining = deadline.saturating_duration_since(Instant::now());
-    waits.push(Box::pin(glommio::timer::sleep(remaining)));
-    for partition in wanted {
-        let (Some(topic_partition), target) = (
-            partition.topic_partition.clone(),
-            Offset(partition.fetch_offset.saturating_add(1)),
-        ) else {
-            continue;
-        };
-        let Some(owner) = image.owner(&topic_partition) else {
-            continue;
-        };
+    let mut waits: Vec<LocalBoxFuture<'_, ()>> =
+        vec![glommio::timer::sleep(remaining).boxed_local()];
+    for (owner, targets) in by_owner {
+        let (keep_waiting, stopped) = oneshot::channel::<()>();
         let shard = shard.clone();
-        waits.push(Box::pin(async move {
-            let _ = shard
-                .on_shard(owner, move |owner| async move {
-                    if let Some(log) = owner.log(&topic_partition) {
-                        let wait = std::pin::pin!(log.wait_visible(target));
-                        let timer = std::pin::pin!(glommio::timer::sleep(remaining));
-                        let _ = futures::future::select(wait, timer).await;
-                    }
-                })
-                .await;
-        }));
+        waits.push(
+            async move {
+                // Dropping this future drops `keep_waiting`, which ends the
+                // job on the owner.
+                let _keep_waiting = keep_waiting;
+                let _ = shard
+                    .on_shard(owner, move |owner| async move {
+                        let appended: Vec<LocalBoxFuture<'static, ()>> = targets
+                            .into_iter()
+                            .filter_map(|(topic_partition, target)| {
+                                let log = owner.log(&topic_partition)?;
+                                Some(
+                                    async move {
+                                        let _ = log.wait_visible(target).await;
+                                    }
+                                    .boxed_local(),
+                                )
+                            })
+                            .collect();
+                        let appended = if appended.is_empty() {
+                            futures::future::pending().boxed_local()
+                        } else {
+                            select_all(appended).map(|_| ()).boxed_local()
+                        };
+                        let timer = glommio::timer::sleep(remaining);
+                        futures::select! {
+                            _ = appended.fuse() => {},
+                            _ = stopped.fuse() => {},
+                            _ = timer.fuse() => {},
+                        }
+                    })
+                    .await;
+            }
+            .boxed_local(),
+        );
     }
     select_all(waits).await;
 }
@@ -386,17 +537,13 @@ fn respond(
     correlation_id: i32,
     version: i16,
     mut topics: Vec<TopicData>,
-    wanted: Vec<Wanted>,
-    fetched: Vec<(usize, Fetched<Records>)>,
+    wanted: &[Wanted],
+    fetched: Vec<Fetched<Records>>,
 ) -> Response {
-    let mut records_by_slot: Vec<Option<Records>> = Vec::new();
-    for ((_, fetched), partition) in fetched.into_iter().zip(&wanted) {
+    let mut records_by_slot: Vec<Option<Records>> = Vec::with_capacity(wanted.len());
+    for (fetched, partition) in fetched.into_iter().zip(wanted) {
         let (error, high_watermark, log_start_offset, records) = match fetched {
-            Fetched::Error {
-                error,
-                high_watermark,
-                log_start_offset,
-            } => (error, high_watermark, log_start_offset, None),
+            Fetched::Error(error) => (error, -1, -1, None),
             Fetched::Data {
                 high_watermark,
                 log_start_offset,
@@ -418,28 +565,24 @@ fn respond(
         });
         records_by_slot.push(records);
     }
-    let slots: Vec<(usize, usize)> = topics
-        .iter()
-        .enumerate()
-        .flat_map(|(topic, data)| {
-            (0..data.partitions.len()).map(move |partition| (topic, partition))
-        })
-        .collect();
     let data = FetchResponseData {
         topics,
         ..FetchResponseData::default()
     };
-    let parts = encode_fetch_response(correlation_id, version, &data)
-        .into_iter()
-        .filter_map(|piece| match piece {
-            FetchPiece::Bytes(bytes) => Some(FetchPart::Bytes(bytes)),
-            FetchPiece::Records { topic, partition } => {
-                let slot = slots
-                    .iter()
-                    .position(|entry| *entry == (topic, partition))?;
-                records_by_slot[slot].take().map(FetchPart::Records)
-            }
-        })
-        .collect();
-    Response::Fetch(parts)
+    // Partitions are numbered in request order, the order of the slots.
+    match encode_fetch_response(correlation_id, version, &data) {
+        Ok(pieces) => Response::Fetch(
+            pieces
+                .into_iter()
+                .filter_map(|piece| match piece {
+                    FetchPiece::Bytes(bytes) => Some(FetchPart::Bytes(bytes)),
+                    FetchPiece::Records { index } => records_by_slot
+                        .get_mut(index)
+                        .and_then(Option::take)
+                        .map(FetchPart::Records),
+                })
+                .collect(),
+        ),
+        Err(error) => Response::Close(format!("encoding a fetch response: {error}")),
+    }
 }

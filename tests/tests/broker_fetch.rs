@@ -1,0 +1,202 @@
+//! Fetch limits and waiting, over raw requests (no client library lets a
+//! test choose `min_bytes` and `max_bytes` this freely): the response byte
+//! budget of KIP-74, `fetch.max.bytes`, and a `min_bytes` wait that sleeps
+//! until an append instead of re-reading in a loop.
+
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use brook_engine::log::builder::{BatchOptions, NewRecord, encode_batch};
+use brook_engine::types::TimestampMs;
+use brook_tests::broker::Broker;
+use brook_tests::raw::{connect, exchange};
+use bytes::Bytes;
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_response::PartitionData;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse, ProduceRequest,
+    ProduceResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+const BROOK: &str = env!("CARGO_BIN_EXE_brook-e2e");
+const TOPIC: &str = "limits";
+/// Partitions of the topic: with two shards, they live on both.
+const PARTITIONS: i32 = 4;
+
+fn topic_name() -> TopicName {
+    TopicName(StrBytes::from_static_str(TOPIC))
+}
+
+fn create_topic(stream: &mut TcpStream) {
+    let topic = CreatableTopic::default()
+        .with_name(topic_name())
+        .with_num_partitions(PARTITIONS)
+        .with_replication_factor(1);
+    let created: CreateTopicsResponse = exchange(
+        stream,
+        ApiKey::CreateTopics,
+        7,
+        &CreateTopicsRequest::default().with_topics(vec![topic]),
+    );
+    assert_eq!(created.topics[0].error_code, 0);
+}
+
+/// One batch of `records` records of 100 bytes to `partition`, with
+/// acks=all: acknowledged means visible to consumers.
+fn produce(stream: &mut TcpStream, partition: i32, records: usize) -> usize {
+    let batch = encode_batch(
+        &(0..records)
+            .map(|_| NewRecord::value(vec![b'x'; 100], TimestampMs(1)))
+            .collect::<Vec<_>>(),
+        &BatchOptions::default(),
+    );
+    let len = batch.len();
+    let data = PartitionProduceData::default()
+        .with_index(partition)
+        .with_records(Some(Bytes::from(batch)));
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(10_000)
+        .with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(topic_name())
+                .with_partition_data(vec![data]),
+        ]);
+    let response: ProduceResponse = exchange(stream, ApiKey::Produce, 9, &request);
+    assert_eq!(response.responses[0].partition_responses[0].error_code, 0);
+    len
+}
+
+/// Fetches every partition from offset 0; returns each one's records length.
+fn fetch(stream: &mut TcpStream, min_bytes: i32, max_wait_ms: i32, max_bytes: i32) -> Vec<usize> {
+    let partitions = (0..PARTITIONS)
+        .map(|partition| {
+            FetchPartition::default()
+                .with_partition(partition)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)
+        })
+        .collect();
+    let request = FetchRequest::default()
+        .with_min_bytes(min_bytes)
+        .with_max_wait_ms(max_wait_ms)
+        .with_max_bytes(max_bytes)
+        .with_topics(vec![
+            FetchTopic::default()
+                .with_topic(topic_name())
+                .with_partitions(partitions),
+        ]);
+    let response: FetchResponse = exchange(stream, ApiKey::Fetch, 12, &request);
+    response.responses[0]
+        .partitions
+        .iter()
+        .map(|partition: &PartitionData| {
+            assert_eq!(partition.error_code, 0);
+            partition.records.as_ref().map_or(0, Bytes::len)
+        })
+        .collect()
+}
+
+#[test]
+fn the_response_budget_serves_the_first_partition_whole_and_only_what_fits_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(BROOK, dir.path(), 2, &[]);
+    let mut stream = connect(&broker);
+    create_topic(&mut stream);
+    // Partition 0: one big batch; 1–3: two small ones each.
+    let big = produce(&mut stream, 0, 20);
+    let small = produce(&mut stream, 1, 2);
+    for partition in 1..PARTITIONS {
+        if partition > 1 {
+            produce(&mut stream, partition, 2);
+        }
+        produce(&mut stream, partition, 2);
+    }
+    let everything = fetch(&mut stream, 1, 0, 1 << 20);
+    assert_eq!(everything, vec![big, 2 * small, 2 * small, 2 * small]);
+    // A budget smaller than partition 0's batch: that batch still comes
+    // whole (the consumer must progress); nothing else fits.
+    assert_eq!(fetch(&mut stream, 1, 0, 100), vec![big, 0, 0, 0]);
+    // Room for the big batch and three small ones: whole batches, in
+    // request order, cut at a batch boundary where the budget runs out.
+    assert_eq!(
+        fetch(&mut stream, 1, 0, (big + 3 * small) as i32),
+        vec![big, 2 * small, small, 0]
+    );
+    // max_bytes 0 (or below) still serves one batch.
+    assert_eq!(fetch(&mut stream, 1, 0, 0), vec![big, 0, 0, 0]);
+    assert_eq!(fetch(&mut stream, 1, 0, -1), vec![big, 0, 0, 0]);
+    drop(broker);
+
+    // The broker's fetch.max.bytes caps what the request asks for.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("server.properties");
+    std::fs::write(&config, format!("fetch.max.bytes={}\n", big + small)).unwrap();
+    let broker = Broker::start(
+        BROOK,
+        &dir.path().join("data"),
+        2,
+        &["--config", config.to_str().unwrap()],
+    );
+    let mut stream = connect(&broker);
+    create_topic(&mut stream);
+    produce(&mut stream, 0, 20);
+    produce(&mut stream, 1, 2);
+    produce(&mut stream, 1, 2);
+    produce(&mut stream, 2, 2);
+    assert_eq!(fetch(&mut stream, 1, 0, i32::MAX), vec![big, small, 0, 0]);
+}
+
+#[test]
+fn a_fetch_short_of_min_bytes_sleeps_until_appends_meet_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(BROOK, dir.path(), 2, &[]);
+    let mut stream = connect(&broker);
+    create_topic(&mut stream);
+    let small = produce(&mut stream, 0, 2);
+    produce(&mut stream, 1, 2);
+
+    // Data is there but short of min_bytes: the fetch waits out max_wait_ms
+    // and answers with what there is. Waiting means sleeping: a broker that
+    // re-read the partitions in a loop would burn the whole wait in CPU.
+    let cpu_before = broker.cpu_time();
+    let started = Instant::now();
+    let lengths = fetch(&mut stream, 1 << 20, 1500, 1 << 20);
+    let waited = started.elapsed();
+    let cpu = broker.cpu_time() - cpu_before;
+    println!("waited {waited:?} using {cpu:?} of broker CPU");
+    assert_eq!(lengths, vec![small, small, 0, 0]);
+    assert!(
+        waited >= Duration::from_millis(1400),
+        "answered after {waited:?}"
+    );
+    assert!(
+        cpu < Duration::from_millis(500),
+        "the broker used {cpu:?} of CPU while the fetch waited {waited:?}"
+    );
+
+    // Appends on both shards while a fetch waits: it answers once they reach
+    // min_bytes, long before its 20 s wait.
+    let address = broker.address.clone();
+    let appender = std::thread::spawn(move || {
+        let mut stream = TcpStream::connect(address).unwrap();
+        (2..PARTITIONS)
+            .map(|partition| {
+                std::thread::sleep(Duration::from_millis(200));
+                produce(&mut stream, partition, 2)
+            })
+            .sum::<usize>()
+    });
+    let started = Instant::now();
+    let lengths = fetch(&mut stream, (4 * small) as i32, 20_000, 1 << 20);
+    let waited = started.elapsed();
+    assert_eq!(appender.join().unwrap(), 2 * small);
+    assert_eq!(lengths, vec![small, small, small, small]);
+    assert!(
+        waited < Duration::from_secs(10),
+        "answered after {waited:?}"
+    );
+}
