@@ -211,3 +211,70 @@ fn deleted_or_truncated_indexes_are_rebuilt_identically() {
         }
     });
 }
+
+/// The files a kill -9 leaves after a roll but before the old segment was
+/// trimmed (sealed): its `.log` still ends in the zero padding of its last
+/// O_DIRECT page while the new segment already holds acknowledged batches.
+#[test]
+fn write_padding_left_by_a_crash_during_a_roll_loses_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("t-0");
+    block_on(async move {
+        let config = small_segments(1500);
+        let log = open(&dir, config.clone(), crashed()).await;
+        for i in 0..40 {
+            let bytes = batch(3, 40, 1_700_000_000_000 + i * 10);
+            log.append(&bytes, EPOCH, now_ms()).await.unwrap();
+        }
+        log.flush().await.unwrap();
+        let end = log.log_end_offset();
+        let before = read_all(&log, Offset(0), 1 << 20, false).await.unwrap();
+        log.close().await.unwrap();
+        let bases = segment_bases(&dir);
+        assert!(bases.len() > 3, "several rolls: {bases:?}");
+        let sealed = file_with_extension(&dir, bases[bases.len() - 2], "log");
+        let len = std::fs::metadata(&sealed).unwrap().len();
+        assert_ne!(len % 4096, 0, "the test needs a partial last page");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&sealed)
+            .unwrap()
+            .set_len(len.next_multiple_of(4096))
+            .unwrap();
+        let log = open(&dir, config, crashed()).await;
+        assert_eq!(segment_bases(&dir), bases, "no segment was deleted");
+        assert_eq!(log.log_end_offset(), end);
+        assert_eq!(
+            std::fs::metadata(&sealed).unwrap().len(),
+            len,
+            "padding trimmed"
+        );
+        assert_bytes_eq(
+            &read_all(&log, Offset(0), 1 << 20, false).await.unwrap(),
+            &before,
+            "after reopen",
+        );
+    });
+}
+
+/// A lost leader-epoch checkpoint is rebuilt from the batches of every
+/// segment scanned, not just the first, so a later epoch is not "damage".
+#[test]
+fn a_lost_epoch_checkpoint_is_rebuilt_across_segments() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("e-0");
+    block_on(async move {
+        let config = small_segments(1500);
+        let log = open(&dir, config.clone(), crashed()).await;
+        for i in 0..40 {
+            let epoch = brook_engine::types::LeaderEpoch(if i < 20 { 0 } else { 1 });
+            let bytes = batch(3, 40, 1_700_000_000_000 + i * 10);
+            log.append(&bytes, epoch, now_ms()).await.unwrap();
+        }
+        let end = log.log_end_offset();
+        log.close().await.unwrap();
+        std::fs::remove_file(dir.join("leader-epoch-checkpoint")).unwrap();
+        let log = open(&dir, config, crashed()).await;
+        assert_eq!(log.log_end_offset(), end);
+    });
+}

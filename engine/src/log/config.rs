@@ -153,10 +153,15 @@ impl LogConfig {
                 })
             };
             match name {
+                // Kafka's INT settings: positions in a segment must stay
+                // addressable by the index's 32-bit entries.
                 "segment.bytes" => {
                     self.segment_bytes = positive()?;
                     if self.segment_bytes < SEGMENT_BYTES_MIN {
                         return Err(invalid("below the minimum segment size"));
+                    }
+                    if self.segment_bytes > i32::MAX as u64 {
+                        return Err(invalid("above the largest INT"));
                     }
                 }
                 "segment.ms" => self.segment_ms = positive()? as i64,
@@ -191,7 +196,12 @@ impl LogConfig {
                         }
                     })?)
                 }
-                "max.message.bytes" => self.max_message_bytes = positive()?,
+                "max.message.bytes" => {
+                    self.max_message_bytes = positive()?;
+                    if self.max_message_bytes > i32::MAX as u64 {
+                        return Err(invalid("above the largest INT"));
+                    }
+                }
                 "message.timestamp.type" => {
                     self.message_timestamp_type = match value.trim() {
                         "CreateTime" => MessageTimestampType::CreateTime,
@@ -316,6 +326,16 @@ mod tests {
         assert_eq!(
             LogConfig::default().with_overrides([("segment.size", "1")]),
             Err(ConfigError::Unknown("segment.size".into()))
+        );
+        assert!(
+            LogConfig::default()
+                .with_overrides([("segment.bytes", "4294967296")])
+                .is_err()
+        );
+        assert!(
+            LogConfig::default()
+                .with_overrides([("max.message.bytes", "2147483648")])
+                .is_err()
         );
         // Stored values are one line each in the metadata file.
         assert!(

@@ -17,6 +17,14 @@ use crate::log::epoch_cache::LeaderEpochCache;
 use crate::log::index::RELATIVE_OFFSET_MAX;
 use crate::types::{LeaderEpoch, Offset};
 
+/// Whether the bytes after a segment's last valid batch are only the zero
+/// padding of its last O_DIRECT page (`page_bytes`): what a crash between a
+/// roll and the trim that seals the old segment leaves. That is not damage,
+/// so the segments after it stay (their contiguity is checked as usual).
+pub fn is_write_padding(tail: &[u8], page_bytes: usize) -> bool {
+    !tail.is_empty() && tail.len() < page_bytes && tail.iter().all(|byte| *byte == 0)
+}
+
 /// Whether batches must follow each other without offset gaps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Contiguity {
@@ -45,6 +53,8 @@ pub enum ScanStop {
     },
     #[error("batch at {position} ends at offset {last}, beyond the segment's relative range")]
     RelativeOffsetOverflow { position: u64, last: Offset },
+    #[error("batch at {position} lies beyond the 4 GiB an index position can address")]
+    PositionOverflow { position: u64 },
     #[error("batch at {position} has leader epoch {found}, the epoch cache says {expected:?}")]
     EpochMismatch {
         position: u64,
@@ -171,6 +181,9 @@ impl<'a> Scanner<'a> {
     }
 
     fn check(&self, position: u64, batch: &BatchView<'_>) -> Result<(), ScanStop> {
+        if position > u64::from(u32::MAX) {
+            return Err(ScanStop::PositionOverflow { position });
+        }
         batch
             .verify_crc()
             .map_err(|error| ScanStop::InvalidBatch { position, error })?;
@@ -350,6 +363,27 @@ mod tests {
         assert_eq!(
             gaps.scan(0, &bytes, true, |_, _| {}).end,
             ScanEnd::Exhausted
+        );
+    }
+
+    #[test]
+    fn only_short_zero_tails_are_write_padding() {
+        assert!(is_write_padding(&[0; 100], 4096));
+        assert!(is_write_padding(&[0; 4095], 4096));
+        assert!(!is_write_padding(&[], 4096));
+        assert!(!is_write_padding(&[0; 4096], 4096));
+        assert!(!is_write_padding(&[0, 0, 1, 0], 4096));
+    }
+
+    #[test]
+    fn batches_past_4_gib_are_not_indexable_and_end_the_log() {
+        let (bytes, _) = segment();
+        let mut scanner = Scanner::new(Offset(10), None, Contiguity::Strict, None);
+        let outcome = scanner.scan(1 << 32, &bytes, true, |_, _| {});
+        assert_eq!(outcome.valid_bytes, 0);
+        assert_eq!(
+            outcome.end,
+            ScanEnd::Invalid(ScanStop::PositionOverflow { position: 1 << 32 })
         );
     }
 }

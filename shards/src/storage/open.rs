@@ -22,12 +22,12 @@ use brook_engine::log::index::{
     check_offset_index, check_time_index, entries_from_bytes, position_key,
 };
 use brook_engine::log::indexer::{BatchPlacement, SegmentIndexer};
-use brook_engine::log::recovery::{ScanEnd, ScanStop, Scanner};
+use brook_engine::log::recovery::{ScanEnd, ScanStop, Scanner, is_write_padding};
 use brook_engine::types::{Offset, TimestampMs};
 use glommio::io::DmaFile;
 use zerocopy::IntoBytes;
 
-use crate::storage::appender::{ChunkSizing, PageAppender, align_down};
+use crate::storage::appender::{ChunkSizing, PAGE_BYTES, PageAppender, align_down};
 use crate::storage::error::{StorageError, io_error};
 use crate::storage::files::{
     create_dma, open_dma, read_exact, read_optional_text, read_partial_page, segment_path,
@@ -67,6 +67,29 @@ enum Distrust {
     Log(ScanStop),
 }
 
+/// The leader-epoch cache while a log opens: batches are checked against a
+/// checkpoint that was read (it is written before any batch of a new epoch),
+/// and the cache is rebuilt from the batches, across every segment scanned,
+/// when the checkpoint was lost.
+struct EpochRecovery {
+    cache: LeaderEpochCache,
+    rebuild: bool,
+}
+
+impl EpochRecovery {
+    /// The cache to check batches against, if it is trusted.
+    fn checked(&self) -> Option<LeaderEpochCache> {
+        (!self.rebuild).then(|| self.cache.clone())
+    }
+
+    fn on_batch(&mut self, batch: &BatchView<'_>) {
+        if self.rebuild && batch.partition_leader_epoch().0 >= 0 {
+            self.cache
+                .assign(batch.partition_leader_epoch(), batch.base_offset());
+        }
+    }
+}
+
 pub(crate) async fn open_segments(
     dir: &Path,
     config: &LogConfig,
@@ -74,8 +97,12 @@ pub(crate) async fn open_segments(
     now_ms: i64,
 ) -> Result<OpenedLog, StorageError> {
     let bases = list_segments(dir)?;
-    let mut epochs = load_epochs(dir)?;
-    let epochs_before = epochs.clone();
+    let loaded = load_epochs(dir)?;
+    let epochs_before = loaded.clone();
+    let mut epochs = EpochRecovery {
+        rebuild: loaded.is_empty(),
+        cache: loaded,
+    };
     let first_to_scan = if hints.clean_shutdown {
         bases.len()
     } else {
@@ -132,6 +159,7 @@ pub(crate) async fn open_segments(
         .log_start_offset
         .unwrap_or(first_base)
         .clamp(first_base, log_end_offset);
+    let mut epochs = epochs.cache;
     epochs.truncate_from_end(log_end_offset);
     if epochs != epochs_before {
         write_atomically(&dir.join(EPOCH_CHECKPOINT_FILE), epochs.encode().as_bytes()).await?;
@@ -214,7 +242,7 @@ async fn check_segment(
     dir: &Path,
     base: Offset,
     config: &LogConfig,
-    epochs: &mut LeaderEpochCache,
+    epochs: &mut EpochRecovery,
     is_last: bool,
 ) -> Result<Result<SegmentScan, Distrust>, StorageError> {
     let log_path = segment_path(dir, base, SegmentFileKind::Log);
@@ -247,11 +275,12 @@ async fn check_segment(
         time_entries.last().copied(),
     );
     let from = indexer.last_indexed_position();
+    let checked_epochs = epochs.checked();
     let mut scanner = Scanner::new(
         base,
         (from == 0).then_some(base),
         config.cleanup_policy.contiguity(),
-        Some(epochs),
+        checked_epochs.as_ref(),
     );
     let mut first_batch_max_timestamp = None;
     let mut missing = None;
@@ -270,6 +299,7 @@ async fn check_segment(
             if position == 0 {
                 first_batch_max_timestamp = Some(batch.max_timestamp());
             }
+            epochs.on_batch(batch);
             let update = indexer.on_batch(placement(position, batch));
             let indexed_batch = position == from && from > 0;
             let time_short = indexed_batch && batch.max_timestamp() > last_time_entry;
@@ -332,7 +362,7 @@ async fn scan_segment(
     base: Offset,
     expected: Option<Offset>,
     config: &LogConfig,
-    epochs: &mut LeaderEpochCache,
+    epochs: &mut EpochRecovery,
     sealed: bool,
 ) -> Result<(SegmentScan, bool), StorageError> {
     let log_path = segment_path(dir, base, SegmentFileKind::Log);
@@ -341,13 +371,12 @@ async fn scan_segment(
         .file_size()
         .await
         .map_err(io_error("sizing", &log_path))?;
-    let rebuild_epochs = epochs.is_empty();
-    let checked_epochs = epochs.clone();
+    let checked_epochs = epochs.checked();
     let mut scanner = Scanner::new(
         base,
         Some(expected.unwrap_or(base)),
         config.cleanup_policy.contiguity(),
-        Some(&checked_epochs),
+        checked_epochs.as_ref(),
     );
     let mut indexer = SegmentIndexer::new(base, config.index_interval_bytes);
     let (mut offset_entries, mut time_entries, mut first_batch_max_timestamp) =
@@ -363,9 +392,7 @@ async fn scan_segment(
             if position == 0 {
                 first_batch_max_timestamp = Some(batch.max_timestamp());
             }
-            if rebuild_epochs && batch.partition_leader_epoch().0 >= 0 {
-                epochs.assign(batch.partition_leader_epoch(), batch.base_offset());
-            }
+            epochs.on_batch(batch);
             let update = indexer.on_batch(placement(position, batch));
             offset_entries.extend(update.offset_entry);
             time_entries.extend(update.time_entry);
@@ -373,11 +400,22 @@ async fn scan_segment(
         },
     )
     .await?;
-    let truncated = valid_bytes < file_bytes;
+    let cut = valid_bytes < file_bytes;
+    let padding = cut && {
+        let tail_len = (file_bytes - valid_bytes).min(PAGE_BYTES) as usize;
+        let tail = read_exact(&log_file, &log_path, valid_bytes, tail_len).await?;
+        is_write_padding(
+            &tail[..(file_bytes - valid_bytes) as usize],
+            PAGE_BYTES as usize,
+        )
+    };
+    // Only damage truncates the log; the padding a crash left after the last
+    // batch of a segment that was being sealed is just trimmed.
+    let truncated = cut && !padding;
     if sealed && !truncated {
         time_entries.extend(indexer.on_seal());
     }
-    if truncated {
+    if cut {
         let reason = stop.map_or_else(|| "trailing bytes".to_owned(), |stop| stop.to_string());
         tracing::warn!(path = %log_path.display(), valid_bytes, file_bytes, %reason, "truncating log after its last valid batch");
         log_file

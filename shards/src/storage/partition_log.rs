@@ -169,21 +169,22 @@ impl PartitionLog {
         if epoch.0 < 0 {
             return Ok(());
         }
-        let (path, text) = {
-            let mut state = self.inner.state.borrow_mut();
+        let (path, epochs) = {
+            let state = self.inner.state.borrow();
             if let Some(latest) = state.epochs.latest_epoch().filter(|latest| *latest > epoch) {
                 return Err(StorageError::StaleLeaderEpoch { epoch, latest });
             }
-            let start = state.log_end_offset;
-            if !state.epochs.assign(epoch, start) {
+            let mut epochs = state.epochs.clone();
+            if !epochs.assign(epoch, state.log_end_offset) {
                 return Ok(());
             }
-            (
-                state.dir().join(EPOCH_CHECKPOINT_FILE),
-                state.epochs.encode(),
-            )
+            (state.dir().join(EPOCH_CHECKPOINT_FILE), epochs)
         };
-        write_atomically(&path, text.as_bytes()).await
+        // The cache takes the new epoch only once it is on disk: batches of
+        // an epoch the checkpoint does not hold would fail recovery's check.
+        write_atomically(&path, epochs.encode().as_bytes()).await?;
+        self.inner.state.borrow_mut().epochs = epochs;
+        Ok(())
     }
 
     /// Makes a new, empty segment at the log end the active one.

@@ -55,8 +55,14 @@ impl Default for MaintenanceSchedule {
 pub struct Store {
     options: StoreOptions,
     clean_shutdown: bool,
-    recovery_points: HashMap<TopicPartition, Offset>,
-    log_start_offsets: HashMap<TopicPartition, Offset>,
+    /// Checkpointed offsets of the logs found at start-up, each used by the
+    /// first open of its partition only (a partition deleted and created
+    /// again starts afresh).
+    recovery_points: RefCell<HashMap<TopicPartition, Offset>>,
+    log_start_offsets: RefCell<HashMap<TopicPartition, Offset>>,
+    /// One open at a time: an open recovers files, so two of the same
+    /// partition must not interleave.
+    opening: glommio::sync::Semaphore,
     logs: RefCell<BTreeMap<TopicPartition, PartitionLog>>,
     maintenance: RefCell<Option<glommio::Task<()>>>,
 }
@@ -86,8 +92,9 @@ impl Store {
         Ok(Store {
             options,
             clean_shutdown,
-            recovery_points,
-            log_start_offsets,
+            recovery_points: RefCell::new(recovery_points),
+            log_start_offsets: RefCell::new(log_start_offsets),
+            opening: glommio::sync::Semaphore::new(1),
             logs: RefCell::new(BTreeMap::new()),
             maintenance: RefCell::new(None),
         })
@@ -112,10 +119,20 @@ impl Store {
         if let Some(log) = self.logs.borrow().get(topic_partition) {
             return Ok(log.clone());
         }
+        let _opening = self
+            .opening
+            .acquire_permit(1)
+            .await
+            .map_err(|_| StorageError::Closed {
+                path: self.partition_dir(topic_partition),
+            })?;
+        if let Some(log) = self.logs.borrow().get(topic_partition) {
+            return Ok(log.clone());
+        }
         let hints = RecoveryHints {
             clean_shutdown: self.clean_shutdown,
-            recovery_point: self.recovery_points.get(topic_partition).copied(),
-            log_start_offset: self.log_start_offsets.get(topic_partition).copied(),
+            recovery_point: self.recovery_points.borrow_mut().remove(topic_partition),
+            log_start_offset: self.log_start_offsets.borrow_mut().remove(topic_partition),
         };
         let log =
             PartitionLog::open(self.partition_dir(topic_partition), config, hints, now_ms).await?;
