@@ -266,3 +266,51 @@ fn shard_maintenance_applies_retention_and_checkpoints_in_the_background() {
         store.close().await.unwrap();
     });
 }
+
+/// A partition deleted and created again in the same process starts afresh:
+/// the checkpointed log start of the old one (read at start-up) is not
+/// applied to the new one.
+#[test]
+fn a_recreated_partition_starts_at_offset_zero() {
+    let temporary = tempfile::tempdir().unwrap();
+    let root = temporary.path().to_owned();
+    block_on(async move {
+        let topic_partition = TopicPartition::new("t", 0);
+        let config = small_segments(1500);
+        let options = || StoreOptions {
+            root: root.clone(),
+            shard: 0,
+        };
+        {
+            let store = Store::open(options()).await.unwrap();
+            let log = store
+                .open_partition(&topic_partition, config.clone(), now_ms())
+                .await
+                .unwrap();
+            for i in 0..40 {
+                let bytes = batch(3, 40, 1_700_000_000_000 + i * 10);
+                log.append(&bytes, EPOCH, now_ms()).await.unwrap();
+            }
+            log.flush().await.unwrap();
+            log.delete_records_before(Offset(60)).unwrap();
+            store.close().await.unwrap();
+        }
+        let store = Store::open(options()).await.unwrap();
+        let log = store
+            .open_partition(&topic_partition, config.clone(), now_ms())
+            .await
+            .unwrap();
+        assert_eq!(log.log_start_offset(), Offset(60));
+        store.remove_partition(&topic_partition).unwrap();
+        log.delete().await.unwrap();
+        let log = store
+            .open_partition(&topic_partition, config, now_ms())
+            .await
+            .unwrap();
+        assert_eq!(
+            (log.log_start_offset(), log.log_end_offset()),
+            (Offset(0), Offset(0))
+        );
+        store.close().await.unwrap();
+    });
+}
