@@ -93,9 +93,9 @@ async fn read_requests<R: AsyncRead + Unpin>(
                 let _ = sender.send(response);
             }
             Slot::Handle(request) => {
-                let shard = shard.clone();
+                let handling = handlers::start(shard, request).await;
                 glommio::spawn_local(async move {
-                    let _ = sender.send(handlers::handle(&shard, request).await);
+                    let _ = sender.send(handling.await);
                 })
                 .detach();
             }

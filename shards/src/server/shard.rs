@@ -12,6 +12,8 @@ use brook_engine::cluster::image::{MetadataImage, ShardId};
 use brook_engine::cluster::topic_config;
 use brook_engine::log::config::LogConfig;
 use brook_engine::types::{LeaderEpoch, TopicPartition};
+use futures::FutureExt;
+use futures::future::LocalBoxFuture;
 use glommio::net::TcpListener;
 use glommio::sync::Semaphore;
 
@@ -73,6 +75,27 @@ impl Shard {
         if target == self.id {
             return Ok(job(self.clone()).await);
         }
+        self.start_on_shard(target, job).await?.await
+    }
+
+    /// Starts `job` on `target` now and gives its result later. Jobs started
+    /// one after another begin running in that order on their target (local
+    /// tasks and mesh channels are both FIFO): what keeps a connection's
+    /// appends to a partition in request order while earlier ones complete.
+    pub async fn start_on_shard<F, Fut, R>(
+        self: &Rc<Self>,
+        target: ShardId,
+        job: F,
+    ) -> Result<LocalBoxFuture<'static, Result<R, ShardGone>>, ShardGone>
+    where
+        F: FnOnce(Rc<Shard>) -> Fut + Send + 'static,
+        Fut: Future<Output = R> + 'static,
+        R: Send + 'static,
+    {
+        if target == self.id {
+            let task = glommio::spawn_local(job(self.clone()));
+            return Ok(async move { Ok(task.await) }.boxed_local());
+        }
         let sender = self
             .context
             .mesh
@@ -83,7 +106,7 @@ impl Shard {
             .send_async(boxed)
             .await
             .map_err(|_| ShardGone(target.0))?;
-        reply.await.map_err(|_| ShardGone(target.0))
+        Ok(async move { reply.await.map_err(|_| ShardGone(target.0)) }.boxed_local())
     }
 
     /// The log config of a topic: broker defaults, then its overrides.

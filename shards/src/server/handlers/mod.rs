@@ -12,6 +12,9 @@ mod produce;
 
 use std::rc::Rc;
 
+use futures::FutureExt;
+use futures::future::LocalBoxFuture;
+
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::frame::{FrameError, Request};
 use brook_engine::protocol::versions::api_versions_response;
@@ -21,12 +24,22 @@ use kafka_protocol::protocol::StrBytes;
 use crate::server::response::{Response, encode};
 use crate::server::shard::Shard;
 
-pub async fn handle(shard: &Rc<Shard>, request: Request) -> Response {
+/// Starts handling `request`: what must happen in request order (a
+/// Produce's appends) happens before this returns; the rest of the work is
+/// the returned future, which the connection runs alongside later requests.
+pub async fn start(shard: &Rc<Shard>, request: Request) -> LocalBoxFuture<'static, Response> {
+    if request.api_key == ApiKey::Produce {
+        return produce::start(shard, request).await;
+    }
+    let shard = shard.clone();
+    async move { handle(&shard, request).await }.boxed_local()
+}
+
+async fn handle(shard: &Rc<Shard>, request: Request) -> Response {
     let handled = match request.api_key {
         ApiKey::ApiVersions => api_versions(&request),
         ApiKey::Metadata => cluster::metadata(shard, &request).await,
         ApiKey::DescribeCluster => cluster::describe_cluster(shard, &request),
-        ApiKey::Produce => produce::handle(shard, &request).await,
         ApiKey::Fetch => fetch::handle(shard, &request).await,
         ApiKey::ListOffsets => offsets::list_offsets(shard, &request).await,
         ApiKey::OffsetForLeaderEpoch => offsets::offset_for_leader_epoch(shard, &request).await,

@@ -9,15 +9,17 @@ use std::time::Duration;
 
 use brook_engine::log::batch::{BatchError, BatchHeader};
 use brook_engine::protocol::errors::ErrorCode;
-use brook_engine::protocol::frame::{FrameError, Request};
+use brook_engine::protocol::frame::Request;
 use brook_engine::types::{PartitionId, TopicPartition};
 use bytes::Bytes;
-use futures::future::join_all;
+use futures::FutureExt;
+use futures::future::{LocalBoxFuture, join_all, ready};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 
 use crate::server::handlers::cluster::ensure_topics;
 use crate::server::handlers::{text, topic_name};
+use crate::server::mesh::ShardGone;
 use crate::server::response::{Response, encode};
 use crate::server::shard::{LEADER_EPOCH, Shard, now_ms};
 use crate::storage::StorageError;
@@ -137,93 +139,106 @@ pub(crate) async fn with_timeout<T>(
     }
 }
 
-async fn produce_partition(
+/// Starts one partition's append on its owner; the result comes later.
+async fn start_partition(
     shard: &Rc<Shard>,
     topic_partition: TopicPartition,
     records: Option<Bytes>,
     acks: i16,
     timeout: Duration,
-) -> Produced {
-    if !matches!(acks, -1..=1) {
-        return Produced::failed(
-            ErrorCode::INVALID_REQUIRED_ACKS,
-            format!("acks must be -1, 0 or 1, not {acks}"),
-        );
-    }
+) -> LocalBoxFuture<'static, Produced> {
+    let refused = |error, message: String| ready(Produced::failed(error, message)).boxed_local();
     let Some(records) = records.filter(|records| !records.is_empty()) else {
-        return Produced::failed(ErrorCode::CORRUPT_MESSAGE, "no records");
+        return refused(ErrorCode::CORRUPT_MESSAGE, "no records".into());
     };
     if let Err(message) = check_client_batches(&records) {
-        return Produced::failed(ErrorCode::INVALID_RECORD, message);
+        return refused(ErrorCode::INVALID_RECORD, message);
     }
     let Some(owner) = shard.image().owner(&topic_partition) else {
-        return Produced::failed(
+        return refused(
             ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
             format!("no partition {topic_partition}"),
         );
     };
-    let produced = shard
-        .on_shard(owner, move |owner| {
+    let started = shard
+        .start_on_shard(owner, move |owner| {
             append_on_owner(owner, topic_partition, records, acks, timeout)
         })
         .await;
-    produced
-        .unwrap_or_else(|gone| Produced::failed(ErrorCode::UNKNOWN_SERVER_ERROR, gone.to_string()))
+    let gone =
+        |gone: ShardGone| Produced::failed(ErrorCode::UNKNOWN_SERVER_ERROR, gone.to_string());
+    match started {
+        Ok(produced) => async move { produced.await.unwrap_or_else(gone) }.boxed_local(),
+        Err(error) => ready(gone(error)).boxed_local(),
+    }
 }
 
-pub async fn handle(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
-    let body: ProduceRequest = request.decode_body()?;
+/// Starts every append of a Produce, in request order, before it returns
+/// (so the next request on the connection appends after this one); the
+/// future it gives answers once every partition met the acks level.
+pub async fn start(shard: &Rc<Shard>, request: Request) -> LocalBoxFuture<'static, Response> {
+    let body: ProduceRequest = match request.decode_body() {
+        Ok(body) => body,
+        Err(error) => return ready(Response::Close(error.to_string())).boxed_local(),
+    };
     let timeout = Duration::from_millis(body.timeout_ms.max(0) as u64);
-    let names: Vec<String> = body
-        .topic_data
-        .iter()
-        .map(|topic| topic.name.to_string())
-        .collect();
-    ensure_topics(shard, &names).await;
+    let acks = body.acks;
+    let acks_valid = matches!(acks, -1..=1);
+    if acks_valid {
+        let names: Vec<String> = body
+            .topic_data
+            .iter()
+            .map(|topic| topic.name.to_string())
+            .collect();
+        ensure_topics(shard, &names).await;
+    }
     let mut topics = Vec::with_capacity(body.topic_data.len());
     for topic in body.topic_data {
         let name = topic.name.to_string();
-        let partitions: Vec<_> = topic
-            .partition_data
-            .into_iter()
-            .map(|partition| {
+        let mut partitions = Vec::with_capacity(topic.partition_data.len());
+        for partition in topic.partition_data {
+            let produced = if acks_valid {
                 let topic_partition = TopicPartition {
                     topic: name.clone(),
                     partition: PartitionId(partition.index),
                 };
-                let index = partition.index;
-                let produced = produce_partition(
-                    shard,
-                    topic_partition,
-                    partition.records,
-                    body.acks,
-                    timeout,
-                );
-                async move { (index, produced.await) }
-            })
-            .collect();
-        topics.push((name, join_all(partitions)));
+                start_partition(shard, topic_partition, partition.records, acks, timeout).await
+            } else {
+                ready(Produced::failed(
+                    ErrorCode::INVALID_REQUIRED_ACKS,
+                    format!("acks must be -1, 0 or 1, not {acks}"),
+                ))
+                .boxed_local()
+            };
+            partitions.push((partition.index, produced));
+        }
+        topics.push((name, partitions));
     }
-    let mut responses = Vec::with_capacity(topics.len());
-    for (name, partitions) in topics {
-        let partition_responses = partitions
-            .await
-            .into_iter()
-            .map(|(index, produced)| partition_response(index, produced))
-            .collect();
-        responses.push(
-            TopicProduceResponse::default()
-                .with_name(topic_name(&name))
-                .with_partition_responses(partition_responses),
-        );
+    async move {
+        let mut responses = Vec::with_capacity(topics.len());
+        for (name, partitions) in topics {
+            let (indexes, produced): (Vec<i32>, Vec<_>) = partitions.into_iter().unzip();
+            let partition_responses = indexes
+                .into_iter()
+                .zip(join_all(produced).await)
+                .map(|(index, produced)| partition_response(index, produced))
+                .collect();
+            responses.push(
+                TopicProduceResponse::default()
+                    .with_name(topic_name(&name))
+                    .with_partition_responses(partition_responses),
+            );
+        }
+        if acks == 0 {
+            return Response::Nothing;
+        }
+        encode(
+            &request,
+            &ProduceResponse::default().with_responses(responses),
+        )
+        .unwrap_or_else(|error| Response::Close(error.to_string()))
     }
-    if body.acks == 0 {
-        return Ok(Response::Nothing);
-    }
-    encode(
-        request,
-        &ProduceResponse::default().with_responses(responses),
-    )
+    .boxed_local()
 }
 
 fn partition_response(index: i32, produced: Produced) -> PartitionProduceResponse {
