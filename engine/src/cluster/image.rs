@@ -129,6 +129,26 @@ impl MetadataImage {
         loads
     }
 
+    /// Gives partitions owned by shards the broker no longer runs (it was
+    /// restarted with fewer `--cores`) to the least-loaded running shards;
+    /// returns how many moved. Partition data is not per shard, so only the
+    /// owner changes.
+    pub fn reassign_beyond(&mut self, shards: u16) -> usize {
+        let mut loads = self.shard_loads(shards);
+        let mut moved = 0;
+        for topic in self.topics.values_mut() {
+            for owner in topic
+                .partitions
+                .iter_mut()
+                .filter(|owner| owner.0 >= shards)
+            {
+                *owner = place_partitions(1, &mut loads)[0];
+                moved += 1;
+            }
+        }
+        moved
+    }
+
     /// Every partition of every topic, with its owner.
     pub fn partitions(&self) -> impl Iterator<Item = (TopicPartition, ShardId)> + '_ {
         self.topics.values().flat_map(|topic| {
@@ -313,6 +333,15 @@ mod tests {
         assert_eq!(image.owner(&TopicPartition::new("orders", 3)), None);
         assert_eq!(image.owner(&TopicPartition::new("orders", -1)), None);
         assert_eq!(image.shard_loads(3), vec![2, 1, 0]);
+    }
+
+    #[test]
+    fn partitions_of_shards_gone_move_to_running_ones() {
+        let mut image = image();
+        // orders: shards 0, 1, 0; run with one shard.
+        assert_eq!(image.reassign_beyond(1), 1);
+        assert_eq!(image.topics["orders"].partitions, vec![ShardId(0); 3]);
+        assert_eq!(image.reassign_beyond(1), 0);
     }
 
     #[test]

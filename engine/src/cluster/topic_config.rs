@@ -87,6 +87,87 @@ pub fn resolve(
     )
 }
 
+/// One IncrementalAlterConfigs operation on a topic config (KIP-339).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfigOperation {
+    Set(Option<String>),
+    Delete,
+    Append(Option<String>),
+    Subtract(Option<String>),
+}
+
+impl ConfigOperation {
+    /// From the protocol's operation code and value.
+    pub fn from_wire(code: i8, value: Option<String>) -> Option<ConfigOperation> {
+        Some(match code {
+            0 => ConfigOperation::Set(value),
+            1 => ConfigOperation::Delete,
+            2 => ConfigOperation::Append(value),
+            3 => ConfigOperation::Subtract(value),
+            _ => return None,
+        })
+    }
+}
+
+/// Whether a topic config is a comma-separated list (APPEND/SUBTRACT apply).
+pub fn is_list_config(name: &str) -> bool {
+    name == "cleanup.policy"
+}
+
+/// A topic's overrides after `changes`, in order. APPEND and SUBTRACT edit
+/// the value in force: the override, or else the effective value under
+/// `defaults` (as Kafka does, so appending `compact` to a topic with the
+/// default policy gives `delete,compact`). The result is not validated.
+pub fn altered(
+    current: &BTreeMap<String, String>,
+    defaults: &LogConfig,
+    changes: &[(String, ConfigOperation)],
+) -> Result<BTreeMap<String, String>, String> {
+    let mut configs = current.clone();
+    for (name, operation) in changes {
+        match operation {
+            ConfigOperation::Set(value) => {
+                let value = value.clone().ok_or(format!("{name}: SET needs a value"))?;
+                configs.insert(name.clone(), value);
+            }
+            ConfigOperation::Delete => {
+                configs.remove(name);
+            }
+            ConfigOperation::Append(value) | ConfigOperation::Subtract(value) => {
+                if !is_list_config(name) {
+                    return Err(format!("{name} is not a list"));
+                }
+                let in_force = match configs.get(name) {
+                    Some(value) => value.clone(),
+                    None => {
+                        let config =
+                            resolve(defaults, &configs).map_err(|error| error.to_string())?;
+                        effective_value(&config, name).unwrap_or_default()
+                    }
+                };
+                let mut items: Vec<String> = in_force
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|item| !item.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                let edits = value.as_deref().unwrap_or("").split(',').map(str::trim);
+                for item in edits.filter(|item| !item.is_empty()) {
+                    if matches!(operation, ConfigOperation::Append(_)) {
+                        if !items.iter().any(|existing| existing == item) {
+                            items.push(item.to_owned());
+                        }
+                    } else {
+                        items.retain(|existing| existing != item);
+                    }
+                }
+                configs.insert(name.clone(), items.join(","));
+            }
+        }
+    }
+    Ok(configs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,5 +200,56 @@ mod tests {
                 config_name.topic
             );
         }
+    }
+
+    #[test]
+    fn list_operations_edit_the_value_in_force() {
+        let defaults = LogConfig::default();
+        let none = BTreeMap::new();
+        let append = |value: &str| ConfigOperation::Append(Some(value.into()));
+        // No override: APPEND starts from the default policy, delete.
+        let appended = altered(
+            &none,
+            &defaults,
+            &[("cleanup.policy".into(), append("compact"))],
+        )
+        .unwrap();
+        assert_eq!(appended["cleanup.policy"], "delete,compact");
+        let subtracted = altered(
+            &appended,
+            &defaults,
+            &[(
+                "cleanup.policy".into(),
+                ConfigOperation::Subtract(Some("delete".into())),
+            )],
+        )
+        .unwrap();
+        assert_eq!(subtracted["cleanup.policy"], "compact");
+        assert!(altered(&none, &defaults, &[("retention.ms".into(), append("1"))]).is_err());
+        let set = altered(
+            &none,
+            &defaults,
+            &[(
+                "retention.ms".into(),
+                ConfigOperation::Set(Some("1000".into())),
+            )],
+        )
+        .unwrap();
+        let deleted = altered(
+            &set,
+            &defaults,
+            &[("retention.ms".into(), ConfigOperation::Delete)],
+        )
+        .unwrap();
+        assert!(deleted.is_empty());
+        assert!(
+            altered(
+                &none,
+                &defaults,
+                &[("retention.ms".into(), ConfigOperation::Set(None))]
+            )
+            .is_err()
+        );
+        assert_eq!(ConfigOperation::from_wire(4, None), None);
     }
 }

@@ -13,7 +13,7 @@ use brook_engine::cluster::image::{
     MetadataImage, PARTITIONS_MAX, ShardId, TopicId, TopicMetadata, place_partitions,
     validate_topic_name,
 };
-use brook_engine::cluster::topic_config::{is_topic_config, resolve};
+use brook_engine::cluster::topic_config::{ConfigOperation, altered, is_topic_config, resolve};
 use brook_engine::log::config::LogConfig;
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::types::{PartitionId, TopicPartition};
@@ -79,9 +79,10 @@ pub enum Change {
         total: i32,
         validate_only: bool,
     },
-    SetConfigs {
+    /// IncrementalAlterConfigs on one topic's overrides.
+    AlterConfigs {
         topic: String,
-        configs: BTreeMap<String, String>,
+        changes: Vec<(String, ConfigOperation)>,
         validate_only: bool,
     },
 }
@@ -121,7 +122,7 @@ fn change_names(change: &Change) -> Vec<String> {
     match change {
         Change::Create { topics, .. } => topics.iter().map(|topic| topic.name.clone()).collect(),
         Change::Delete { names } => names.clone(),
-        Change::AddPartitions { topic, .. } | Change::SetConfigs { topic, .. } => {
+        Change::AddPartitions { topic, .. } | Change::AlterConfigs { topic, .. } => {
             vec![topic.clone()]
         }
     }
@@ -182,17 +183,17 @@ async fn apply_here(controller: &Rc<Shard>, change: Change) -> Vec<TopicOutcome>
                 validate_only,
             )]
         }
-        Change::SetConfigs {
+        Change::AlterConfigs {
             topic,
-            configs,
+            changes,
             validate_only,
         } => {
-            vec![set_configs(
+            vec![alter_configs(
                 &mut image,
                 &mut effects,
                 &defaults,
                 &topic,
-                configs,
+                &changes,
                 validate_only,
             )]
         }
@@ -352,12 +353,12 @@ fn add_partitions(
     TopicOutcome::done(topic)
 }
 
-fn set_configs(
+fn alter_configs(
     image: &mut MetadataImage,
     effects: &mut Effects,
     defaults: &LogConfig,
     name: &str,
-    configs: BTreeMap<String, String>,
+    changes: &[(String, ConfigOperation)],
     validate_only: bool,
 ) -> TopicOutcome {
     let Some(topic) = image.topics.get_mut(name) else {
@@ -366,6 +367,10 @@ fn set_configs(
             ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
             format!("no topic {name}"),
         );
+    };
+    let configs = match altered(&topic.configs, defaults, changes) {
+        Ok(configs) => configs,
+        Err(message) => return TopicOutcome::failed(name, ErrorCode::INVALID_CONFIG, message),
     };
     if let Err(message) = check_configs(defaults, &configs) {
         return TopicOutcome::failed(name, ErrorCode::INVALID_CONFIG, message);

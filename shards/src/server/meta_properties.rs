@@ -16,11 +16,20 @@ pub fn load_or_create_cluster_id(data_dir: &Path, broker_id: i32) -> Result<Stri
     match std::fs::read_to_string(&path) {
         Ok(text) => {
             let settings = parse_properties(&text);
-            let id = settings
-                .iter()
-                .find(|(key, _)| key == "cluster.id")
-                .map(|(_, value)| value.clone());
-            id.ok_or_else(|| StorageError::Corrupt {
+            let value = |name: &str| {
+                settings
+                    .iter()
+                    .find(|(key, _)| key == name)
+                    .map(|(_, value)| value.clone())
+            };
+            // As Kafka: a data directory belongs to one broker.
+            if let Some(node) = value("node.id").filter(|node| *node != broker_id.to_string()) {
+                return Err(StorageError::Corrupt {
+                    path,
+                    reason: format!("written by node.id {node}, this broker is {broker_id}"),
+                });
+            }
+            value("cluster.id").ok_or_else(|| StorageError::Corrupt {
                 path,
                 reason: "no cluster.id".into(),
             })
@@ -29,15 +38,29 @@ pub fn load_or_create_cluster_id(data_dir: &Path, broker_id: i32) -> Result<Stri
             let id = new_cluster_id(&path)?;
             let text =
                 format!("#Written by Brook\nversion=1\nnode.id={broker_id}\ncluster.id={id}\n");
-            let temporary = path.with_extension("tmp");
-            std::fs::write(&temporary, text)
-                .map_err(|source| StorageError::io("writing", &temporary, source))?;
-            std::fs::rename(&temporary, &path)
-                .map_err(|source| StorageError::io("renaming", &temporary, source))?;
+            write_durably(&path, text.as_bytes())?;
             Ok(id)
         }
         Err(error) => Err(StorageError::io("reading", &path, error)),
     }
+}
+
+/// Writes `contents` to `path` so that a crash leaves the old file or the
+/// whole new one: a synced temporary file renamed over it, then the
+/// directory synced (this runs before the shards' runtimes exist).
+fn write_durably(path: &Path, contents: &[u8]) -> Result<(), StorageError> {
+    let temporary = path.with_extension("tmp");
+    let mut file = std::fs::File::create(&temporary)
+        .map_err(|source| StorageError::io("creating", &temporary, source))?;
+    std::io::Write::write_all(&mut file, contents)
+        .and_then(|()| file.sync_all())
+        .map_err(|source| StorageError::io("writing", &temporary, source))?;
+    std::fs::rename(&temporary, path)
+        .map_err(|source| StorageError::io("renaming", &temporary, source))?;
+    let directory = path.parent().unwrap_or(Path::new("."));
+    std::fs::File::open(directory)
+        .and_then(|directory| directory.sync_all())
+        .map_err(|source| StorageError::io("syncing", directory, source))
 }
 
 fn new_cluster_id(path: &Path) -> Result<String, StorageError> {
@@ -59,5 +82,9 @@ mod tests {
         let first = load_or_create_cluster_id(dir.path(), 0).unwrap();
         assert_eq!(first.len(), 32);
         assert_eq!(load_or_create_cluster_id(dir.path(), 0).unwrap(), first);
+        assert!(matches!(
+            load_or_create_cluster_id(dir.path(), 3),
+            Err(StorageError::Corrupt { .. })
+        ));
     }
 }

@@ -69,13 +69,22 @@ pub fn run(
     })?;
     let cluster_id =
         meta_properties::load_or_create_cluster_id(&options.data_dir, options.config.broker_id)?;
-    let image = Arc::new(controller::load_image(&options.data_dir)?);
     let listen = resolve_port(options.listen)?;
     let cpus = allowed_cpus();
     let shards = options
         .cores
         .unwrap_or(cpus.len())
         .clamp(1, u16::MAX as usize) as u16;
+    let mut image = controller::load_image(&options.data_dir)?;
+    let moved = image.reassign_beyond(shards);
+    if moved > 0 {
+        tracing::warn!(
+            partitions = moved,
+            shards,
+            "partitions of shards not running now move to running ones"
+        );
+    }
+    let image = Arc::new(image);
     let (senders, receivers) = mesh::channels(shards);
     let advertised_host = options
         .advertised_host

@@ -1,10 +1,11 @@
 //! DescribeConfigs and IncrementalAlterConfigs, for topics (Kafka's names,
 //! effective values and sources) and, read-only, for the broker.
 
-use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use brook_engine::cluster::topic_config::{TOPIC_CONFIGS, effective_value, resolve};
+use brook_engine::cluster::topic_config::{
+    ConfigOperation, TOPIC_CONFIGS, effective_value, is_list_config, resolve,
+};
 use brook_engine::log::config::LogConfig;
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::frame::{FrameError, Request};
@@ -34,15 +35,10 @@ const CONFIG_TYPE_STRING: i8 = 2;
 const CONFIG_TYPE_INT: i8 = 3;
 const CONFIG_TYPE_LONG: i8 = 5;
 const CONFIG_TYPE_LIST: i8 = 7;
-/// IncrementalAlterConfigs operations.
-const OPERATION_SET: i8 = 0;
-const OPERATION_DELETE: i8 = 1;
-const OPERATION_APPEND: i8 = 2;
-const OPERATION_SUBTRACT: i8 = 3;
 
 fn config_type(name: &str) -> i8 {
     match name {
-        "cleanup.policy" => CONFIG_TYPE_LIST,
+        name if is_list_config(name) => CONFIG_TYPE_LIST,
         "message.timestamp.type" => CONFIG_TYPE_STRING,
         "segment.bytes" | "segment.index.bytes" | "index.interval.bytes" | "max.message.bytes" => {
             CONFIG_TYPE_INT
@@ -187,54 +183,6 @@ pub fn describe_configs(shard: &Rc<Shard>, request: &Request) -> Result<Response
     )
 }
 
-/// Applies SET/DELETE/APPEND/SUBTRACT to a topic's overrides.
-fn altered(
-    current: &BTreeMap<String, String>,
-    changes: &[(String, i8, Option<String>)],
-) -> Result<BTreeMap<String, String>, String> {
-    let mut configs = current.clone();
-    for (name, operation, value) in changes {
-        let list = |configs: &BTreeMap<String, String>| -> Vec<String> {
-            configs
-                .get(name)
-                .map(|value| value.split(',').map(str::to_owned).collect())
-                .unwrap_or_default()
-        };
-        match *operation {
-            OPERATION_SET => {
-                configs.insert(
-                    name.clone(),
-                    value.clone().ok_or(format!("{name}: SET needs a value"))?,
-                );
-            }
-            OPERATION_DELETE => {
-                configs.remove(name);
-            }
-            OPERATION_APPEND | OPERATION_SUBTRACT if config_type(name) == CONFIG_TYPE_LIST => {
-                let mut items = list(&configs);
-                for item in value
-                    .as_deref()
-                    .unwrap_or("")
-                    .split(',')
-                    .filter(|item| !item.is_empty())
-                {
-                    if *operation == OPERATION_APPEND
-                        && !items.iter().any(|existing| existing == item)
-                    {
-                        items.push(item.to_owned());
-                    } else if *operation == OPERATION_SUBTRACT {
-                        items.retain(|existing| existing != item);
-                    }
-                }
-                configs.insert(name.clone(), items.join(","));
-            }
-            OPERATION_APPEND | OPERATION_SUBTRACT => return Err(format!("{name} is not a list")),
-            other => return Err(format!("unknown operation {other}")),
-        }
-    }
-    Ok(configs)
-}
-
 pub async fn incremental_alter_configs(
     shard: &Rc<Shard>,
     request: &Request,
@@ -255,40 +203,33 @@ pub async fn incremental_alter_configs(
             );
             continue;
         }
-        let changes: Vec<(String, i8, Option<String>)> = resource
+        let changes: Option<Vec<(String, ConfigOperation)>> = resource
             .configs
             .iter()
             .map(|config| {
-                (
-                    config.name.to_string(),
-                    config.config_operation,
-                    config.value.as_ref().map(|value| value.to_string()),
-                )
+                let value = config.value.as_ref().map(|value| value.to_string());
+                ConfigOperation::from_wire(config.config_operation, value)
+                    .map(|operation| (config.name.to_string(), operation))
             })
             .collect();
-        let current = shard
-            .image()
-            .topic(&name)
-            .map(|topic| topic.configs.clone());
-        let (error, message) = match current {
+        let (error, message) = match changes {
             None => (
-                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-                Some("unknown topic".to_owned()),
+                ErrorCode::INVALID_REQUEST,
+                Some("unknown config operation".to_owned()),
             ),
-            Some(current) => match altered(&current, &changes) {
-                Err(message) => (ErrorCode::INVALID_CONFIG, Some(message)),
-                Ok(configs) => {
-                    let change = Change::SetConfigs {
-                        topic: name.clone(),
-                        configs,
-                        validate_only: body.validate_only,
-                    };
-                    let outcome = controller::apply(shard, change).await.pop();
-                    outcome.map_or((ErrorCode::UNKNOWN_SERVER_ERROR, None), |outcome| {
-                        (outcome.error, outcome.message)
-                    })
-                }
-            },
+            Some(changes) => {
+                // Applied on the controller, to the topic's configs as they
+                // are there, so concurrent alters do not undo each other.
+                let change = Change::AlterConfigs {
+                    topic: name.clone(),
+                    changes,
+                    validate_only: body.validate_only,
+                };
+                let outcome = controller::apply(shard, change).await.pop();
+                outcome.map_or((ErrorCode::UNKNOWN_SERVER_ERROR, None), |outcome| {
+                    (outcome.error, outcome.message)
+                })
+            }
         };
         responses.push(
             response
@@ -300,47 +241,4 @@ pub async fn incremental_alter_configs(
         request,
         &IncrementalAlterConfigsResponse::default().with_responses(responses),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn list_operations_edit_cleanup_policy() {
-        let current = BTreeMap::from([("cleanup.policy".to_owned(), "delete".to_owned())]);
-        let appended = altered(
-            &current,
-            &[(
-                "cleanup.policy".into(),
-                OPERATION_APPEND,
-                Some("compact".into()),
-            )],
-        )
-        .unwrap();
-        assert_eq!(appended["cleanup.policy"], "delete,compact");
-        let subtracted = altered(
-            &appended,
-            &[(
-                "cleanup.policy".into(),
-                OPERATION_SUBTRACT,
-                Some("delete".into()),
-            )],
-        )
-        .unwrap();
-        assert_eq!(subtracted["cleanup.policy"], "compact");
-        assert!(
-            altered(
-                &current,
-                &[("retention.ms".into(), OPERATION_APPEND, Some("1".into()))]
-            )
-            .is_err()
-        );
-        let deleted = altered(
-            &current,
-            &[("cleanup.policy".into(), OPERATION_DELETE, None)],
-        )
-        .unwrap();
-        assert!(deleted.is_empty());
-    }
 }
