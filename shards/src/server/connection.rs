@@ -32,7 +32,10 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
     let socket = stream.as_raw_fd();
     let (reader, writer) = stream.split();
     let (queue, pending) = mpsc::unbounded();
-    let in_flight = Rc::new(Semaphore::new(IN_FLIGHT_REQUESTS_MAX));
+    let in_flight = Rc::new(InFlight {
+        requests: Semaphore::new(IN_FLIGHT_REQUESTS_MAX),
+        bytes: Semaphore::new(shard.context.config.socket_request_max_bytes as u64),
+    });
     let writing = glommio::spawn_local(write_responses(
         writer,
         socket,
@@ -49,13 +52,29 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
     }
 }
 
-type Pending = oneshot::Receiver<Response>;
+/// A request in flight: its frame size and where its response will be.
+type Pending = (u64, oneshot::Receiver<Response>);
+
+/// What a connection may have in flight before it stops reading: a number of
+/// requests, and request bytes (one largest request's worth, so a client
+/// cannot hold many frames of `socket.request.max.bytes` in memory at once).
+struct InFlight {
+    requests: Semaphore,
+    bytes: Semaphore,
+}
+
+impl InFlight {
+    fn close(&self) {
+        self.requests.close();
+        self.bytes.close();
+    }
+}
 
 async fn read_requests<R: AsyncRead + Unpin>(
     shard: &Rc<Shard>,
     mut reader: R,
     queue: mpsc::UnboundedSender<Pending>,
-    in_flight: Rc<Semaphore>,
+    in_flight: Rc<InFlight>,
 ) -> Result<(), FrameError> {
     let max_bytes = shard.context.config.socket_request_max_bytes;
     loop {
@@ -65,6 +84,13 @@ async fn read_requests<R: AsyncRead + Unpin>(
             Err(_) => return Ok(()),
         }
         let size = frame_size(prefix, max_bytes)?;
+        // Room for the frame before it is read: the bytes come back when
+        // its response has been written.
+        let stopped = in_flight.requests.acquire(1).await.is_err()
+            || in_flight.bytes.acquire(size as u64).await.is_err();
+        if stopped || shard.is_stopping() {
+            return Ok(());
+        }
         let mut frame = BytesMut::zeroed(size);
         if reader.read_exact(&mut frame).await.is_err() {
             return Err(FrameError::Truncated { size });
@@ -81,11 +107,8 @@ async fn read_requests<R: AsyncRead + Unpin>(
             }) => Slot::Ready(unsupported_api_versions(correlation_id)),
             Err(error) => return Err(error),
         };
-        if in_flight.acquire(1).await.is_err() || shard.is_stopping() {
-            return Ok(());
-        }
         let (sender, receiver) = oneshot::channel();
-        if queue.unbounded_send(receiver).is_err() {
+        if queue.unbounded_send((size as u64, receiver)).is_err() {
             return Ok(());
         }
         match response_slot {
@@ -129,10 +152,10 @@ async fn write_responses<W: AsyncWrite + Unpin>(
     mut writer: W,
     socket: std::os::fd::RawFd,
     mut pending: mpsc::UnboundedReceiver<Pending>,
-    in_flight: Rc<Semaphore>,
+    in_flight: Rc<InFlight>,
     peer: String,
 ) {
-    while let Some(receiver) = pending.next().await {
+    while let Some((size, receiver)) = pending.next().await {
         let response = receiver
             .await
             .unwrap_or_else(|_| Response::Close("a request handler failed".into()));
@@ -152,7 +175,8 @@ async fn write_responses<W: AsyncWrite + Unpin>(
             in_flight.close();
             return;
         }
-        in_flight.signal(1);
+        in_flight.requests.signal(1);
+        in_flight.bytes.signal(size);
     }
     let _ = writer.close().await;
 }

@@ -401,13 +401,10 @@ async fn scan_segment(
     )
     .await?;
     let cut = valid_bytes < file_bytes;
-    let padding = cut && {
-        let tail_len = (file_bytes - valid_bytes).min(PAGE_BYTES) as usize;
+    let padding = cut && file_bytes - valid_bytes < PAGE_BYTES && {
+        let tail_len = (file_bytes - valid_bytes) as usize;
         let tail = read_exact(&log_file, &log_path, valid_bytes, tail_len).await?;
-        is_write_padding(
-            &tail[..(file_bytes - valid_bytes) as usize],
-            PAGE_BYTES as usize,
-        )
+        is_write_padding(&tail, PAGE_BYTES as usize)
     };
     // Only damage truncates the log; the padding a crash left after the last
     // batch of a segment that was being sealed is just trimmed.
