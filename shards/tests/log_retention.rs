@@ -314,3 +314,42 @@ fn a_recreated_partition_starts_at_offset_zero() {
         store.close().await.unwrap();
     });
 }
+
+/// A partition whose retention fails (here: closed under the store) is
+/// skipped; the partitions after it still get their retention.
+#[test]
+fn retention_goes_on_past_a_failing_partition() {
+    let temporary = tempfile::tempdir().unwrap();
+    let root = temporary.path().to_owned();
+    block_on(async move {
+        let store = Store::open(StoreOptions { root, shard: 0 }).await.unwrap();
+        let config = LogConfig {
+            segment_bytes: 4096,
+            retention_ms: Some(HOUR_MS),
+            ..LogConfig::default()
+        };
+        // Partitions are visited in name order: the failing one comes first.
+        let failing = TopicPartition::new("a-failing", 0);
+        let expiring = TopicPartition::new("b-expiring", 0);
+        let mut logs = Vec::new();
+        for topic_partition in [&failing, &expiring] {
+            let log = store
+                .open_partition(topic_partition, config.clone(), now_ms())
+                .await
+                .unwrap();
+            for i in 0..20 {
+                log.append(&batch(2, 400, now_ms() - 2 * HOUR_MS + i), EPOCH, now_ms())
+                    .await
+                    .unwrap();
+            }
+            log.flush().await.unwrap();
+            logs.push(log);
+        }
+        logs[0].close().await.unwrap();
+        let deleted = store.apply_retention(now_ms()).await;
+        assert!(deleted > 0, "the second partition's segments were deleted");
+        assert!(logs[1].log_start_offset() > Offset(0));
+        store.remove_partition(&failing);
+        store.close().await.unwrap();
+    });
+}

@@ -182,13 +182,20 @@ impl Store {
     }
 
     /// Applies retention to every log (high watermark = durable offset on a
-    /// single replica). Returns the number of segments deleted.
-    pub async fn apply_retention(&self, now_ms: i64) -> Result<usize, StorageError> {
+    /// single replica). Returns the number of segments deleted. A log that
+    /// fails (offline, closed) is logged and skipped: it must not stop
+    /// retention of the logs after it.
+    pub async fn apply_retention(&self, now_ms: i64) -> usize {
         let mut deleted = 0;
-        for (_, log) in self.partitions() {
-            deleted += log.apply_retention(log.durable_offset(), now_ms).await?;
+        for (topic_partition, log) in self.partitions() {
+            match log.apply_retention(log.durable_offset(), now_ms).await {
+                Ok(count) => deleted += count,
+                Err(error) => {
+                    tracing::warn!(partition = %topic_partition, %error, "retention failed for partition")
+                }
+            }
         }
-        Ok(deleted)
+        deleted
     }
 
     /// Starts the shard's background maintenance: retention and
@@ -209,9 +216,7 @@ impl Store {
                 let now = Instant::now();
                 if now >= next_retention {
                     next_retention = now + schedule.retention_check_interval;
-                    if let Err(error) = store.apply_retention(wall_clock_ms()).await {
-                        tracing::error!(%error, "retention failed");
-                    }
+                    store.apply_retention(wall_clock_ms()).await;
                 }
                 if now >= next_release {
                     next_release = now + schedule.idle_release_interval;
