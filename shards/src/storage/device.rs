@@ -16,6 +16,7 @@ use std::path::Path;
 use glommio::io::OpenOptions;
 
 use crate::storage::error::{StorageError, io_error};
+use crate::storage::files::sync_directory;
 
 const PROBE_FILE: &str = ".brook-io-probe";
 const PROBE_BYTES: usize = 4096;
@@ -28,7 +29,7 @@ thread_local! {
 /// Creates `directory` if needed and makes sure glommio has probed its device
 /// with a non-empty file.
 pub async fn prepare_directory(directory: &Path) -> Result<(), StorageError> {
-    std::fs::create_dir_all(directory).map_err(io_error("creating directory", directory))?;
+    create_directory_durably(directory).await?;
     let device = std::fs::metadata(directory)
         .map_err(io_error("inspecting", directory))?
         .dev();
@@ -55,5 +56,26 @@ pub async fn prepare_directory(directory: &Path) -> Result<(), StorageError> {
     let _ = std::fs::remove_file(&path);
     probe?;
     PROBED_DEVICES.with_borrow_mut(|probed| probed.push(device));
+    Ok(())
+}
+
+/// Creates `directory` and any missing parents, then syncs the parent of
+/// each directory created, so that a power loss cannot lose the new entries
+/// (and with them files synced inside them, such as a new partition's first
+/// acknowledged batches).
+async fn create_directory_durably(directory: &Path) -> Result<(), StorageError> {
+    let created: Vec<&Path> = directory
+        .ancestors()
+        .take_while(|ancestor| !ancestor.as_os_str().is_empty() && !ancestor.exists())
+        .collect();
+    std::fs::create_dir_all(directory).map_err(io_error("creating directory", directory))?;
+    for created in created.iter().rev() {
+        let parent = match created.parent() {
+            Some(parent) if parent.as_os_str().is_empty() => Path::new("."),
+            Some(parent) => parent,
+            None => continue,
+        };
+        sync_directory(parent).await?;
+    }
     Ok(())
 }

@@ -111,10 +111,20 @@ pub(crate) async fn sync_directory(dir: &Path) -> Result<(), StorageError> {
         .sync()
         .await
         .map_err(io_error("syncing directory", dir))?;
+    #[cfg(test)]
+    SYNCED_DIRECTORIES.with_borrow_mut(|synced| synced.push(dir.to_owned()));
     directory
         .close()
         .await
         .map_err(io_error("closing directory", dir))
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Directories this thread synced: a power loss cannot be simulated
+    /// here, so tests check that the syncs are issued.
+    pub(crate) static SYNCED_DIRECTORIES: std::cell::RefCell<Vec<PathBuf>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Reads a small text file; `None` if it does not exist.

@@ -31,7 +31,7 @@ use crate::storage::appender::{ChunkSizing, PAGE_BYTES, PageAppender, align_down
 use crate::storage::error::{StorageError, io_error};
 use crate::storage::files::{
     create_dma, open_dma, read_exact, read_optional_text, read_partial_page, segment_path,
-    write_atomically,
+    sync_directory, write_atomically,
 };
 use crate::storage::partition_log::{RecoveryHints, delete_segment_files};
 use crate::storage::segment::{ActiveSegment, SealedIndex, SealedIndexes, Segment, SegmentState};
@@ -152,6 +152,8 @@ pub(crate) async fn open_segments(
     if segments.is_empty() {
         let base = hints.log_start_offset.unwrap_or_default().max(Offset(0));
         segments.push(Segment::create(dir, base, now_ms, config.index_interval_bytes).await?);
+        // The new files' entries must survive a power loss like a roll's do.
+        sync_directory(dir).await?;
     }
     let log_end_offset = segments.last().expect("at least one segment").next_offset;
     let first_base = segments[0].base_offset;
@@ -586,4 +588,31 @@ async fn into_segment(
         },
         state,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use brook_engine::log::config::LogConfig;
+
+    use crate::runtime::block_on;
+    use crate::storage::files::SYNCED_DIRECTORIES;
+    use crate::storage::partition_log::{PartitionLog, RecoveryHints};
+
+    /// A power loss cannot be simulated here: this checks that creating a
+    /// partition syncs the entries of its directory and of its first files.
+    #[test]
+    fn a_new_partition_syncs_its_directory_and_its_parent() {
+        let root = tempfile::tempdir().unwrap();
+        let root = root.path().to_owned();
+        let dir = root.join("new-0");
+        block_on(async move {
+            let log = PartitionLog::open(&dir, LogConfig::default(), RecoveryHints::default(), 0)
+                .await
+                .unwrap();
+            let synced = SYNCED_DIRECTORIES.take();
+            assert!(synced.contains(&root), "the parent: {synced:?}");
+            assert!(synced.contains(&dir), "the partition directory: {synced:?}");
+            log.close().await.unwrap();
+        });
+    }
 }
