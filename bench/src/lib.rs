@@ -11,4 +11,5 @@
 //! rather than from each type's own estimate.
 
 pub mod allocator;
+pub mod ceiling;
 pub mod log;

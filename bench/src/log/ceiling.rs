@@ -48,29 +48,41 @@ pub async fn measure(
     kind: RawBuffers,
 ) -> Result<Throughput, BenchError> {
     let path = dir.join(FILE_NAME);
+    let throughput = write_file(&path, total_bytes, kind).await?;
+    std::fs::remove_file(&path).map_err(io_error("deleting", &path))?;
+    Ok(throughput)
+}
+
+/// Writes `total_bytes` (rounded up to whole writes) sequentially to a new
+/// file at `path`, syncs and closes it, and leaves it there (for a reader
+/// to measure next; [`measure`] deletes it).
+pub async fn write_file(
+    path: &Path,
+    total_bytes: u64,
+    kind: RawBuffers,
+) -> Result<Throughput, BenchError> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(true)
-        .dma_open(&path)
+        .dma_open(path)
         .await
-        .map_err(io_error("creating", &path))?;
+        .map_err(io_error("creating", path))?;
     let buffers = filled_buffers(&file, kind);
     let writes = total_bytes.div_ceil(CEILING_WRITE_BYTES);
     let started = Instant::now();
     stream::iter(0..writes)
         .map(|index| {
             let buffer = buffers[index as usize % buffers.len()].clone();
-            write_whole(&file, &path, buffer, index * CEILING_WRITE_BYTES)
+            write_whole(&file, path, buffer, index * CEILING_WRITE_BYTES)
         })
         .buffer_unordered(CEILING_WRITES_IN_FLIGHT)
         .try_collect::<()>()
         .await?;
-    file.fdatasync().await.map_err(io_error("syncing", &path))?;
+    file.fdatasync().await.map_err(io_error("syncing", path))?;
     let elapsed = started.elapsed();
-    file.close().await.map_err(io_error("closing", &path))?;
-    std::fs::remove_file(&path).map_err(io_error("deleting", &path))?;
+    file.close().await.map_err(io_error("closing", path))?;
     Ok(Throughput {
         bytes: writes * CEILING_WRITE_BYTES,
         elapsed,

@@ -38,7 +38,7 @@ pub fn latency_histogram() -> Histogram<u64> {
         .expect("constant bounds are valid")
 }
 
-fn record(histogram: &mut Histogram<u64>, elapsed: Duration) {
+pub(crate) fn record(histogram: &mut Histogram<u64>, elapsed: Duration) {
     let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
     histogram.saturating_record(micros.max(1));
 }
@@ -96,7 +96,7 @@ async fn sample_log(log: &PartitionLog, batch: &[u8]) -> Result<Duration, BenchE
 
 /// The reference: whole-page writes at the end of a growing file, each
 /// followed by `fdatasync`, as the log's own writes and syncs are.
-struct RawSyncer {
+pub(crate) struct RawSyncer {
     file: DmaFile,
     path: PathBuf,
     buffer: Rc<DmaBuffer>,
@@ -106,7 +106,7 @@ struct RawSyncer {
 impl RawSyncer {
     /// A new file at `path` and one pre-filled buffer of `write_bytes`
     /// (a multiple of the page size).
-    async fn create(path: &Path, write_bytes: u64) -> Result<RawSyncer, BenchError> {
+    pub(crate) async fn create(path: &Path, write_bytes: u64) -> Result<RawSyncer, BenchError> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -126,7 +126,7 @@ impl RawSyncer {
     }
 
     /// One write at the end of the file plus `fdatasync`, timed together.
-    async fn sample(&mut self) -> Result<Duration, BenchError> {
+    pub(crate) async fn sample(&mut self) -> Result<Duration, BenchError> {
         let started = Instant::now();
         write_whole(&self.file, &self.path, self.buffer.clone(), self.position).await?;
         self.file
@@ -137,7 +137,7 @@ impl RawSyncer {
         Ok(started.elapsed())
     }
 
-    async fn delete(self) -> Result<(), BenchError> {
+    pub(crate) async fn delete(self) -> Result<(), BenchError> {
         let path = self.path;
         self.file
             .close()

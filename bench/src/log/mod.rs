@@ -256,7 +256,7 @@ async fn measure_latency(
 /// Runs `measure` in a fresh `dir/name` and deletes it afterwards, whether
 /// or not the measurement succeeded (a failure to delete is reported only
 /// when the measurement itself succeeded).
-async fn in_subdir<T>(
+pub(crate) async fn in_subdir<T>(
     dir: &Path,
     name: &str,
     measure: impl AsyncFnOnce(&Path) -> Result<T, BenchError>,
@@ -280,7 +280,7 @@ fn remove_dir_if_present(dir: &Path) -> Result<(), BenchError> {
 }
 
 /// One progress line on stderr (stdout carries only the report).
-fn progress(what: std::fmt::Arguments<'_>) {
+pub(crate) fn progress(what: std::fmt::Arguments<'_>) {
     eprintln!("measuring: {what}");
 }
 

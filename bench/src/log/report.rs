@@ -36,6 +36,14 @@ impl Throughput {
     pub fn megabytes_per_second(&self) -> f64 {
         self.bytes as f64 / BYTES_PER_MEGABYTE / self.elapsed.as_secs_f64()
     }
+
+    /// Bytes, seconds and MB/s as a JSON object.
+    pub(crate) fn to_json(self) -> JsonObject {
+        JsonObject::new()
+            .integer("bytes", self.bytes)
+            .number("seconds", self.elapsed.as_secs_f64())
+            .number("mb_per_s", self.megabytes_per_second())
+    }
 }
 
 /// Percentiles of a latency histogram, in microseconds.
@@ -63,7 +71,7 @@ impl LatencySummary {
         }
     }
 
-    fn to_json(self) -> JsonObject {
+    pub(crate) fn to_json(self) -> JsonObject {
         JsonObject::new()
             .integer("samples", self.samples)
             .integer("p50", self.p50_micros)
@@ -149,12 +157,7 @@ impl LogReport {
     }
 
     fn throughput_json(&self) -> JsonObject {
-        let throughput = |run: &Throughput| {
-            JsonObject::new()
-                .integer("bytes", run.bytes)
-                .number("seconds", run.elapsed.as_secs_f64())
-                .number("mb_per_s", run.megabytes_per_second())
-        };
+        let throughput = |run: &Throughput| run.to_json();
         let stats = &self.append.stats;
         let append = throughput(&self.append.throughput)
             .number("appends_seconds", self.append.appends_elapsed.as_secs_f64())

@@ -101,7 +101,7 @@ async fn yield_now() {
 }
 
 /// CPU time used so far by the calling thread.
-fn thread_cpu_time() -> std::time::Duration {
+pub(crate) fn thread_cpu_time() -> std::time::Duration {
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
