@@ -11,5 +11,8 @@
 //! rather than from each type's own estimate.
 
 pub mod allocator;
+pub mod broker;
 pub mod ceiling;
+pub mod client;
 pub mod log;
+pub mod workload;

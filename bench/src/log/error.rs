@@ -21,6 +21,10 @@ pub enum BenchError {
     Executor { cpu: usize, reason: String },
     #[error("invalid {name}: {reason}")]
     InvalidOption { name: &'static str, reason: String },
+    #[error("{0}")]
+    Client(String),
+    #[error("broker: {0}")]
+    Broker(String),
 }
 
 /// `map_err` helper: `.map_err(io_error("writing", &path))`.

@@ -1,0 +1,189 @@
+//! A `brook serve` process started by the benchmark (or a test): on a free
+//! port of 127.0.0.1, in its own data directory, optionally pinned to CPUs;
+//! killed (as a crash) or stopped on demand, and killed when dropped. Also
+//! what the process costs: resident memory and CPU time from `/proc`.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::log::error::BenchError;
+
+/// How long a broker may take to start (recovery of a large log included).
+const START_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How to start a broker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerLaunch {
+    /// The `brook` binary.
+    pub binary: PathBuf,
+    pub data_dir: PathBuf,
+    /// `--cores`.
+    pub cores: usize,
+    /// CPUs the process may run on (empty: any).
+    pub cpus: Vec<usize>,
+    /// More `serve` arguments (`--config`, `--set k=v`, …).
+    pub extra: Vec<String>,
+}
+
+#[derive(Debug)]
+pub struct BrokerProcess {
+    launch: BrokerLaunch,
+    child: Option<Child>,
+    /// `127.0.0.1:<port>`.
+    pub address: String,
+}
+
+impl BrokerProcess {
+    /// Starts `binary serve` on a free port and waits until it listens.
+    pub fn start(launch: BrokerLaunch) -> Result<BrokerProcess, BenchError> {
+        let mut broker = BrokerProcess {
+            launch,
+            child: None,
+            address: String::new(),
+        };
+        broker.launch("127.0.0.1:0")?;
+        Ok(broker)
+    }
+
+    /// The file the broker's log (stderr) goes to.
+    pub fn log_path(&self) -> PathBuf {
+        self.launch.data_dir.join("broker.log")
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.launch.data_dir
+    }
+
+    fn launch(&mut self, listen: &str) -> Result<(), BenchError> {
+        let data_dir = self.launch.data_dir.clone();
+        std::fs::create_dir_all(&data_dir).map_err(io("creating", &data_dir))?;
+        let log_path = self.log_path();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(io("opening", &log_path))?;
+        let mut command = Command::new(&self.launch.binary);
+        command
+            .args(["serve", "--listen", listen, "--cores"])
+            .arg(self.launch.cores.to_string())
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args(&self.launch.extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log));
+        let cpus = self.launch.cpus.clone();
+        if !cpus.is_empty() {
+            // SAFETY: sched_setaffinity on the child between fork and exec
+            // (async-signal-safe; no allocation: `set` lives on the stack).
+            unsafe {
+                command.pre_exec(move || {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    for cpu in &cpus {
+                        libc::CPU_SET(*cpu, &mut set);
+                    }
+                    if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let binary = self.launch.binary.clone();
+        let mut child = command.spawn().map_err(io("starting", &binary))?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (sender, receiver) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            if let Some(Ok(line)) = lines.next() {
+                let _ = sender.send(line);
+            }
+            for _ in lines {}
+        });
+        let Ok(line) = receiver.recv_timeout(START_TIMEOUT) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            return Err(BenchError::Broker(format!(
+                "brook serve did not start; its log:\n{log}"
+            )));
+        };
+        // "brook listening on <address> (<n> shards)"
+        self.address = line
+            .split_whitespace()
+            .nth(3)
+            .ok_or_else(|| BenchError::Broker(format!("unexpected first line {line:?}")))?
+            .to_owned();
+        self.child = Some(child);
+        Ok(())
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// SIGKILL, as a crash.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, and wait for a clean exit; returns whether it exited 0.
+    pub fn stop(&mut self) -> bool {
+        let Some(mut child) = self.child.take() else {
+            return false;
+        };
+        // SAFETY: sending a signal to our own child process.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGTERM);
+        }
+        child.wait().map(|status| status.success()).unwrap_or(false)
+    }
+
+    /// Starts the broker again on the same port and data directory.
+    pub fn restart(&mut self) -> Result<(), BenchError> {
+        let listen = self.address.clone();
+        self.launch(&listen)
+    }
+
+    /// Resident memory (VmRSS) of the running broker.
+    pub fn rss_bytes(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
+        let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    }
+
+    /// CPU time (user + system) the broker has used so far.
+    pub fn cpu_time(&self) -> Option<Duration> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()?)).ok()?;
+        // utime and stime: the 14th and 15th fields, counted after the
+        // parenthesised command name (which may hold spaces).
+        let after_name = stat.get(stat.rfind(')')? + 2..)?;
+        let mut fields = after_name.split_whitespace().skip(11);
+        let user: u64 = fields.next()?.parse().ok()?;
+        let system: u64 = fields.next()?.parse().ok()?;
+        // SAFETY: sysconf has no preconditions.
+        let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        Some(Duration::from_millis(
+            (user + system) * 1000 / ticks_per_second,
+        ))
+    }
+}
+
+impl Drop for BrokerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> BenchError + 'a {
+    crate::log::error::io_error(op, path)
+}

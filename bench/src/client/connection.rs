@@ -1,0 +1,235 @@
+//! One Kafka connection on a glommio executor, pipelined: requests go out in
+//! the order they are sent and their responses come back in that order
+//! (Kafka answers a connection's requests in order), so a reader task pairs
+//! each response frame with the oldest request still waiting.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+use futures::channel::oneshot;
+use futures::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use glommio::net::TcpStream;
+use glommio::sync::Semaphore;
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+use crate::client::ClientError;
+
+/// The largest response frame accepted (a fetch of many partitions).
+const RESPONSE_BYTES_MAX: usize = 256 << 20;
+
+type Waiter = oneshot::Sender<Result<Bytes, ClientError>>;
+
+/// Requests sent and not yet answered, oldest first; once the connection
+/// failed, why (later sends fail at once).
+#[derive(Default)]
+struct Waiting {
+    requests: VecDeque<(i32, ApiKey, i16, Waiter)>,
+    failed: Option<ClientError>,
+}
+
+/// A connection to one broker. Cheap to share (`Rc`) between the tasks of
+/// one executor.
+pub struct Connection {
+    address: SocketAddr,
+    client_id: StrBytes,
+    writer: RefCell<Option<WriteHalf<TcpStream>>>,
+    /// Writes one frame at a time, so frames never interleave.
+    writing: Semaphore,
+    waiting: Rc<RefCell<Waiting>>,
+    next_correlation_id: Cell<i32>,
+    reader: RefCell<Option<glommio::Task<()>>>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("address", &self.address)
+            .field("waiting", &self.waiting.borrow().requests.len())
+            .finish()
+    }
+}
+
+impl Connection {
+    pub async fn connect(
+        address: SocketAddr,
+        client_id: &str,
+    ) -> Result<Rc<Connection>, ClientError> {
+        let stream = TcpStream::connect(address)
+            .await
+            .map_err(|error| ClientError::Connect {
+                address,
+                reason: error.to_string(),
+            })?;
+        let _ = stream.set_nodelay(true);
+        let (reader, writer) = stream.split();
+        let waiting = Rc::new(RefCell::new(Waiting::default()));
+        let connection = Rc::new(Connection {
+            address,
+            client_id: StrBytes::from_string(client_id.to_owned()),
+            writer: RefCell::new(Some(writer)),
+            writing: Semaphore::new(1),
+            waiting: waiting.clone(),
+            next_correlation_id: Cell::new(1),
+            reader: RefCell::new(None),
+        });
+        let task = glommio::spawn_local(read_responses(address, reader, waiting));
+        *connection.reader.borrow_mut() = Some(task);
+        Ok(connection)
+    }
+
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Sends a request and returns the future of its response body (after
+    /// the response header). Requests sent one after another are answered
+    /// in that order; `expect_response` false is for Produce with acks=0.
+    pub async fn send<Q: Encodable>(
+        &self,
+        api_key: ApiKey,
+        version: i16,
+        body: &Q,
+        expect_response: bool,
+    ) -> Result<oneshot::Receiver<Result<Bytes, ClientError>>, ClientError> {
+        let correlation_id = self.next_correlation_id.get();
+        self.next_correlation_id.set(correlation_id.wrapping_add(1));
+        let mut frame = BytesMut::with_capacity(64);
+        frame.extend_from_slice(&[0; 4]);
+        RequestHeader::default()
+            .with_request_api_key(api_key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(self.client_id.clone()))
+            .encode(&mut frame, api_key.request_header_version(version))
+            .map_err(|error| ClientError::Encode(error.to_string()))?;
+        body.encode(&mut frame, version)
+            .map_err(|error| ClientError::Encode(error.to_string()))?;
+        let size = (frame.len() - 4) as i32;
+        frame[..4].copy_from_slice(&size.to_be_bytes());
+        let (sender, receiver) = oneshot::channel();
+        let _turn = self
+            .writing
+            .acquire_permit(1)
+            .await
+            .map_err(|_| ClientError::Closed(self.address))?;
+        {
+            let mut waiting = self.waiting.borrow_mut();
+            if let Some(failure) = &waiting.failed {
+                return Err(failure.clone());
+            }
+            if expect_response {
+                waiting
+                    .requests
+                    .push_back((correlation_id, api_key, version, sender));
+            }
+        }
+        let mut writer = self
+            .writer
+            .borrow_mut()
+            .take()
+            .ok_or(ClientError::Closed(self.address))?;
+        let written = writer.write_all(&frame).await;
+        *self.writer.borrow_mut() = Some(writer);
+        written.map_err(|error| ClientError::Io {
+            address: self.address,
+            reason: error.to_string(),
+        })?;
+        Ok(receiver)
+    }
+
+    /// Sends a request and decodes its response.
+    pub async fn request<Q: Encodable, R: Decodable>(
+        &self,
+        api_key: ApiKey,
+        version: i16,
+        body: &Q,
+    ) -> Result<R, ClientError> {
+        let receiver = self.send(api_key, version, body, true).await?;
+        let mut response = receiver
+            .await
+            .map_err(|_| ClientError::Closed(self.address))??;
+        decode(&mut response, api_key, version)
+    }
+
+    /// Closes the connection; requests still waiting fail.
+    pub async fn close(&self) {
+        let writer = self.writer.borrow_mut().take();
+        if let Some(mut writer) = writer {
+            let _ = writer.close().await;
+        }
+        let reader = self.reader.borrow_mut().take();
+        if let Some(reader) = reader {
+            let _ = reader.cancel().await;
+        }
+        let mut waiting = self.waiting.borrow_mut();
+        waiting.failed = Some(ClientError::Closed(self.address));
+        waiting.requests.clear();
+    }
+}
+
+/// Decodes a response body of `api_key` at `version`.
+pub fn decode<R: Decodable>(
+    body: &mut Bytes,
+    api_key: ApiKey,
+    version: i16,
+) -> Result<R, ClientError> {
+    R::decode(body, version).map_err(|error| ClientError::Decode {
+        api_key,
+        version,
+        reason: error.to_string(),
+    })
+}
+
+async fn read_responses(
+    address: SocketAddr,
+    mut reader: ReadHalf<TcpStream>,
+    waiting: Rc<RefCell<Waiting>>,
+) {
+    let failure = loop {
+        let mut prefix = [0u8; 4];
+        if let Err(error) = reader.read_exact(&mut prefix).await {
+            break ClientError::Io {
+                address,
+                reason: error.to_string(),
+            };
+        }
+        let size = i32::from_be_bytes(prefix);
+        let Some(size) = usize::try_from(size)
+            .ok()
+            .filter(|size| *size <= RESPONSE_BYTES_MAX)
+        else {
+            break ClientError::Protocol(format!("response frame of {size} bytes"));
+        };
+        let mut frame = BytesMut::zeroed(size);
+        if let Err(error) = reader.read_exact(&mut frame).await {
+            break ClientError::Protocol(format!("truncated response: {error}"));
+        }
+        let next = waiting.borrow_mut().requests.pop_front();
+        let Some((correlation_id, api_key, version, waiter)) = next else {
+            break ClientError::Protocol("a response nobody asked for".into());
+        };
+        let mut body = frame.freeze();
+        let header = ResponseHeader::decode(&mut body, api_key.response_header_version(version));
+        match header {
+            Ok(header) if header.correlation_id == correlation_id => {
+                let _ = waiter.send(Ok(body));
+            }
+            Ok(header) => {
+                break ClientError::Protocol(format!(
+                    "{api_key:?} answered with correlation id {}, expected {correlation_id}",
+                    header.correlation_id
+                ));
+            }
+            Err(error) => break ClientError::Protocol(error.to_string()),
+        }
+    };
+    let mut waiting = waiting.borrow_mut();
+    for (_, _, _, waiter) in waiting.requests.drain(..) {
+        let _ = waiter.send(Err(failure.clone()));
+    }
+    waiting.failed = Some(failure);
+}

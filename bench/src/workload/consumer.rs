@@ -1,0 +1,184 @@
+//! One consumer: fetches its partitions from their leaders (one connection
+//! and one fetch in flight per broker, as Kafka consumers do), walks every
+//! record, and enters those this run produced in its ledger and the
+//! end-to-end latency histogram (due at the producer → in the consumer's
+//! hands).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use futures::future::join_all;
+use hdrhistogram::Histogram;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
+
+use crate::client::cluster::topic_name;
+use crate::client::records::for_each_record;
+use crate::client::{ClientError, Cluster};
+use crate::workload::now_ns;
+use crate::workload::options::{STAMP_BYTES, WorkloadOptions};
+use crate::workload::stats::{Ledger, Live, Phase, latency_histogram};
+
+pub const FETCH_VERSION: i16 = 12;
+/// How long a fetch waits at the broker for data (short: the consumer must
+/// notice the end of a run).
+const FETCH_WAIT_MS: i32 = 100;
+/// Kafka's fetch.max.bytes default.
+const FETCH_MAX_BYTES: i32 = 50 << 20;
+
+/// A partition a consumer reads, from `next_offset` on.
+#[derive(Clone, Debug)]
+pub struct Assignment {
+    pub topic: String,
+    pub partition: i32,
+    pub broker: SocketAddr,
+    pub next_offset: i64,
+}
+
+#[derive(Debug)]
+pub struct ConsumerSpec {
+    pub index: u32,
+    pub run_id: u32,
+    pub assignments: Vec<Assignment>,
+    pub options: Arc<WorkloadOptions>,
+}
+
+#[derive(Debug)]
+pub struct ConsumerOutcome {
+    pub e2e_latency: Histogram<u64>,
+    pub consumed: Ledger,
+}
+
+pub async fn run_consumer(
+    spec: ConsumerSpec,
+    cluster: Rc<Cluster>,
+    live: Arc<Live>,
+) -> Result<ConsumerOutcome, ClientError> {
+    let mut by_broker: BTreeMap<SocketAddr, Vec<Assignment>> = BTreeMap::new();
+    for assignment in spec.assignments {
+        by_broker
+            .entry(assignment.broker)
+            .or_default()
+            .push(assignment);
+    }
+    let loops = by_broker.into_iter().map(|(broker, assignments)| {
+        fetch_loop(
+            &cluster,
+            &live,
+            &spec.options,
+            spec.run_id,
+            broker,
+            assignments,
+        )
+    });
+    let mut outcome = ConsumerOutcome {
+        e2e_latency: latency_histogram(),
+        consumed: Ledger::default(),
+    };
+    for result in join_all(loops).await {
+        let (latency, ledger) = result?;
+        outcome
+            .e2e_latency
+            .add(&latency)
+            .map_err(|error| ClientError::Protocol(error.to_string()))?;
+        outcome.consumed.merge(&ledger);
+    }
+    Ok(outcome)
+}
+
+async fn fetch_loop(
+    cluster: &Cluster,
+    live: &Live,
+    options: &WorkloadOptions,
+    run_id: u32,
+    broker: SocketAddr,
+    mut assignments: Vec<Assignment>,
+) -> Result<(Histogram<u64>, Ledger), ClientError> {
+    let connection = cluster.own_connection(broker).await?;
+    let mut latency = latency_histogram();
+    let mut ledger = Ledger::default();
+    while live.phase() != Phase::Stop {
+        let request = fetch_request(&assignments, options.fetch_partition_bytes);
+        let response: FetchResponse = connection
+            .request(ApiKey::Fetch, FETCH_VERSION, &request)
+            .await?;
+        let now = now_ns();
+        let measuring = live.phase() == Phase::Measure;
+        for topic in &response.responses {
+            for partition in &topic.partitions {
+                let Some(assignment) = assignments.iter_mut().find(|assignment| {
+                    assignment.partition == partition.partition_index
+                        && assignment.topic == topic.topic.as_str()
+                }) else {
+                    continue;
+                };
+                if partition.error_code != 0 {
+                    return Err(ClientError::Kafka {
+                        what: format!("fetching {}-{}", assignment.topic, assignment.partition),
+                        code: partition.error_code,
+                    });
+                }
+                let Some(records) = &partition.records else {
+                    continue;
+                };
+                let (mut count, mut bytes, mut own) = (0u64, 0u64, 0u64);
+                let next = for_each_record(records, assignment.next_offset, |record| {
+                    let value = record.value.unwrap_or_default();
+                    count += 1;
+                    bytes += value.len() as u64;
+                    if value.len() < STAMP_BYTES {
+                        return;
+                    }
+                    let field = |range: std::ops::Range<usize>| &value[range];
+                    let created = u64::from_le_bytes(field(0..8).try_into().expect("8 bytes"));
+                    let run = u32::from_le_bytes(field(8..12).try_into().expect("4 bytes"));
+                    if run != run_id {
+                        return;
+                    }
+                    let producer = u32::from_le_bytes(field(12..16).try_into().expect("4 bytes"));
+                    let sequence = u64::from_le_bytes(field(16..24).try_into().expect("8 bytes"));
+                    ledger.enter(producer, sequence, crc32c::crc32c(value));
+                    own += 1;
+                    if measuring {
+                        latency.saturating_record(now.saturating_sub(created).max(1_000));
+                    }
+                })?;
+                assignment.next_offset = next;
+                Live::add(&live.consumed_records, count);
+                Live::add(&live.consumed_bytes, bytes);
+                Live::add(&live.consumed_own_records, own);
+            }
+        }
+    }
+    connection.close().await;
+    Ok((latency, ledger))
+}
+
+fn fetch_request(assignments: &[Assignment], partition_bytes: i32) -> FetchRequest {
+    let mut topics: BTreeMap<&str, Vec<FetchPartition>> = BTreeMap::new();
+    for assignment in assignments {
+        topics.entry(&assignment.topic).or_default().push(
+            FetchPartition::default()
+                .with_partition(assignment.partition)
+                .with_fetch_offset(assignment.next_offset)
+                .with_partition_max_bytes(partition_bytes),
+        );
+    }
+    FetchRequest::default()
+        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+        .with_max_wait_ms(FETCH_WAIT_MS)
+        .with_min_bytes(1)
+        .with_max_bytes(FETCH_MAX_BYTES)
+        .with_topics(
+            topics
+                .into_iter()
+                .map(|(topic, partitions)| {
+                    FetchTopic::default()
+                        .with_topic(topic_name(topic))
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        )
+}
