@@ -97,6 +97,15 @@ struct SealedView {
     log_bytes: u64,
 }
 
+/// What a walk needs from a batch header, copied out of its window.
+#[derive(Clone, Copy, Debug)]
+struct HeaderFacts {
+    size: u64,
+    base_offset: Offset,
+    last_offset: Offset,
+    max_timestamp: TimestampMs,
+}
+
 /// Walks the batches of one segment from a position, reading windows.
 struct Walk<'a> {
     log: &'a LogInner,
@@ -185,11 +194,9 @@ impl<'a> Walk<'a> {
     }
 
     /// The header of the batch at the current position, or `None` at the
-    /// end of the readable bytes.
-    async fn header(
-        &mut self,
-        read_ahead: usize,
-    ) -> Result<Option<[u8; BATCH_HEADER_BYTES]>, StorageError> {
+    /// end of the readable bytes. Parsed once here, so callers never re-parse
+    /// bytes that came from disk.
+    async fn header(&mut self, read_ahead: usize) -> Result<Option<HeaderFacts>, StorageError> {
         if self.position >= self.view.readable_bytes {
             return Ok(None);
         }
@@ -200,13 +207,18 @@ impl<'a> Walk<'a> {
             .await?;
         let mut header = [0u8; BATCH_HEADER_BYTES];
         self.copy_out(self.position, &mut header);
-        let size = BatchHeader::parse(&header)
-            .map_err(|error| self.corrupt(&error.to_string()))?
-            .size_bytes() as u64;
-        if self.position + size > self.view.readable_bytes {
+        let parsed =
+            BatchHeader::parse(&header).map_err(|error| self.corrupt(&error.to_string()))?;
+        let facts = HeaderFacts {
+            size: parsed.size_bytes() as u64,
+            base_offset: parsed.base_offset(),
+            last_offset: parsed.last_offset(),
+            max_timestamp: parsed.max_timestamp(),
+        };
+        if self.position + facts.size > self.view.readable_bytes {
             return Err(self.corrupt("a batch runs past the written end"));
         }
-        Ok(Some(header))
+        Ok(Some(facts))
     }
 
     /// The whole batch at the current position, then steps over it.
@@ -317,9 +329,8 @@ impl PartitionLog {
         max_bytes: usize,
     ) -> Result<Option<(LogData, Offset)>, StorageError> {
         while let Some(header) = walk.header(PROBE_BYTES).await? {
-            let header = BatchHeader::parse(&header).expect("checked by the walk");
-            let size = header.size_bytes() as u64;
-            if header.last_offset() < offset {
+            let size = header.size;
+            if header.last_offset < offset {
                 walk.position += size;
                 continue;
             }
@@ -331,18 +342,15 @@ impl PartitionLog {
                 match self.boundary_before(walk.view, limit).await? {
                     Some(boundary) if boundary > start + size => {
                         walk.position = boundary;
-                        let next = walk
-                            .header(PROBE_BYTES)
-                            .await?
-                            .expect("an indexed batch exists");
-                        (
-                            boundary,
-                            BatchHeader::parse(&next)
-                                .expect("checked by the walk")
-                                .base_offset(),
-                        )
+                        // The boundary is at most `limit`, below the log's
+                        // end, as long as the index block read from disk is
+                        // sorted; a damaged one is an error, not a panic.
+                        let next = walk.header(PROBE_BYTES).await?.ok_or_else(|| {
+                            walk.corrupt("the position index points past the written end")
+                        })?;
+                        (boundary, next.base_offset)
                     }
-                    _ => (start + size, header.last_offset().next()),
+                    _ => (start + size, header.last_offset.next()),
                 }
             };
             let range = FileRange {
@@ -475,20 +483,19 @@ async fn collect_batches(
         let Some(header) = walk.header(read_ahead).await? else {
             break;
         };
-        let header = BatchHeader::parse(&header).expect("checked by the walk");
-        let size = header.size_bytes() as u64;
-        if header.last_offset() < offset {
+        let size = header.size;
+        if header.last_offset < offset {
             walk.position += size;
             continue;
         }
-        if header.base_offset() >= end_offset
+        if header.base_offset >= end_offset
             || (next_offset.is_some() && taken + size > max_bytes as u64)
         {
             break;
         }
         pieces.extend(walk.take(size, read_ahead).await?);
         taken += size;
-        next_offset = Some(header.last_offset().next());
+        next_offset = Some(header.last_offset.next());
     }
     Ok(next_offset.map(|next| (LogData::Memory(pieces), next)))
 }
@@ -501,9 +508,8 @@ async fn find_timestamp(
     min_offset: Offset,
 ) -> Result<Option<RecordStamp>, StorageError> {
     while let Some(header) = walk.header(WINDOW_BYTES_MIN).await? {
-        let header = BatchHeader::parse(&header).expect("checked by the walk");
-        let size = header.size_bytes() as u64;
-        if header.max_timestamp() < target || header.last_offset() < min_offset {
+        let size = header.size;
+        if header.max_timestamp < target || header.last_offset < min_offset {
             walk.position += size;
             continue;
         }

@@ -157,17 +157,37 @@ impl SealedIndex {
 #[derive(Debug)]
 pub(crate) enum IndexLookup {
     Known(u64),
-    Block(BlockRead),
+    /// A sealed segment's index block, and the size of its `.log`.
+    Block {
+        block: BlockRead,
+        log_bytes: u64,
+    },
 }
 
 impl IndexLookup {
+    /// The position of the floor entry of `relative_offset` (0 if none).
+    /// A block is read from disk at every lookup, after the checks of open:
+    /// an entry past the log's end means the file was damaged since, and is
+    /// an error rather than a walk that silently finds nothing.
     pub async fn offset_position(self, relative_offset: i64) -> Result<u64, StorageError> {
         match self {
             IndexLookup::Known(position) => Ok(position),
-            IndexLookup::Block(block) => Ok(block
-                .floor_by::<OffsetIndexEntry>(relative_offset, OffsetIndexEntry::key)
-                .await?
-                .map_or(0, |entry| u64::from(entry.position.get()))),
+            IndexLookup::Block { block, log_bytes } => {
+                let path = block.path.clone();
+                let position = block
+                    .floor_by::<OffsetIndexEntry>(relative_offset, OffsetIndexEntry::key)
+                    .await?
+                    .map_or(0, |entry| u64::from(entry.position.get()));
+                if position > 0 && position >= log_bytes {
+                    return Err(StorageError::Corrupt {
+                        path,
+                        reason: format!(
+                            "entry for relative offset {relative_offset} points at {position}, past the log's {log_bytes} bytes"
+                        ),
+                    });
+                }
+                Ok(position)
+            }
         }
     }
 }
@@ -393,7 +413,10 @@ impl Segment {
                     .map_or(0, |(_, entry)| u64::from(entry.position.get())),
             ),
             SegmentState::Sealed(sealed) => match sealed.offset.block_for(relative) {
-                Some(block) => IndexLookup::Block(block),
+                Some(block) => IndexLookup::Block {
+                    block,
+                    log_bytes: self.log_bytes,
+                },
                 None => IndexLookup::Known(0),
             },
         }
