@@ -5,7 +5,7 @@
 mod common;
 
 use brook_engine::log::config::LogConfig;
-use brook_engine::types::{Offset, TopicPartition};
+use brook_engine::types::{Offset, TimestampMs, TopicPartition};
 use brook_shards::runtime::block_on;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -351,5 +351,62 @@ fn retention_goes_on_past_a_failing_partition() {
         assert!(logs[1].log_start_offset() > Offset(0));
         store.remove_partition(&failing);
         store.close().await.unwrap();
+    });
+}
+
+/// A lookup by timestamp that waits on IO while retention deletes segments
+/// before the one it is in still visits every later segment: it walks
+/// segments by base offset, not by a slot that the deletion shifted.
+#[test]
+fn a_timestamp_lookup_survives_retention_running_meanwhile() {
+    const LOW: i64 = 1_700_000_000_000;
+    const HIGH: i64 = LOW + 1_000_000;
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("lookup-0");
+    block_on(async move {
+        let batch_bytes = batch(2, 400, LOW).len() as u64;
+        let config = LogConfig {
+            segment_bytes: 4 * batch_bytes,
+            retention_ms: None,
+            ..LogConfig::default()
+        };
+        let log = open(&dir, config, crashed()).await;
+        // Four batches of two records per segment. The first batch of the
+        // third segment and the second of the fifth reach HIGH.
+        for i in 0..28 {
+            let timestamp = match i {
+                8 => HIGH,
+                17 => HIGH + 5,
+                _ => LOW + i,
+            };
+            log.append(&batch(2, 400, timestamp), EPOCH, now_ms())
+                .await
+                .unwrap();
+        }
+        log.flush().await.unwrap();
+        let bases = segment_bases(&dir);
+        assert_eq!(bases.len(), 7, "{bases:?}");
+        // The log start passes the first HIGH record: the lookup finds the
+        // third segment first, finds nothing it may return there, and must
+        // go on to the fifth.
+        log.delete_records_before(Offset(18)).unwrap();
+        let expected = Offset(34);
+        let found = log.offset_for_timestamp(TimestampMs(HIGH)).await.unwrap();
+        assert_eq!(found.map(|stamp| stamp.offset), Some(expected));
+
+        let lookup = {
+            let log = log.clone();
+            glommio::spawn_local(async move { log.offset_for_timestamp(TimestampMs(HIGH)).await })
+        };
+        // Let the lookup start and wait on its first read in the third segment.
+        glommio::executor().yield_now().await;
+        let deleted = log
+            .apply_retention(log.log_end_offset(), now_ms())
+            .await
+            .unwrap();
+        assert_eq!(deleted, 2, "the two segments below the log start");
+        let found = lookup.await.unwrap();
+        assert_eq!(found.map(|stamp| stamp.offset), Some(expected));
+        log.close().await.unwrap();
     });
 }

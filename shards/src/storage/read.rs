@@ -393,7 +393,7 @@ impl PartitionLog {
         target: TimestampMs,
     ) -> Result<Option<RecordStamp>, StorageError> {
         let log = &*self.inner;
-        let (first_slot, log_start) = {
+        let (first_base, log_start) = {
             let state = log.state.borrow();
             if let Some(failure) = state.failure() {
                 return Err(failure.clone());
@@ -402,56 +402,86 @@ impl PartitionLog {
                 .segments
                 .iter()
                 .map(|segment| segment.largest_timestamp);
+            let first_slot = first_segment_reaching(largest, target);
             (
-                first_segment_reaching(largest, target),
+                first_slot.map(|slot| state.segments[slot].base_offset),
                 state.log_start_offset,
             )
         };
-        let Some(mut slot) = first_slot else {
+        let Some(mut base) = first_base else {
             return Ok(None);
         };
         loop {
-            let plan = {
-                let state = log.state.borrow();
-                let Some(segment) = state.segments.get(slot) else {
-                    return Ok(None);
-                };
-                let view = SegmentView {
-                    base_offset: segment.base_offset,
-                    file: segment.log_file.clone(),
-                    path: segment.log_path.clone(),
-                    readable_bytes: segment.written_bytes(),
-                    sealed_whole: None,
-                };
-                (view, segment.time_lookup(target))
-            };
-            let (view, time_lookup) = plan;
-            let from_time = match time_lookup {
-                Ok(offset) => offset,
-                Err(block) => time_block_floor(block, target)
-                    .await?
-                    .map(|relative| Offset(view.base_offset.0 + relative)),
-            };
-            let start_offset = from_time.unwrap_or(view.base_offset).max(log_start);
-            let lookup = {
-                let state = log.state.borrow();
-                state
-                    .segment_slot(view.base_offset)
-                    .map(|slot| state.segments[slot].index_lookup(start_offset))
-            };
-            let Some(lookup) = lookup else {
+            let Some(view) = segment_view_from(log, base) else {
                 return Ok(None);
             };
-            let position = lookup
-                .offset_position(start_offset.0 - view.base_offset.0)
-                .await?;
-            let mut walk = Walk::new(log, &view, position);
-            if let Some(found) = find_timestamp(&mut walk, target, log_start).await? {
+            if let Some(found) = self.find_in_segment(&view, target, log_start).await? {
                 return Ok(Some(found));
             }
-            slot += 1;
+            let Some(next) = view.base_offset.0.checked_add(1) else {
+                return Ok(None);
+            };
+            base = Offset(next);
         }
     }
+
+    /// The first record with a timestamp ≥ `target` (and offset ≥
+    /// `log_start`) in the segment of `view`, if it is still there.
+    async fn find_in_segment(
+        &self,
+        view: &SegmentView,
+        target: TimestampMs,
+        log_start: Offset,
+    ) -> Result<Option<RecordStamp>, StorageError> {
+        let log = &*self.inner;
+        let time_lookup = {
+            let state = log.state.borrow();
+            let Some(slot) = state.segment_slot(view.base_offset) else {
+                return Ok(None);
+            };
+            state.segments[slot].time_lookup(target)
+        };
+        let from_time = match time_lookup {
+            Ok(offset) => offset,
+            Err(block) => time_block_floor(block, target)
+                .await?
+                .map(|relative| Offset(view.base_offset.0.saturating_add(relative))),
+        };
+        let start_offset = from_time.unwrap_or(view.base_offset).max(log_start);
+        let lookup = {
+            let state = log.state.borrow();
+            state
+                .segment_slot(view.base_offset)
+                .map(|slot| state.segments[slot].index_lookup(start_offset))
+        };
+        let Some(lookup) = lookup else {
+            return Ok(None);
+        };
+        let position = lookup
+            .offset_position(start_offset.0 - view.base_offset.0)
+            .await?;
+        let mut walk = Walk::new(log, view, position);
+        find_timestamp(&mut walk, target, log_start).await
+    }
+}
+
+/// The read inputs of the first segment whose base offset is ≥ `base`.
+/// Segments are found by base offset, never kept by slot across an await:
+/// retention may delete segments from the front while a lookup waits on IO,
+/// and every slot after them shifts.
+fn segment_view_from(log: &LogInner, base: Offset) -> Option<SegmentView> {
+    let state = log.state.borrow();
+    let slot = state
+        .segments
+        .partition_point(|segment| segment.base_offset < base);
+    let segment = state.segments.get(slot)?;
+    Some(SegmentView {
+        base_offset: segment.base_offset,
+        file: segment.log_file.clone(),
+        path: segment.log_path.clone(),
+        readable_bytes: segment.written_bytes(),
+        sealed_whole: None,
+    })
 }
 
 async fn time_block_floor(
