@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use brook_engine::log::batch::BatchView;
+use brook_engine::log::batch::{BATCH_HEADER_BYTES, BatchView};
 use brook_engine::log::config::LogConfig;
 use brook_engine::log::epoch_cache::LeaderEpochCache;
 use brook_engine::log::file_name::{SegmentFileKind, parse_segment_file_name};
@@ -218,8 +218,24 @@ fn load_epochs(dir: &Path) -> Result<LeaderEpochCache, StorageError> {
     }))
 }
 
-/// Reads a whole index file.
-async fn read_index<E: IndexEntry>(path: &Path) -> Result<Vec<E>, Distrust> {
+/// The largest index file of kind `E` a segment whose `.log` holds
+/// `log_bytes` can have; a larger one is damaged and is rebuilt, never read
+/// into memory. A roll keeps an index within `segment.index.bytes` (sealing
+/// adds one final time entry); the default also bounds older indexes written
+/// before the setting was lowered. Each entry marks a distinct batch, so the
+/// log's size bounds the count as well.
+fn index_bytes_max<E: IndexEntry>(config: &LogConfig, log_bytes: u64) -> u64 {
+    let entry_bytes = E::BYTES as u64;
+    let by_config = config
+        .segment_index_bytes
+        .max(LogConfig::default().segment_index_bytes)
+        .saturating_add(entry_bytes);
+    let by_log = (log_bytes / BATCH_HEADER_BYTES as u64 + 1) * entry_bytes;
+    by_config.min(by_log)
+}
+
+/// Reads a whole index file of at most `bytes_max` bytes.
+async fn read_index<E: IndexEntry>(path: &Path, bytes_max: u64) -> Result<Vec<E>, Distrust> {
     if !path.exists() {
         return Err(Distrust::Index(format!("{} is missing", path.display())));
     }
@@ -227,12 +243,22 @@ async fn read_index<E: IndexEntry>(path: &Path) -> Result<Vec<E>, Distrust> {
         .await
         .map_err(|error| Distrust::Index(error.to_string()))?;
     let bytes = async {
-        let len = file.file_size().await.map_err(io_error("sizing", path))?;
-        read_exact(&file, path, 0, len as usize).await
+        let len = file.file_size().await.map_err(|error| {
+            Distrust::Index(StorageError::io("sizing", path, error).to_string())
+        })?;
+        if len > bytes_max {
+            return Err(Distrust::Index(format!(
+                "{} holds {len} bytes, more than the {bytes_max} its segment allows",
+                path.display()
+            )));
+        }
+        read_exact(&file, path, 0, len as usize)
+            .await
+            .map_err(|error| Distrust::Index(error.to_string()))
     }
-    .await
-    .map_err(|error| Distrust::Index(error.to_string()))?;
+    .await;
     let _ = file.close_rc().await;
+    let bytes = bytes?;
     let entries =
         entries_from_bytes::<E>(&bytes).map_err(|error| Distrust::Index(error.to_string()))?;
     Ok(entries.to_vec())
@@ -254,12 +280,16 @@ async fn check_segment(
         .await
         .map_err(io_error("sizing", &log_path))?;
     let indexes = async {
-        let offset_entries =
-            read_index::<OffsetIndexEntry>(&segment_path(dir, base, SegmentFileKind::Index))
-                .await?;
-        let time_entries =
-            read_index::<TimeIndexEntry>(&segment_path(dir, base, SegmentFileKind::TimeIndex))
-                .await?;
+        let offset_entries = read_index::<OffsetIndexEntry>(
+            &segment_path(dir, base, SegmentFileKind::Index),
+            index_bytes_max::<OffsetIndexEntry>(config, log_bytes),
+        )
+        .await?;
+        let time_entries = read_index::<TimeIndexEntry>(
+            &segment_path(dir, base, SegmentFileKind::TimeIndex),
+            index_bytes_max::<TimeIndexEntry>(config, log_bytes),
+        )
+        .await?;
         check_offset_index(&offset_entries, log_bytes)
             .map_err(|error| Distrust::Index(error.to_string()))?;
         check_time_index(&time_entries, RELATIVE_OFFSET_MAX)
