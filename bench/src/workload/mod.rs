@@ -140,10 +140,23 @@ pub fn run(
         ));
         last = (now, totals);
     };
-    sleep_with_progress(options.warmup, &mut || tick("warm-up", &mut progress));
+    sleep_with_progress(options.warmup, &|| false, &mut || {
+        tick("warm-up", &mut progress)
+    });
     let window_start = (Instant::now(), live.snapshot());
     live.set_phase(Phase::Measure);
-    sleep_with_progress(options.duration, &mut || tick("measure", &mut progress));
+    let limit_reached = || {
+        let totals = live.snapshot().since(&window_start.1);
+        let moved = if options.producers > 0 {
+            totals.produced_bytes
+        } else {
+            totals.consumed_bytes
+        };
+        options.bytes_limit > 0 && moved >= options.bytes_limit
+    };
+    sleep_with_progress(options.duration, &limit_reached, &mut || {
+        tick("measure", &mut progress)
+    });
     live.set_phase(Phase::Drain);
     let window_end = (Instant::now(), live.snapshot());
     // Producers finish their last requests; consumers catch up with every
@@ -201,15 +214,20 @@ fn handles_idle(totals: &Totals) -> bool {
     totals.acked_records + totals.failed_records >= totals.produced_records
 }
 
-fn sleep_with_progress(total: Duration, tick: &mut dyn FnMut()) {
+/// Sleeps `total`, or until `done`, calling `tick` every second.
+fn sleep_with_progress(total: Duration, done: &dyn Fn() -> bool, tick: &mut dyn FnMut()) {
     let end = Instant::now() + total;
-    while Instant::now() < end {
-        std::thread::sleep((end - Instant::now()).min(Duration::from_secs(1)));
-        tick();
+    let mut next_tick = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < end && !done() {
+        std::thread::sleep(Duration::from_millis(5));
+        if Instant::now() >= next_tick {
+            tick();
+            next_tick += Duration::from_secs(1);
+        }
     }
 }
 
-fn client_error(error: ClientError) -> BenchError {
+pub(crate) fn client_error(error: ClientError) -> BenchError {
     BenchError::Client(error.to_string())
 }
 
@@ -236,7 +254,11 @@ fn prepare(
         .run(async move {
             let cluster = Cluster::new(bootstrap, "brook-bench");
             cluster
-                .create_topics(&topics, setup_options.partitions, &[])
+                .create_topics(
+                    &topics,
+                    setup_options.partitions,
+                    &setup_options.topic_configs,
+                )
                 .await?;
             let mut layout = Vec::new();
             for topic in topics {

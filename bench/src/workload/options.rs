@@ -77,6 +77,15 @@ pub struct WorkloadOptions {
     /// Longest the drain may take for consumers to catch up at the end.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
+    /// End the measured window early once this many value bytes were
+    /// produced (consumed, when there are no producers); 0: run the whole
+    /// `--duration`. For fixed-size loads such as a catch-up read.
+    #[arg(long = "bytes", default_value_t = 0, value_parser = crate::log::parse_bytes)]
+    pub bytes_limit: u64,
+    /// Topic configs for the topics the workload creates, as key=value
+    /// (repeatable), e.g. `flush.messages=1` to fsync every append.
+    #[arg(long = "topic-config", value_name = "KEY=VALUE", value_parser = parse_config)]
+    pub topic_configs: Vec<(String, String)>,
 }
 
 impl Default for WorkloadOptions {
@@ -104,6 +113,8 @@ impl Default for WorkloadOptions {
             cpus: Vec::new(),
             from_beginning: false,
             drain_timeout: Duration::from_secs(60),
+            bytes_limit: 0,
+            topic_configs: Vec::new(),
         }
     }
 }
@@ -176,6 +187,16 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|_| format!("{text:?} is out of range"))
 }
 
+/// `key=value`, for `--topic-config`.
+pub fn parse_config(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => {
+            Ok((key.trim().to_owned(), value.trim().to_owned()))
+        }
+        _ => Err(format!("{text:?}: expected key=value")),
+    }
+}
+
 /// The codecs the load generator writes.
 pub fn parse_compression(text: &str) -> Result<Compression, String> {
     match text {
@@ -225,6 +246,10 @@ mod tests {
             "2m",
             "--cpus",
             "0,1",
+            "--bytes",
+            "4GiB",
+            "--topic-config",
+            "flush.messages=1",
         ])
         .unwrap();
         assert_eq!(options.acks, -1);
@@ -233,6 +258,12 @@ mod tests {
         assert_eq!(options.rate, 50_000);
         assert_eq!(options.duration, Duration::from_secs(120));
         assert_eq!(options.cpus, vec![0, 1]);
+        assert_eq!(options.bytes_limit, 4 << 30);
+        assert_eq!(
+            options.topic_configs,
+            vec![("flush.messages".to_owned(), "1".to_owned())]
+        );
+        assert!(parse(&["--topic-config", "=1"]).is_err());
         assert_eq!(options.executors(), 2);
         assert!(parse(&["--compression", "brotli"]).is_err());
         assert!(parse(&["--linger", "soon"]).is_err());
