@@ -2,6 +2,8 @@
 //! every acknowledged record must come back to the consumers exactly once
 //! (the ledgers compare sequence numbers and value checksums), so the tool
 //! itself can neither lose nor invent records without failing here.
+//! Three shapes: unthrottled acks=1; paced acks=all, zstd, keyed; and an
+//! fsync per append.
 
 use std::time::Duration;
 
@@ -43,7 +45,17 @@ fn every_acknowledged_record_is_consumed_exactly_once() {
         linger: Duration::from_millis(2),
         ..short_workload(&broker)
     };
-    for options in [unthrottled, paced] {
+    // An fsync per append (the latency workload's setting): fetches at the
+    // tail must stop before a batch whose write is still in flight.
+    let synced = WorkloadOptions {
+        topic: "bench-e2e-synced".into(),
+        rate: 20_000,
+        acks: -1,
+        linger: Duration::ZERO,
+        topic_configs: vec![("flush.messages".into(), "1".into())],
+        ..short_workload(&broker)
+    };
+    for options in [unthrottled, paced, synced] {
         let report = run(options, |line| println!("{line}")).expect("the workload runs");
         println!("{}", report.to_text());
         let verification = report.verification.expect("producers and consumers ran");

@@ -88,6 +88,10 @@ struct SegmentView {
     file: Rc<DmaFile>,
     path: PathBuf,
     readable_bytes: u64,
+    /// Bytes appended to the segment, written or not: beyond
+    /// `readable_bytes` while writes are in flight, when the written end may
+    /// fall inside a batch.
+    appended_bytes: u64,
     sealed_whole: Option<SealedView>,
 }
 
@@ -201,7 +205,7 @@ impl<'a> Walk<'a> {
             return Ok(None);
         }
         if self.view.readable_bytes - self.position < BATCH_HEADER_BYTES as u64 {
-            return Err(self.corrupt("a batch header runs past the written end"));
+            return self.partly_written("a batch header runs past the written end");
         }
         self.fetch(self.position, BATCH_HEADER_BYTES, read_ahead)
             .await?;
@@ -216,7 +220,7 @@ impl<'a> Walk<'a> {
             max_timestamp: parsed.max_timestamp(),
         };
         if self.position + facts.size > self.view.readable_bytes {
-            return Err(self.corrupt("a batch runs past the written end"));
+            return self.partly_written("a batch runs past the written end");
         }
         Ok(Some(facts))
     }
@@ -227,6 +231,17 @@ impl<'a> Walk<'a> {
         let pieces = self.slices(self.position, size);
         self.position += size;
         Ok(pieces)
+    }
+
+    /// A batch that is not all written: the end of what can be read while
+    /// its write is in flight (appended bytes go past the written end); on
+    /// disk with nothing more appended, damage.
+    fn partly_written<T>(&self, reason: &str) -> Result<Option<T>, StorageError> {
+        if self.view.appended_bytes > self.view.readable_bytes {
+            Ok(None)
+        } else {
+            Err(self.corrupt(reason))
+        }
     }
 
     fn corrupt(&self, reason: &str) -> StorageError {
@@ -294,6 +309,7 @@ impl PartitionLog {
                 file: segment.log_file.clone(),
                 path: segment.log_path.clone(),
                 readable_bytes: segment.written_bytes(),
+                appended_bytes: segment.log_bytes,
                 sealed_whole,
             };
             ((view, lookup), end_offset, start, end)
@@ -480,6 +496,7 @@ fn segment_view_from(log: &LogInner, base: Offset) -> Option<SegmentView> {
         file: segment.log_file.clone(),
         path: segment.log_path.clone(),
         readable_bytes: segment.written_bytes(),
+        appended_bytes: segment.log_bytes,
         sealed_whole: None,
     })
 }

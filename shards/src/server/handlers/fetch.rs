@@ -379,7 +379,13 @@ async fn read_local(
     };
     let outcome = match log.read(offset, options).await {
         Ok(outcome) => outcome,
-        Err(error) => return Fetched::Error(storage_error_code(&error)),
+        Err(error) => {
+            let code = storage_error_code(&error);
+            if code == ErrorCode::KAFKA_STORAGE_ERROR {
+                tracing::error!(partition = %topic_partition, %offset, %error, "fetch failed");
+            }
+            return Fetched::Error(code);
+        }
     };
     let records = match outcome.data {
         LogData::Empty => None,
