@@ -31,6 +31,11 @@ impl Broker {
         }
     }
 
+    /// The broker's process id.
+    pub fn pid(&self) -> u32 {
+        self.process.pid().expect("the broker is running")
+    }
+
     /// SIGKILL, as a crash.
     pub fn kill(&mut self) {
         self.process.kill();

@@ -64,6 +64,7 @@ pub fn run(
     on_ready: impl FnOnce(SocketAddr, u16),
 ) -> Result<(), ServerError> {
     signals::block_termination_signals();
+    raise_open_file_limit();
     std::fs::create_dir_all(&options.data_dir).map_err(|source| {
         crate::storage::StorageError::io("creating", &options.data_dir, source)
     })?;
@@ -200,4 +201,49 @@ fn allowed_cpus() -> Vec<usize> {
         let count = std::thread::available_parallelism().map_or(1, |count| count.get());
         (0..count).collect()
     })
+}
+
+/// Open files the broker asks for: every partition holds three (its active
+/// segment's log, offset index and time index), so the usual default of a
+/// few thousand would cap a broker at about a thousand partitions.
+const OPEN_FILES_WANTED: u64 = 1 << 20;
+
+/// Raises the open-file limit as far as the process may (the soft limit to
+/// the hard one; the hard one too where the process is privileged), as
+/// Seastar-based brokers do at start, and logs what it got.
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid rlimit out-parameter.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return;
+    }
+    let wanted = OPEN_FILES_WANTED.max(limit.rlim_cur);
+    let kernel_max = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .unwrap_or(wanted);
+    let attempts = [
+        libc::rlimit {
+            rlim_cur: wanted.min(kernel_max),
+            rlim_max: limit.rlim_max.max(wanted.min(kernel_max)),
+        },
+        libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        },
+    ];
+    for attempt in attempts {
+        if attempt.rlim_cur <= limit.rlim_cur {
+            continue;
+        }
+        // SAFETY: a valid rlimit; failure leaves the limit as it was.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &attempt) } == 0 {
+            tracing::info!(open_files = attempt.rlim_cur, "raised the open-file limit");
+            return;
+        }
+    }
+    tracing::info!(open_files = limit.rlim_cur, "open-file limit");
 }
