@@ -60,7 +60,9 @@ pub fn decode(text: &str, fields: usize) -> Result<Vec<(usize, Vec<&str>)>, Chec
             reason: "too many entries",
         });
     }
-    let mut entries = Vec::with_capacity(declared);
+    // The count is read from the file: reserve no more than the lines that
+    // follow it can hold, or a 12-byte file could reserve hundreds of MiB.
+    let mut entries = Vec::with_capacity(declared.min(lines.clone().count()));
     for (number, line) in lines {
         if line.trim().is_empty() {
             continue;
