@@ -4,14 +4,24 @@
 //! A v2 record is `length varint` followed by `attributes int8`,
 //! `timestampDelta varlong`, `offsetDelta varint`, key, value and headers.
 //! Only the first three fields are read; the rest is skipped by length.
-//! Compressed batches are decompressed with the `kafka-protocol` codecs.
+//! Compressed batches are decompressed with the `kafka-protocol` codecs, into
+//! at most [`DECOMPRESSED_BATCH_BYTES_MAX`]: a batch comes from disk or from a
+//! producer, and a few KiB of compressed zeros can expand to gigabytes.
+
+use std::cell::Cell;
 
 use bytes::Bytes;
+use kafka_protocol::compression::decompress_bounded;
 use kafka_protocol::records::RecordBatchDecoder;
 use thiserror::Error;
 
 use crate::log::batch::{BatchView, Compression, TimestampType};
 use crate::types::{Offset, TimestampMs};
+
+/// The most a compressed batch's records may take once decompressed. Kafka
+/// bounds batches by `max.message.bytes` (1 MiB by default) compressed;
+/// this leaves room for a 64-fold ratio at that size.
+pub const DECOMPRESSED_BATCH_BYTES_MAX: usize = 64 << 20;
 
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum RecordsError {
@@ -19,6 +29,8 @@ pub enum RecordsError {
     Malformed { index: i32 },
     #[error("cannot decode the compressed batch: {0}")]
     Decompression(String),
+    #[error("the compressed batch's records decompress to more than {max_bytes} bytes")]
+    DecompressedTooLarge { max_bytes: usize },
 }
 
 /// A record's offset and timestamp.
@@ -30,6 +42,14 @@ pub struct RecordStamp {
 
 /// Offsets and timestamps of every record of `batch`, in order.
 pub fn record_stamps(batch: &BatchView<'_>) -> Result<Vec<RecordStamp>, RecordsError> {
+    record_stamps_within(batch, DECOMPRESSED_BATCH_BYTES_MAX)
+}
+
+/// [`record_stamps`] with the decompressed records bounded by `max_bytes`.
+fn record_stamps_within(
+    batch: &BatchView<'_>,
+    max_bytes: usize,
+) -> Result<Vec<RecordStamp>, RecordsError> {
     let log_append_time = batch.attributes().timestamp_type() == TimestampType::LogAppendTime;
     let stamp = |offset: Offset, timestamp: TimestampMs| RecordStamp {
         offset,
@@ -40,9 +60,7 @@ pub fn record_stamps(batch: &BatchView<'_>) -> Result<Vec<RecordStamp>, RecordsE
         },
     };
     if batch.attributes().compression() != Compression::None {
-        let mut bytes = Bytes::copy_from_slice(batch.as_bytes());
-        let set = RecordBatchDecoder::decode(&mut bytes)
-            .map_err(|error| RecordsError::Decompression(error.to_string()))?;
+        let set = decode_compressed(batch, max_bytes)?;
         return Ok(set
             .records
             .iter()
@@ -66,6 +84,33 @@ pub fn record_stamps(batch: &BatchView<'_>) -> Result<Vec<RecordStamp>, RecordsE
         rest = &rest[used + length..];
     }
     Ok(stamps)
+}
+
+/// Decodes a compressed batch, decompressing at most `max_bytes`.
+fn decode_compressed(
+    batch: &BatchView<'_>,
+    max_bytes: usize,
+) -> Result<kafka_protocol::records::RecordSet, RecordsError> {
+    let too_large = Cell::new(false);
+    let decompress =
+        |records: &mut Bytes, codec| match decompress_bounded(codec, records, max_bytes) {
+            Ok(Some(decompressed)) => Ok(decompressed),
+            Ok(None) => {
+                too_large.set(true);
+                Err(RecordsError::DecompressedTooLarge { max_bytes }.into())
+            }
+            Err(error) => Err(error),
+        };
+    let mut bytes = Bytes::copy_from_slice(batch.as_bytes());
+    RecordBatchDecoder::decode_with_custom_compression(&mut bytes, Some(decompress)).map_err(
+        |error| {
+            if too_large.get() {
+                RecordsError::DecompressedTooLarge { max_bytes }
+            } else {
+                RecordsError::Decompression(error.to_string())
+            }
+        },
+    )
 }
 
 /// The first record of `batch` at or after `min_offset` whose timestamp is at
@@ -191,5 +236,55 @@ mod tests {
             record_stamps(&batch),
             Err(RecordsError::Malformed { .. })
         ));
+    }
+
+    /// A batch of two records whose values are `value_bytes` zeros.
+    fn zeros(codec: Codec, value_bytes: usize) -> Vec<u8> {
+        let records: Vec<Record> = (0..2)
+            .map(|i| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: Type::Creation,
+                offset: i,
+                sequence: i as i32 - 1,
+                timestamp: 100 + i,
+                key: None,
+                value: Some(Bytes::from(vec![0u8; value_bytes])),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut buffer = bytes::BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: codec,
+        };
+        RecordBatchEncoder::encode(&mut buffer, &records, &options).unwrap();
+        buffer.to_vec()
+    }
+
+    #[test]
+    fn decompression_stops_at_the_bound() {
+        for codec in [Codec::Gzip, Codec::Snappy, Codec::Lz4, Codec::Zstd] {
+            let bytes = zeros(codec, 256 << 10);
+            let batch = BatchView::parse_exact(&bytes).unwrap();
+            assert!(bytes.len() < 64 << 10, "{codec:?} compresses zeros");
+            assert_eq!(
+                record_stamps_within(&batch, 64 << 10),
+                Err(RecordsError::DecompressedTooLarge {
+                    max_bytes: 64 << 10
+                }),
+                "{codec:?}"
+            );
+            let stamps = record_stamps_within(&batch, 1 << 20).unwrap();
+            assert_eq!(
+                stamps.iter().map(|s| s.timestamp.0).collect::<Vec<_>>(),
+                [100, 101],
+                "{codec:?}"
+            );
+        }
     }
 }

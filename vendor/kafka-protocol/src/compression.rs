@@ -45,3 +45,42 @@ pub trait Decompressor<B: ByteBuf> {
     where
         F: FnOnce(&mut Self::Buf) -> Result<R>;
 }
+
+/// Brook: decompresses the records section of a batch compressed with
+/// `compression`, producing at most `max_bytes`; `Ok(None)` when the output
+/// would be longer. For callers that decompress batches read from disk or
+/// the network: a few KiB of zeros compressed can expand to gigabytes.
+pub fn decompress_bounded(
+    compression: crate::records::Compression,
+    compressed: &[u8],
+    max_bytes: usize,
+) -> Result<Option<bytes::Bytes>> {
+    use crate::records::Compression;
+    match compression {
+        Compression::None => {
+            Ok((compressed.len() <= max_bytes).then(|| bytes::Bytes::copy_from_slice(compressed)))
+        }
+        #[cfg(feature = "gzip")]
+        Compression::Gzip => gzip::decompress_bounded(compressed, max_bytes),
+        #[cfg(feature = "snappy")]
+        Compression::Snappy => snappy::decompress_bounded(compressed, max_bytes),
+        #[cfg(feature = "lz4")]
+        Compression::Lz4 => lz4::decompress_bounded(compressed, max_bytes),
+        #[cfg(feature = "zstd")]
+        Compression::Zstd => zstd::decompress_bounded(compressed, max_bytes),
+        #[allow(unreachable_patterns)]
+        other => anyhow::bail!("Support for {other:?} is not enabled as a cargo feature"),
+    }
+}
+
+/// Brook: reads `reader` to its end if that is at most `max_bytes`.
+#[allow(dead_code)]
+fn read_bounded(reader: impl std::io::Read, max_bytes: usize) -> Result<Option<bytes::Bytes>> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    let limit = u64::try_from(max_bytes)
+        .unwrap_or(u64::MAX)
+        .saturating_add(1);
+    reader.take(limit).read_to_end(&mut out)?;
+    Ok((out.len() <= max_bytes).then(|| out.into()))
+}

@@ -50,3 +50,9 @@ impl<B: ByteBuf> Decompressor<B> for Gzip {
         f(&mut tmp.into())
     }
 }
+
+/// Brook: at most `max_bytes` of decompressed output; `None` if there is more.
+pub(crate) fn decompress_bounded(compressed: &[u8], max_bytes: usize) -> Result<Option<Bytes>> {
+    let decoder = flate2::read::GzDecoder::new(compressed);
+    super::read_bounded(decoder, max_bytes).context("Failed to decompress gzip")
+}

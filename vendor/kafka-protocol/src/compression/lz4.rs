@@ -80,3 +80,9 @@ mod test {
         .unwrap();
     }
 }
+
+/// Brook: at most `max_bytes` of decompressed output; `None` if there is more.
+pub(crate) fn decompress_bounded(compressed: &[u8], max_bytes: usize) -> Result<Option<Bytes>> {
+    let decoder = Decoder::new(compressed).context("Failed to decompress lz4")?;
+    super::read_bounded(decoder, max_bytes).context("Failed to decompress lz4")
+}

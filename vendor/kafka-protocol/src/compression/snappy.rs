@@ -313,3 +313,41 @@ mod tests {
         assert_eq!(&decompressed[..], &original[..]);
     }
 }
+
+/// Brook: at most `max_bytes` of decompressed output; `None` if there is more.
+/// Each block's declared length is checked before its buffer is allocated.
+pub(crate) fn decompress_bounded(compressed: &[u8], max_bytes: usize) -> Result<Option<Bytes>> {
+    if compressed.is_empty() {
+        anyhow::bail!("expected some bytes in snappy stream");
+    }
+    let Some(mut rest) = compressed.strip_prefix(&MAGIC_HEADER[..]) else {
+        let len = decompress_len(compressed).context("failed to read snappy header")?;
+        if len > max_bytes {
+            return Ok(None);
+        }
+        let mut out = vec![0; len];
+        Decoder::new()
+            .decompress(compressed, &mut out)
+            .context("failed to decompress raw snappy bytes")?;
+        return Ok(Some(out.into()));
+    };
+    let mut out = Vec::new();
+    while !rest.is_empty() {
+        let (size, after) = rest
+            .split_first_chunk::<4>()
+            .context("not enough bytes to read compressed block length")?;
+        let size = u32::from_be_bytes(*size) as usize;
+        let block = after.get(..size).context("not enough bytes for block")?;
+        rest = &after[size..];
+        let len = decompress_len(block).context("failed to get snappy uncompressed length")?;
+        let start = out.len();
+        if len > max_bytes - start {
+            return Ok(None);
+        }
+        out.resize(start + len, 0);
+        Decoder::new()
+            .decompress(block, &mut out[start..])
+            .context("failed to decompress snappy block")?;
+    }
+    Ok(Some(out.into()))
+}

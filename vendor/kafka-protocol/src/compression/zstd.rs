@@ -70,3 +70,10 @@ mod test {
         .unwrap();
     }
 }
+
+/// Brook: at most `max_bytes` of decompressed output; `None` if there is more.
+pub(crate) fn decompress_bounded(compressed: &[u8], max_bytes: usize) -> Result<Option<Bytes>> {
+    let decoder = zstd::stream::read::Decoder::with_buffer(compressed)
+        .context("Failed to decompress zstd")?;
+    super::read_bounded(decoder, max_bytes).context("Failed to decompress zstd")
+}
