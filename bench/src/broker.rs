@@ -161,6 +161,15 @@ impl BrokerProcess {
         Some(kib * 1024)
     }
 
+    /// The soft open-file limit the running broker has.
+    pub fn open_file_limit(&self) -> Option<u64> {
+        let limits = std::fs::read_to_string(format!("/proc/{}/limits", self.pid()?)).ok()?;
+        let line = limits
+            .lines()
+            .find(|line| line.starts_with("Max open files"))?;
+        line.split_whitespace().find_map(|field| field.parse().ok())
+    }
+
     /// CPU time (user + system) the broker has used so far.
     pub fn cpu_time(&self) -> Option<Duration> {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()?)).ok()?;

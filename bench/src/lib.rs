@@ -1,7 +1,7 @@
 //! Brook's measurements.
 //!
-//! Each benchmark runs Brook's real code (the storage engine today, the
-//! broker over the wire later) next to a reference measured in the same run
+//! Each benchmark runs Brook's real code (the storage engine, the broker
+//! over the wire) next to a reference measured in the same run
 //! on the same machine — the raw device, the raw syscall — so every number
 //! comes with the ceiling it should be judged against, not a figure from
 //! another day or another disk.
@@ -9,10 +9,18 @@
 //! [`allocator`] counts live heap bytes; the `brook` binary installs it as
 //! the global allocator so memory figures come from the allocator itself
 //! rather than from each type's own estimate.
+//!
+//! - [`log`]: the storage engine alone (`brook bench log`).
+//! - [`ceiling`]: the machine's limits (`brook bench ceiling`).
+//! - [`client`] and [`workload`]: a Kafka load generator (`brook bench run
+//!   custom`); [`broker`] starts the broker it measures.
+//! - [`named`]: the workloads behind the performance bar (`brook bench run
+//!   throughput`, …).
 
 pub mod allocator;
 pub mod broker;
 pub mod ceiling;
 pub mod client;
 pub mod log;
+pub mod named;
 pub mod workload;

@@ -7,9 +7,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use brook_bench::allocator::CountingAllocator;
+use brook_bench::ceiling::CeilingOptions;
+use brook_bench::log::error::BenchError;
 use brook_bench::log::{
     BYTES_DEFAULT, LogBenchOptions, PARTITIONS_DEFAULT, SAMPLES_DEFAULT, parse_bytes,
 };
+use brook_bench::named::NamedOptions;
+use brook_bench::workload::options::WorkloadOptions;
+use brook_bench::workload::report::WorkloadReport;
 use brook_engine::cluster::broker_config::{BrokerConfig, parse_properties};
 use brook_shards::server::ServerOptions;
 use clap::{Args, Parser, Subcommand};
@@ -62,6 +67,47 @@ enum BenchCommand {
     /// The storage engine: append throughput vs raw O_DIRECT writes, append+fsync
     /// latency vs raw fdatasync, heap per idle partition.
     Log(LogArgs),
+    /// The machine's limits through Brook's IO path: O_DIRECT write and read,
+    /// fsync latency, loopback TCP.
+    Ceiling(CeilingArgs),
+    /// A named workload from the performance bar (throughput, latency,
+    /// catchup, many-partitions, recovery, scaling, all), each figure beside
+    /// the same-run ceiling; starts its own broker unless --brokers is given.
+    Run(RunArgs),
+    /// Any workload against a running broker: `brook bench workload
+    /// --brokers host:port [options]`.
+    Workload(WorkloadArgs),
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    #[command(flatten)]
+    named: NamedOptions,
+    /// Print the report as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct WorkloadArgs {
+    #[command(flatten)]
+    workload: WorkloadOptions,
+    /// Print the report as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct CeilingArgs {
+    /// Directory for the disk measurements (on the disk to measure).
+    #[arg(long)]
+    dir: PathBuf,
+    /// Bytes written and read back (suffixes KiB, MiB, GiB).
+    #[arg(long, default_value_t = brook_bench::ceiling::BYTES_DEFAULT, value_parser = parse_bytes)]
+    bytes: u64,
+    /// Print the report as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -98,6 +144,9 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve(args),
         Command::Bench(BenchCommand::Log(args)) => bench_log(args),
+        Command::Bench(BenchCommand::Ceiling(args)) => bench_ceiling(args),
+        Command::Bench(BenchCommand::Run(args)) => bench_run(args),
+        Command::Bench(BenchCommand::Workload(args)) => bench_workload(args),
     }
 }
 
@@ -144,6 +193,25 @@ fn serve(args: ServeArgs) -> ExitCode {
     }
 }
 
+/// Prints a benchmark's report (JSON or text) on stdout, or its error.
+fn print_report<R>(
+    command: &str,
+    result: Result<R, BenchError>,
+    json: bool,
+    to_json: impl FnOnce(&R) -> String,
+    to_text: impl FnOnce(&R) -> String,
+) -> ExitCode {
+    match result {
+        Ok(report) if json => println!("{}", to_json(&report)),
+        Ok(report) => print!("{}", to_text(&report)),
+        Err(error) => {
+            eprintln!("brook bench {command}: {error}");
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
+}
+
 fn bench_log(args: LogArgs) -> ExitCode {
     let options = LogBenchOptions {
         dir: args.dir,
@@ -152,13 +220,35 @@ fn bench_log(args: LogArgs) -> ExitCode {
         partitions: args.partitions,
         cpu: args.cpu,
     };
-    match brook_bench::log::run(options) {
-        Ok(report) if args.json => println!("{}", report.to_json()),
-        Ok(report) => print!("{report}"),
-        Err(error) => {
-            eprintln!("brook bench log: {error}");
-            return ExitCode::FAILURE;
-        }
-    }
-    ExitCode::SUCCESS
+    let result = brook_bench::log::run(options);
+    print_report("log", result, args.json, |r| r.to_json(), |r| r.to_string())
+}
+
+fn bench_ceiling(args: CeilingArgs) -> ExitCode {
+    let mut options = CeilingOptions::new(args.dir);
+    options.bytes = args.bytes;
+    let result = brook_bench::ceiling::run(options);
+    print_report(
+        "ceiling",
+        result,
+        args.json,
+        |r| r.to_json(),
+        |r| r.to_text(),
+    )
+}
+
+/// Live progress goes to stderr, so that stdout holds only the report.
+fn progress(line: &str) {
+    eprintln!("{line}");
+}
+
+fn bench_run(args: RunArgs) -> ExitCode {
+    let result = brook_bench::named::run(&args.named, &mut progress);
+    print_report("run", result, args.json, |r| r.to_json(), |r| r.to_text())
+}
+
+fn bench_workload(args: WorkloadArgs) -> ExitCode {
+    let result = brook_bench::workload::run(args.workload, progress);
+    let json = |r: &WorkloadReport| r.to_json_object().render();
+    print_report("workload", result, args.json, json, |r| r.to_text())
 }

@@ -61,6 +61,11 @@ impl CeilingReport {
 
     /// The report as a JSON object (throughput in MB/s, latency in µs).
     pub fn to_json(&self) -> String {
+        self.to_json_object().render()
+    }
+
+    /// The report as a JSON object, to nest in a larger report.
+    pub fn to_json_object(&self) -> JsonObject {
         let environment = &self.environment;
         let tcp = &self.tcp;
         let loopback = tcp
@@ -90,7 +95,6 @@ impl CeilingReport {
             .number("limit_mb_per_s", self.limit_mb_per_second())
             .number("target_fraction", THROUGHPUT_TARGET_FRACTION)
             .number("target_mb_per_s", self.target_mb_per_second())
-            .render()
     }
 
     fn cpus_json(&self) -> JsonObject {

@@ -1,0 +1,803 @@
+//! The named workloads behind Brook's performance bar (`brook bench run
+//! throughput | latency | catchup | many-partitions | recovery | scaling |
+//! all`), so anyone can repeat the published figures on their machine.
+//!
+//! Each starts its own `brook serve` (fresh data directory, pinned to
+//! `--broker-cpu` with `--cores 1`) and drives it from a load generator
+//! pinned to `--load-cpu`, unless `--brokers` points at a running broker.
+//! Before the workloads, the machine's ceiling is measured in the same run
+//! ([`crate::ceiling`]) and every figure is printed beside the ceiling it is
+//! judged against.
+
+pub mod report;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::{Args, ValueEnum};
+use glommio::Placement;
+
+use crate::broker::{BrokerLaunch, BrokerProcess};
+use crate::ceiling::{CeilingOptions, CeilingReport};
+use crate::client::cluster::resolve;
+use crate::client::{ClientError, Cluster};
+use crate::log::error::BenchError;
+use crate::log::json::JsonObject;
+use crate::log::parse_bytes;
+use crate::workload::client_error;
+use crate::workload::options::{WorkloadOptions, parse_duration};
+use crate::workload::report::WorkloadReport;
+use brook_shards::runtime::executor_builder;
+use report::{Figure, NamedReport, NamedRun, Target};
+
+/// The workloads `brook bench run` knows by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Named {
+    /// 1 KiB records (50% random), 8 partitions, acks=1, unthrottled.
+    Throughput,
+    /// acks=all with an fsync per append (group commit) at half the
+    /// throughput workload's rate: produce and end-to-end percentiles.
+    Latency,
+    /// Consume data already on disk: cold (after dropping the page cache)
+    /// and hot.
+    Catchup,
+    /// 10,000 idle partitions: broker memory; then produce to all of them.
+    ManyPartitions,
+    /// kill -9 with a large log, restart: time until Metadata and the latest
+    /// offsets are served.
+    Recovery,
+    /// The throughput workload with `--cores 1` and `--cores 2`.
+    Scaling,
+    /// Every workload above, in order, after one ceiling measurement.
+    All,
+}
+
+impl Named {
+    fn each(self) -> Vec<Named> {
+        match self {
+            Named::All => vec![
+                Named::Throughput,
+                Named::Latency,
+                Named::Catchup,
+                Named::ManyPartitions,
+                Named::Recovery,
+                Named::Scaling,
+            ],
+            one => vec![one],
+        }
+    }
+}
+
+/// How a named workload is run (all but the name have defaults).
+#[derive(Clone, Debug, PartialEq, Args)]
+pub struct NamedOptions {
+    #[arg(value_enum)]
+    pub workload: Named,
+    /// Where the brokers' data and the ceiling's files go (on the disk to
+    /// measure); each broker gets a fresh subdirectory.
+    #[arg(long, default_value = "./brook-bench")]
+    pub dir: PathBuf,
+    /// Drive a running broker instead of starting one (host:port); the
+    /// recovery and scaling workloads need their own broker.
+    #[arg(long)]
+    pub brokers: Option<String>,
+    /// Measured window of the throughput and latency workloads.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub duration: Duration,
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub warmup: Duration,
+    /// Records per second for the latency workload (default: half of what
+    /// the throughput workload reached in this run, or in a 10 s probe).
+    #[arg(long)]
+    pub rate: Option<u64>,
+    /// Bytes the catch-up workload writes, then reads back.
+    #[arg(long, default_value = "4GiB", value_parser = parse_bytes)]
+    pub catchup_bytes: u64,
+    /// Bytes retained before the recovery workload's kill -9.
+    #[arg(long, default_value = "10GiB", value_parser = parse_bytes)]
+    pub recovery_bytes: u64,
+    /// Partitions for the many-partitions workload.
+    #[arg(long, default_value_t = 10_000)]
+    pub partitions: i32,
+    /// Bytes the ceiling's disk measurements write and read.
+    #[arg(long, default_value = "2GiB", value_parser = parse_bytes)]
+    pub ceiling_bytes: u64,
+    /// Skip the ceiling measurement (figures then have no reference).
+    #[arg(long)]
+    pub no_ceiling: bool,
+    /// CPU the broker is pinned to.
+    #[arg(long, default_value_t = 0)]
+    pub broker_cpu: usize,
+    /// CPU the load generator is pinned to.
+    #[arg(long, default_value_t = 1)]
+    pub load_cpu: usize,
+    /// The `brook` binary to start brokers from (default: this one).
+    #[arg(long)]
+    pub binary: Option<PathBuf>,
+}
+
+/// Runs `options.workload` (every workload for `all`); `progress` gets the
+/// live lines.
+pub fn run(
+    options: &NamedOptions,
+    progress: &mut dyn FnMut(&str),
+) -> Result<NamedReport, BenchError> {
+    let ceiling = if options.no_ceiling {
+        None
+    } else {
+        progress("measuring the machine's ceiling …");
+        let mut ceiling_options = CeilingOptions::new(&options.dir);
+        ceiling_options.bytes = options.ceiling_bytes;
+        Some(crate::ceiling::run(ceiling_options)?)
+    };
+    let mut bench = Bench {
+        options,
+        progress,
+        ceiling: ceiling.as_ref(),
+        throughput_rate: None,
+    };
+    let mut runs = Vec::new();
+    for workload in options.workload.each() {
+        let run = match workload {
+            Named::Throughput => bench.throughput()?,
+            Named::Latency => bench.latency()?,
+            Named::Catchup => bench.catchup()?,
+            Named::ManyPartitions => bench.many_partitions()?,
+            Named::Recovery => bench.recovery()?,
+            Named::Scaling => bench.scaling()?,
+            Named::All => unreachable!("each() expands all"),
+        };
+        (bench.progress)(&format!("{} done", run.name));
+        runs.push(run);
+    }
+    Ok(NamedReport { ceiling, runs })
+}
+
+/// A broker the workloads run against.
+enum Broker {
+    Own(BrokerProcess),
+    External(String),
+}
+
+impl Broker {
+    fn address(&self) -> String {
+        match self {
+            Broker::Own(process) => process.address.clone(),
+            Broker::External(address) => address.clone(),
+        }
+    }
+
+    fn process(&mut self) -> Option<&mut BrokerProcess> {
+        match self {
+            Broker::Own(process) => Some(process),
+            Broker::External(_) => None,
+        }
+    }
+}
+
+struct Bench<'a> {
+    options: &'a NamedOptions,
+    progress: &'a mut dyn FnMut(&str),
+    ceiling: Option<&'a CeilingReport>,
+    /// Records per second the throughput workload reached in this run.
+    throughput_rate: Option<f64>,
+}
+
+impl Bench<'_> {
+    /// A fresh broker for `name` (or the external one).
+    fn broker(&self, name: &str, cores: usize, pinned: bool) -> Result<Broker, BenchError> {
+        if let Some(address) = &self.options.brokers {
+            return Ok(Broker::External(address.clone()));
+        }
+        let data_dir = self.options.dir.join(format!("broker-{name}"));
+        if data_dir.exists() {
+            std::fs::remove_dir_all(&data_dir).map_err(|error| {
+                BenchError::Broker(format!("clearing {}: {error}", data_dir.display()))
+            })?;
+        }
+        let binary = match &self.options.binary {
+            Some(binary) => binary.clone(),
+            None => std::env::current_exe().map_err(|error| {
+                BenchError::Broker(format!("finding the brook binary: {error}"))
+            })?,
+        };
+        let process = BrokerProcess::start(BrokerLaunch {
+            binary,
+            data_dir,
+            cores,
+            cpus: if pinned {
+                vec![self.options.broker_cpu]
+            } else {
+                Vec::new()
+            },
+            extra: Vec::new(),
+        })?;
+        Ok(Broker::Own(process))
+    }
+
+    fn own_broker_needed(&self, name: &str) -> Result<(), BenchError> {
+        match &self.options.brokers {
+            Some(_) => Err(BenchError::InvalidOption {
+                name: "brokers",
+                reason: format!("the {name} workload starts (and kills) its own broker"),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The throughput workload's shape, against `address`.
+    fn throughput_workload(&self, address: String, topic: &str) -> WorkloadOptions {
+        WorkloadOptions {
+            brokers: Some(address),
+            topic: topic.into(),
+            partitions: 8,
+            record_bytes: 1024,
+            random_fraction: 0.5,
+            acks: 1,
+            rate: 0,
+            // Two producers with deep windows of 1 MiB batches: acks=1 waits
+            // for the O_DIRECT write, so the window must cover the disk's
+            // write latency (5 in flight of 256 KiB reached ~420 MB/s here).
+            producers: 2,
+            consumers: 0,
+            batch_bytes: 1 << 20,
+            max_in_flight: 16,
+            linger: Duration::from_millis(1),
+            warmup: self.options.warmup,
+            duration: self.options.duration,
+            cpus: vec![self.options.load_cpu],
+            ..WorkloadOptions::default()
+        }
+    }
+
+    fn workload(&mut self, options: WorkloadOptions) -> Result<WorkloadReport, BenchError> {
+        let progress = &mut *self.progress;
+        let report = crate::workload::run(options, |line| progress(line))?;
+        if let Some(error) = report.errors.first() {
+            return Err(BenchError::Client(format!(
+                "{} request(s) failed, the first: {error}",
+                report.errors.len()
+            )));
+        }
+        Ok(report)
+    }
+
+    fn limit(&self) -> Option<f64> {
+        self.ceiling.map(CeilingReport::limit_mb_per_second)
+    }
+
+    fn throughput(&mut self) -> Result<NamedRun, BenchError> {
+        let broker = self.broker("throughput", 1, true)?;
+        let report = self.workload(self.throughput_workload(broker.address(), "throughput"))?;
+        self.throughput_rate = Some(report.produce_records_per_second());
+        let mut figure = Figure::new(
+            "produce_mb_per_s",
+            "produce throughput",
+            report.produce_mb_per_second(),
+            "MB/s",
+        )
+        .target(Target::RatioAtLeast(
+            crate::ceiling::report::THROUGHPUT_TARGET_FRACTION,
+        ));
+        if let Some(limit) = self.limit() {
+            figure = figure.against("min(disk write, loopback TCP)", limit);
+        }
+        Ok(NamedRun {
+            name: "throughput",
+            setup: self.setup(
+                "--cores 1",
+                "2 producers, up to 16 × 1 MiB batches in flight each",
+            ),
+            figures: vec![figure],
+            details: report.to_text(),
+            details_json: JsonObject::new().object("produce", report.to_json_object()),
+        })
+    }
+
+    fn latency(&mut self) -> Result<NamedRun, BenchError> {
+        let rate = match (self.options.rate, self.throughput_rate) {
+            (Some(rate), _) => rate,
+            (None, Some(reached)) => (reached / 2.0) as u64,
+            (None, None) => {
+                (self.progress)("latency: a 10 s throughput probe first, for the rate");
+                let broker = self.broker("latency-probe", 1, true)?;
+                let probe = WorkloadOptions {
+                    warmup: Duration::from_secs(2),
+                    duration: Duration::from_secs(10),
+                    ..self.throughput_workload(broker.address(), "latency-probe")
+                };
+                (self.workload(probe)?.produce_records_per_second() / 2.0) as u64
+            }
+        };
+        let broker = self.broker("latency", 1, true)?;
+        let options = WorkloadOptions {
+            acks: -1,
+            rate: rate.max(1),
+            producers: 1,
+            consumers: 1,
+            batch_bytes: 64 << 10,
+            linger: Duration::ZERO,
+            // An fsync per append; concurrent appends share one (group commit).
+            topic_configs: vec![("flush.messages".into(), "1".into())],
+            ..self.throughput_workload(broker.address(), "latency")
+        };
+        let report = self.workload(options)?;
+        let ack = report.ack();
+        let end_to_end = report.end_to_end();
+        let fsync_p99 = self
+            .ceiling
+            .map(|ceiling| ceiling.fsync.p99_micros as f64 / 1000.0);
+        let fsync_p999 = self
+            .ceiling
+            .map(|ceiling| ceiling.fsync.p999_micros as f64 / 1000.0);
+        let mut figures = vec![
+            Figure::new("produce_p99_ms", "produce→ack p99", ack.p99 / 1000.0, "ms")
+                .target(Target::AtMost(1.0)),
+            Figure::new(
+                "produce_p999_ms",
+                "produce→ack p99.9",
+                ack.p999 / 1000.0,
+                "ms",
+            )
+            .target(Target::AtMost(3.0)),
+            Figure::new(
+                "e2e_p99_ms",
+                "end-to-end p99",
+                end_to_end.p99 / 1000.0,
+                "ms",
+            )
+            .target(Target::AtMost(2.0)),
+            Figure::new(
+                "rate_records_per_s",
+                "rate",
+                report.produce_records_per_second(),
+                "rec/s",
+            ),
+        ];
+        if let (Some(p99), Some(p999)) = (fsync_p99, fsync_p999) {
+            figures[0] = figures[0].clone().against("disk fsync p99", p99);
+            figures[1] = figures[1].clone().against("disk fsync p99.9", p999);
+        }
+        let exactly_once = report
+            .verification
+            .as_ref()
+            .is_some_and(|v| v.exactly_once());
+        if !exactly_once {
+            return Err(BenchError::Client(format!(
+                "the latency workload lost or duplicated records: {:?}",
+                report.verification
+            )));
+        }
+        Ok(NamedRun {
+            name: "latency",
+            setup: self.setup(
+                "--cores 1",
+                &format!("acks=all, flush.messages=1, {rate} rec/s, 1 producer, 1 consumer"),
+            ),
+            figures,
+            details: report.to_text(),
+            details_json: JsonObject::new().object("produce_consume", report.to_json_object()),
+        })
+    }
+
+    fn catchup(&mut self) -> Result<NamedRun, BenchError> {
+        let broker = self.broker("catchup", 1, true)?;
+        let topic = "catchup";
+        // Segments small enough that most of the data is in sealed segments,
+        // which Fetch sends with sendfile; the active one is read too.
+        let configs = vec![("segment.bytes".to_owned(), (64u64 << 20).to_string())];
+        (self.progress)(&format!(
+            "catchup: writing {} bytes",
+            self.options.catchup_bytes
+        ));
+        let fill = WorkloadOptions {
+            record_bytes: 4096,
+            warmup: Duration::ZERO,
+            duration: Duration::from_secs(3600),
+            bytes_limit: self.options.catchup_bytes,
+            topic_configs: configs,
+            ..self.throughput_workload(broker.address(), topic)
+        };
+        let written = self.workload(fill)?;
+        let reader = WorkloadOptions {
+            producers: 0,
+            consumers: 1,
+            from_beginning: true,
+            // Everything written, bar what the writers' limit overshot.
+            bytes_limit: written.totals.produced_bytes,
+            drain_timeout: Duration::ZERO,
+            ..self.throughput_workload(broker.address(), topic)
+        };
+        let reader = WorkloadOptions {
+            warmup: Duration::ZERO,
+            duration: Duration::from_secs(3600),
+            ..reader
+        };
+        let dropped = drop_page_cache();
+        (self.progress)(&format!(
+            "catchup: cold read (page cache dropped: {dropped})"
+        ));
+        let cold = self.workload(reader.clone())?;
+        (self.progress)("catchup: hot read");
+        let hot = self.workload(reader)?;
+        let mut cold_figure = Figure::new(
+            "cold_mb_per_s",
+            if dropped {
+                "cold read (page cache dropped)"
+            } else {
+                "read (page cache NOT dropped)"
+            },
+            cold.consume_mb_per_second(),
+            "MB/s",
+        )
+        .target(Target::RatioAtLeast(0.8));
+        let mut hot_figure = Figure::new(
+            "hot_mb_per_s",
+            "hot read",
+            hot.consume_mb_per_second(),
+            "MB/s",
+        )
+        .target(Target::RatioAtLeast(0.7));
+        if let Some(ceiling) = self.ceiling {
+            cold_figure = cold_figure.against(
+                "disk O_DIRECT read",
+                ceiling.direct_read.megabytes_per_second(),
+            );
+            hot_figure = hot_figure.against(
+                "loopback TCP",
+                ceiling.tcp.throughput.megabytes_per_second(),
+            );
+        }
+        let read_bytes = Figure::new(
+            "read_gib",
+            "read per pass",
+            cold.totals.consumed_bytes as f64 / f64::from(1u32 << 30),
+            "GiB",
+        );
+        Ok(NamedRun {
+            name: "catchup",
+            setup: self.setup(
+                "--cores 1",
+                "segment.bytes=64MiB, 4 KiB records, 1 consumer",
+            ),
+            figures: vec![cold_figure, hot_figure, read_bytes],
+            details: format!(
+                "write:\n{}cold read:\n{}hot read:\n{}",
+                written.to_text(),
+                cold.to_text(),
+                hot.to_text()
+            ),
+            details_json: JsonObject::new()
+                .object("write", written.to_json_object())
+                .object("cold", cold.to_json_object())
+                .object("hot", hot.to_json_object()),
+        })
+    }
+
+    fn many_partitions(&mut self) -> Result<NamedRun, BenchError> {
+        let mut broker = self.broker("many-partitions", 1, true)?;
+        let open_files = broker
+            .process()
+            .and_then(|process| process.open_file_limit());
+        // Three open files per partition (its active segment's log and two
+        // indexes), and room for sockets and the broker's own files.
+        let allowed = open_files.map(|limit| (limit.saturating_sub(1000) / 3) as i32);
+        let partitions = match allowed {
+            Some(allowed) if allowed < self.options.partitions => {
+                (self.progress)(&format!(
+                    "many-partitions: the broker may open {} files, enough for {allowed} partitions, not {}",
+                    open_files.unwrap_or_default(),
+                    self.options.partitions
+                ));
+                allowed
+            }
+            _ => self.options.partitions,
+        };
+        let address = resolve(&broker.address()).map_err(client_error)?;
+        let topic = "many-partitions-0".to_owned();
+        (self.progress)(&format!(
+            "many-partitions: creating {partitions} partitions"
+        ));
+        let started = Instant::now();
+        let create_topic = topic.clone();
+        with_cluster(address, move |cluster| async move {
+            cluster
+                .create_topics(&[create_topic], partitions, &[])
+                .await
+        })?;
+        let created_in = started.elapsed();
+        std::thread::sleep(Duration::from_secs(2));
+        let idle_rss = broker.process().and_then(|process| process.rss_bytes());
+        let options = WorkloadOptions {
+            topic: "many-partitions".into(),
+            partitions,
+            rate: 20_000,
+            producers: 1,
+            consumers: 1,
+            // A few records per batch: the sticky partitioner moves on after
+            // each, so every partition is written within a few seconds.
+            batch_bytes: 4 << 10,
+            warmup: Duration::from_secs(1),
+            duration: self.options.duration.min(Duration::from_secs(10)),
+            ..self.throughput_workload(broker.address(), "many-partitions")
+        };
+        let report = self.workload(options)?;
+        let busy_rss = broker.process().and_then(|process| process.rss_bytes());
+        let offsets_topic = topic.clone();
+        let written = with_cluster(address, move |cluster| async move {
+            let leaders = cluster.leaders(&offsets_topic).await?;
+            let ends = cluster.offsets(&offsets_topic, &leaders, -1).await?;
+            Ok(ends.values().filter(|end| **end > 0).count())
+        })?;
+        let exactly_once = report
+            .verification
+            .as_ref()
+            .is_some_and(|v| v.exactly_once());
+        let mib = |bytes: Option<u64>| {
+            bytes.map_or(f64::NAN, |bytes| bytes as f64 / f64::from(1u32 << 20))
+        };
+        let figures = vec![
+            Figure::new(
+                "idle_rss_mib",
+                format!("RSS with {partitions} idle partitions"),
+                mib(idle_rss),
+                "MiB",
+            )
+            .target(Target::AtMost(1024.0)),
+            Figure::new(
+                "busy_rss_mib",
+                "RSS after producing to all",
+                mib(busy_rss),
+                "MiB",
+            )
+            .target(Target::AtMost(1024.0)),
+            Figure::new(
+                "create_s",
+                "CreateTopics took",
+                created_in.as_secs_f64(),
+                "s",
+            ),
+            Figure::new("partitions", "partitions", f64::from(partitions), "")
+                .against("asked for", f64::from(self.options.partitions))
+                .target(Target::RatioAtLeast(1.0)),
+            Figure::new(
+                "partitions_written",
+                "partitions written",
+                written as f64,
+                "",
+            )
+            .against("partitions", f64::from(partitions))
+            .target(Target::RatioAtLeast(1.0)),
+            Figure::new(
+                "exactly_once",
+                "every acknowledged record consumed once",
+                if exactly_once { 1.0 } else { 0.0 },
+                "",
+            )
+            .target(Target::RatioAtLeast(1.0))
+            .against("yes", 1.0),
+        ];
+        Ok(NamedRun {
+            name: "many-partitions",
+            setup: self.setup(
+                "--cores 1",
+                "20,000 rec/s round-robin, 1 producer, 1 consumer",
+            ),
+            figures,
+            details: report.to_text(),
+            details_json: JsonObject::new().object("produce_consume", report.to_json_object()),
+        })
+    }
+
+    fn recovery(&mut self) -> Result<NamedRun, BenchError> {
+        self.own_broker_needed("recovery")?;
+        let mut broker = self.broker("recovery", 1, true)?;
+        let address = resolve(&broker.address()).map_err(client_error)?;
+        let topic = "recovery-0".to_owned();
+        (self.progress)(&format!(
+            "recovery: writing {} bytes over 100 partitions",
+            self.options.recovery_bytes
+        ));
+        let fill = WorkloadOptions {
+            topic: "recovery".into(),
+            partitions: 100,
+            record_bytes: 4096,
+            warmup: Duration::ZERO,
+            duration: Duration::from_secs(3600),
+            bytes_limit: self.options.recovery_bytes,
+            ..self.throughput_workload(broker.address(), "recovery")
+        };
+        let written = self.workload(fill)?;
+        let before = end_offsets(address, &topic)?;
+        let process = broker.process().expect("own broker");
+        process.kill();
+        (self.progress)("recovery: killed (-9); restarting");
+        let started = Instant::now();
+        process.restart()?;
+        let listening = started.elapsed();
+        let after = end_offsets(address, &topic)?;
+        let served = started.elapsed();
+        let kept: i64 = after
+            .iter()
+            .zip(&before)
+            .map(|(after, before)| (*after).min(*before))
+            .sum();
+        let acknowledged: i64 = before.iter().sum();
+        let figures = vec![
+            Figure::new(
+                "served_s",
+                "restart → Metadata + latest offsets",
+                served.as_secs_f64(),
+                "s",
+            )
+            .target(Target::AtMost(5.0)),
+            Figure::new(
+                "listening_s",
+                "restart → listening",
+                listening.as_secs_f64(),
+                "s",
+            ),
+            Figure::new(
+                "retained_gib",
+                "retained at the kill",
+                written.totals.produced_bytes as f64 / f64::from(1u32 << 30),
+                "GiB",
+            ),
+            Figure::new(
+                "records_kept",
+                "acknowledged records still there",
+                kept as f64,
+                "",
+            )
+            .against("acknowledged", acknowledged as f64)
+            .target(Target::RatioAtLeast(1.0)),
+        ];
+        Ok(NamedRun {
+            name: "recovery",
+            setup: self.setup("--cores 1", "100 partitions, 4 KiB records, kill -9"),
+            figures,
+            details: written.to_text(),
+            details_json: JsonObject::new().object("write", written.to_json_object()),
+        })
+    }
+
+    fn scaling(&mut self) -> Result<NamedRun, BenchError> {
+        self.own_broker_needed("scaling")?;
+        let mut figures = Vec::new();
+        let mut details = String::new();
+        let mut details_json = JsonObject::new();
+        let mut first = None;
+        for (cores, key, json_key) in [
+            (1, "cores_1_mb_per_s", "cores_1"),
+            (2, "cores_2_mb_per_s", "cores_2"),
+        ] {
+            let broker = self.broker(&format!("scaling-{cores}"), cores, false)?;
+            let options = WorkloadOptions {
+                cpus: Vec::new(),
+                ..self.throughput_workload(broker.address(), "scaling")
+            };
+            let report = self.workload(options)?;
+            let mut figure = Figure::new(
+                key,
+                format!("produce with --cores {cores}"),
+                report.produce_mb_per_second(),
+                "MB/s",
+            );
+            match first {
+                None => first = Some(report.produce_mb_per_second()),
+                Some(one_core) => figure = figure.against("--cores 1", one_core),
+            }
+            figures.push(figure);
+            details += &format!("--cores {cores}:\n{}", report.to_text());
+            details_json = details_json.object(json_key, report.to_json_object());
+        }
+        Ok(NamedRun {
+            name: "scaling",
+            setup: "broker and load generator unpinned".into(),
+            figures,
+            details,
+            details_json,
+        })
+    }
+
+    /// How the run was set up: the broker (its flags when started here),
+    /// the CPUs, and what the workload did.
+    fn setup(&self, flags: &str, workload: &str) -> String {
+        let broker = match &self.options.brokers {
+            Some(address) => format!("broker {address}"),
+            None => format!("brook serve {flags} on cpu {}", self.options.broker_cpu),
+        };
+        format!(
+            "{broker}; load generator on cpu {}; {workload}",
+            self.options.load_cpu
+        )
+    }
+}
+
+/// Empties the page cache (`echo 3 > /proc/sys/vm/drop_caches`) after a
+/// sync; false where the kernel does not allow it (not root, a container).
+fn drop_page_cache() -> bool {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    std::fs::write("/proc/sys/vm/drop_caches", "3\n").is_ok()
+}
+
+/// Each partition's latest offset, in partition order.
+fn end_offsets(address: std::net::SocketAddr, topic: &str) -> Result<Vec<i64>, BenchError> {
+    let topic = topic.to_owned();
+    with_cluster(address, move |cluster| async move {
+        let leaders = cluster.leaders(&topic).await?;
+        let ends = cluster.offsets(&topic, &leaders, -1).await?;
+        Ok(ends.into_values().collect())
+    })
+}
+
+/// Runs `work` with a client of the broker at `address` on a short-lived
+/// executor.
+fn with_cluster<T, F, Fut>(address: std::net::SocketAddr, work: F) -> Result<T, BenchError>
+where
+    T: Send + 'static,
+    F: FnOnce(std::rc::Rc<Cluster>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<T, ClientError>>,
+{
+    let result = executor_builder(Placement::Unbound)
+        .name("brook-bench-admin")
+        .spawn(move || async move {
+            let cluster = std::rc::Rc::new(Cluster::new(address, "brook-bench"));
+            let result = work(cluster.clone()).await;
+            cluster.close().await;
+            result
+        })
+        .map_err(|error| BenchError::Executor {
+            cpu: usize::MAX,
+            reason: error.to_string(),
+        })?
+        .join()
+        .map_err(|error| BenchError::Executor {
+            cpu: usize::MAX,
+            reason: error.to_string(),
+        })?;
+    result.map_err(client_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Command {
+        #[command(flatten)]
+        named: NamedOptions,
+    }
+
+    fn parse(args: &[&str]) -> Result<NamedOptions, clap::Error> {
+        Command::try_parse_from(std::iter::once("run").chain(args.iter().copied()))
+            .map(|command| command.named)
+    }
+
+    #[test]
+    fn named_workloads_parse_with_the_documented_defaults() {
+        let options = parse(&["throughput"]).unwrap();
+        assert_eq!(options.workload, Named::Throughput);
+        assert_eq!(options.duration, Duration::from_secs(30));
+        assert_eq!(options.catchup_bytes, 4 << 30);
+        assert_eq!(options.recovery_bytes, 10 << 30);
+        assert_eq!(options.partitions, 10_000);
+        assert_eq!((options.broker_cpu, options.load_cpu), (0, 1));
+        let options =
+            parse(&["many-partitions", "--partitions", "500", "--duration", "5s"]).unwrap();
+        assert_eq!(options.workload, Named::ManyPartitions);
+        assert_eq!(options.partitions, 500);
+        assert!(parse(&["fastest"]).is_err());
+        assert!(parse(&[]).is_err());
+    }
+
+    #[test]
+    fn all_expands_to_every_workload_once() {
+        let each = Named::All.each();
+        assert_eq!(each.len(), 6);
+        assert!(!each.contains(&Named::All));
+        assert_eq!(Named::Latency.each(), vec![Named::Latency]);
+    }
+}
