@@ -278,3 +278,65 @@ fn a_lost_epoch_checkpoint_is_rebuilt_across_segments() {
         assert_eq!(log.log_end_offset(), end);
     });
 }
+
+/// Rewrites every entry of an offset index with `edit`.
+fn edit_offset_index(path: &Path, edit: impl Fn(u32, u32) -> (u32, u32)) {
+    let bytes: Vec<u8> = std::fs::read(path)
+        .unwrap()
+        .chunks(8)
+        .flat_map(|entry| {
+            let relative = u32::from_be_bytes(entry[..4].try_into().unwrap());
+            let position = u32::from_be_bytes(entry[4..].try_into().unwrap());
+            let (relative, position) = edit(relative, position);
+            [relative.to_be_bytes(), position.to_be_bytes()].concat()
+        })
+        .collect();
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// An offset index that is sorted and stays inside its log but maps offsets
+/// to the wrong batches passes every check of its own; open compares its
+/// first and last entries with the batches there and rebuilds it.
+#[test]
+fn an_index_mapping_offsets_to_the_wrong_batches_is_rebuilt() {
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path().to_owned();
+    block_on(async move {
+        let pristine = root.join("pristine-0");
+        let work = root.join("work-0");
+        let config = LogConfig {
+            segment_bytes: 6000,
+            index_interval_bytes: 300,
+            ..LogConfig::default()
+        };
+        let batches = build(&pristine, config.clone(), 100).await;
+        let expected = index_files(&pristine);
+        let bases = segment_bases(&pristine);
+        // Each entry claims the batch before the one it points at (batches
+        // hold three records), in a sealed segment and in the active one;
+        // or, at the same offsets, points a byte into its batch.
+        type Edit = fn(u32, u32) -> (u32, u32);
+        let edits: [(&str, Edit); 2] = [
+            ("offsets one batch early", |relative, position| {
+                (relative - 3, position)
+            }),
+            ("positions a byte late", |relative, position| {
+                (relative, position + 1)
+            }),
+        ];
+        for (name, edit) in edits {
+            for base in [bases[1], *bases.last().unwrap()] {
+                copy_dir(&pristine, &work);
+                edit_offset_index(&file_with_extension(&work, base, "index"), edit);
+                let log = open(&work, config.clone(), clean()).await;
+                let bytes = read_all(&log, Offset(0), 1 << 20, false).await.unwrap();
+                assert_bytes_eq(&bytes, &concat(&batches), name);
+                log.close().await.unwrap();
+                assert!(
+                    index_files(&work) == expected,
+                    "{name} in segment {base}: the index was not rebuilt"
+                );
+            }
+        }
+    });
+}

@@ -116,6 +116,16 @@ pub enum IndexError {
     MissingEntry { position: u64 },
     #[error("time index does not end with the segment's largest timestamp {expected}")]
     MissingMaxTimestamp { expected: i64 },
+    #[error(
+        "index entry {entry} maps offset {indexed} to position {position}, where the batch ends at {found:?}"
+    )]
+    BatchMismatch {
+        entry: usize,
+        position: u64,
+        indexed: i64,
+        /// The last offset of the batch found there; `None` if no batch is.
+        found: Option<i64>,
+    },
 }
 
 /// Views raw index bytes as entries.

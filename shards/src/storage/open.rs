@@ -2,8 +2,10 @@
 //! or the recovery point vouches for, and scan the rest (S6).
 //!
 //! Every segment's index files are read whole once and checked (sizes,
-//! order, bounds), and the batches after the last offset-index entry are
-//! walked: that proves the index is complete and yields the segment's end.
+//! order, bounds, and that the first and last offset entries point at
+//! batches ending at their offsets), and the batches after the last
+//! offset-index entry are walked: that proves the index is complete and
+//! yields the segment's end.
 //! A segment whose indexes fail is rebuilt from its log. Segments from the
 //! one holding the recovery point on (all of them without a checkpoint) are
 //! scanned batch by batch after an unclean shutdown; the first invalid batch
@@ -13,7 +15,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use brook_engine::log::batch::{BATCH_HEADER_BYTES, BatchView};
+use brook_engine::log::batch::{BATCH_HEADER_BYTES, BatchHeader, BatchView};
 use brook_engine::log::config::LogConfig;
 use brook_engine::log::epoch_cache::LeaderEpochCache;
 use brook_engine::log::file_name::{SegmentFileKind, parse_segment_file_name};
@@ -300,6 +302,16 @@ async fn check_segment(
         Ok(entries) => entries,
         Err(distrust) => return Ok(Err(distrust)),
     };
+    // The last entry's batch is checked by the walk below; the first one's
+    // here, with one header read.
+    if let Some(error) =
+        check_first_entry(&log_file, &log_path, log_bytes, base, &offset_entries).await?
+    {
+        return Ok(Err(Distrust::Index(error.to_string())));
+    }
+    let last_entry = offset_entries
+        .last()
+        .map(|entry| (offset_entries.len() - 1, entry.offset(base)));
     let mut indexer = SegmentIndexer::resume(
         base,
         config.index_interval_bytes,
@@ -337,6 +349,16 @@ async fn check_segment(
             let time_short = indexed_batch && batch.max_timestamp() > last_time_entry;
             if update.offset_entry.is_some() || update.time_entry.is_some() || time_short {
                 missing.get_or_insert(IndexError::MissingEntry { position });
+            }
+            if let Some((entry, indexed)) = last_entry.filter(|_| indexed_batch) {
+                if batch.last_offset() != indexed {
+                    missing.get_or_insert(IndexError::BatchMismatch {
+                        entry,
+                        position,
+                        indexed: indexed.0,
+                        found: Some(batch.last_offset().0),
+                    });
+                }
             }
         },
     )
@@ -383,6 +405,40 @@ async fn check_segment(
         time_entries,
         first_batch_max_timestamp,
     }))
+}
+
+/// A mismatch if the batch at the first offset entry's position does not end
+/// at the entry's offset (or is no batch). An index can pass every check of its own (sorted, inside
+/// the log) and still map offsets to the wrong batches, and a read that
+/// starts at a later batch than it should skips records.
+async fn check_first_entry(
+    log_file: &DmaFile,
+    log_path: &Path,
+    log_bytes: u64,
+    base: Offset,
+    entries: &[OffsetIndexEntry],
+) -> Result<Option<IndexError>, StorageError> {
+    let Some(entry) = entries.first() else {
+        return Ok(None);
+    };
+    let position = u64::from(entry.position.get());
+    let found = if position + BATCH_HEADER_BYTES as u64 <= log_bytes {
+        let header = read_exact(log_file, log_path, position, BATCH_HEADER_BYTES).await?;
+        BatchHeader::parse(&header)
+            .ok()
+            .map(|header| header.last_offset().0)
+    } else {
+        None
+    };
+    let indexed = entry.offset(base).0;
+    Ok(
+        (found != Some(indexed)).then_some(IndexError::BatchMismatch {
+            entry: 0,
+            position,
+            indexed,
+            found,
+        }),
+    )
 }
 
 /// Scans a whole segment, truncating it after its last valid batch and
