@@ -4,7 +4,7 @@
 
 mod common;
 
-use brook_engine::log::config::LogConfig;
+use brook_engine::log::config::{FlushPolicy, LogConfig};
 use brook_engine::types::{Offset, TimestampMs, TopicPartition};
 use brook_shards::runtime::block_on;
 use std::rc::Rc;
@@ -408,5 +408,56 @@ fn a_timestamp_lookup_survives_retention_running_meanwhile() {
         let found = lookup.await.unwrap();
         assert_eq!(found.map(|stamp| stamp.offset), Some(expected));
         log.close().await.unwrap();
+    });
+}
+
+/// Each checkpoint round syncs what the logs appended first, so the recovery
+/// point checkpointed covers it: after a crash, recovery rescans at most one
+/// interval's writes instead of whole active segments.
+#[test]
+fn checkpoints_sync_the_logs_so_recovery_points_keep_up() {
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path().to_owned();
+    block_on(async move {
+        let store = Rc::new(
+            Store::open(StoreOptions {
+                root: root.clone(),
+                shard: 0,
+            })
+            .await
+            .unwrap(),
+        );
+        // Kafka's default flush policy: the log itself never asks for a sync.
+        let config = LogConfig {
+            flush: FlushPolicy::Interval {
+                messages: None,
+                ms: None,
+            },
+            ..LogConfig::default()
+        };
+        let tp = TopicPartition::new("unsynced", 0);
+        let log = store.open_partition(&tp, config, now_ms()).await.unwrap();
+        for i in 0..10 {
+            log.append(&batch(3, 100, i), EPOCH, now_ms())
+                .await
+                .unwrap();
+        }
+        assert_eq!(log.recovery_point(), Offset(0), "nothing synced yet");
+        store.start_maintenance(MaintenanceSchedule {
+            retention_check_interval: Duration::from_secs(3600),
+            checkpoint_interval: Duration::from_millis(20),
+            idle_release_interval: Duration::from_secs(3600),
+        });
+        let checkpoint = root.join("recovery-point-offset-checkpoint-0");
+        let expected = format!("0\n1\nunsynced 0 {}\n", log.log_end_offset());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::fs::read_to_string(&checkpoint).ok().as_deref() != Some(expected.as_str())
+            && Instant::now() < deadline
+        {
+            glommio::timer::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(std::fs::read_to_string(&checkpoint).unwrap(), expected);
+        assert_eq!(log.durable_offset(), log.log_end_offset());
+        store.close().await.unwrap();
     });
 }
