@@ -357,7 +357,10 @@ impl PartitionLog {
 
     /// Closes the log cleanly: waits for in-flight appends, writes and syncs
     /// everything, trims the active segment's files to size. Returns the log
-    /// end offset (every offset below it is durable).
+    /// end offset (every offset below it is durable). From its start, reads
+    /// and appends are refused with [`StorageError::Closed`]; at its end,
+    /// whoever still waits for an offset to be written or durable gets that
+    /// error too.
     pub async fn close(&self) -> Result<Offset, StorageError> {
         let _permit = self
             .inner
@@ -366,6 +369,17 @@ impl PartitionLog {
             .await
             .map_err(|_| self.closed())?;
         self.inner.state.borrow_mut().closing = true;
+        let result = self.flush_and_trim().await;
+        self.inner.state.borrow_mut().fail_waiters_on_close();
+        if result.is_ok() {
+            self.inner.append_lock.close();
+        }
+        result
+    }
+
+    /// The body of [`PartitionLog::close`]: stops the IO tasks once they
+    /// wrote everything, then trims and syncs the active segment's files.
+    async fn flush_and_trim(&self) -> Result<Offset, StorageError> {
         ring(&self.inner.writer_bell);
         ring(&self.inner.syncer_bell);
         let tasks: Vec<Task<()>> = self.inner.tasks.borrow_mut().drain(..).collect();
@@ -398,7 +412,6 @@ impl PartitionLog {
         let mut state = self.inner.state.borrow_mut();
         let log_bytes = state.active().log_bytes;
         state.complete_sync(active_base, log_bytes);
-        self.inner.append_lock.close();
         Ok(end)
     }
 

@@ -262,9 +262,7 @@ impl PartitionLog {
         let log = &*self.inner;
         let (view, end_offset, log_start_offset, log_end_offset) = {
             let state = log.state.borrow();
-            if let Some(failure) = state.failure() {
-                return Err(failure.clone());
-            }
+            state.check_usable()?;
             let (start, end) = (state.log_start_offset, state.log_end_offset);
             if offset < start || offset > end {
                 return Err(StorageError::OffsetOutOfRange {
@@ -411,9 +409,7 @@ impl PartitionLog {
         let log = &*self.inner;
         let (first_base, log_start) = {
             let state = log.state.borrow();
-            if let Some(failure) = state.failure() {
-                return Err(failure.clone());
-            }
+            state.check_usable()?;
             let largest = state
                 .segments
                 .iter()

@@ -279,9 +279,7 @@ impl LogState {
         &mut self,
         offset: Offset,
     ) -> Result<Option<oneshot::Receiver<Result<(), StorageError>>>, StorageError> {
-        if let Some(failure) = &self.failure {
-            return Err(failure.clone());
-        }
+        self.check_reachable(offset)?;
         Ok((offset > self.written_offset).then(|| self.written_waiters.add(offset)))
     }
 
@@ -290,10 +288,32 @@ impl LogState {
         &mut self,
         offset: Offset,
     ) -> Result<Option<oneshot::Receiver<Result<(), StorageError>>>, StorageError> {
+        self.check_reachable(offset)?;
+        Ok((offset > self.durable_offset).then(|| self.durable_waiters.add(offset)))
+    }
+
+    /// Fails a wait that could never end: the log is offline, or closing and
+    /// the offset is past the last append (a long poll for new data).
+    fn check_reachable(&self, offset: Offset) -> Result<(), StorageError> {
         if let Some(failure) = &self.failure {
             return Err(failure.clone());
         }
-        Ok((offset > self.durable_offset).then(|| self.durable_waiters.add(offset)))
+        if self.closing && offset > self.log_end_offset {
+            return Err(StorageError::Closed {
+                path: self.dir.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Fails every remaining waiter once a close has ended: nothing more
+    /// becomes written or durable, so they would wait forever.
+    pub fn fail_waiters_on_close(&mut self) {
+        let closed = StorageError::Closed {
+            path: self.dir.clone(),
+        };
+        self.written_waiters.fail_all(&closed);
+        self.durable_waiters.fail_all(&closed);
     }
 
     /// The writer's next job, if one may start now: writes of every open
