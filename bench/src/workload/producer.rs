@@ -163,8 +163,12 @@ impl Producer<'_> {
                 }
                 Some(limiter) => {
                     let now = now_ns();
+                    // Behind schedule (the window was full), records due
+                    // meanwhile go out as full batches, never larger ones.
                     while let Some(due) = limiter.take(now) {
-                        self.add_record(due);
+                        if self.add_record(due) {
+                            break;
+                        }
                     }
                     let ready: Vec<usize> = self
                         .open
@@ -207,8 +211,9 @@ impl Producer<'_> {
         })
     }
 
-    /// Adds one record, due at `created_ns`, to its partition's batch.
-    fn add_record(&mut self, created_ns: u64) {
+    /// Adds one record, due at `created_ns`, to its partition's batch;
+    /// returns whether that batch is now full.
+    fn add_record(&mut self, created_ns: u64) -> bool {
         let sequence = self.sequence;
         self.sequence += 1;
         let key = (self.options.keys > 0)
@@ -252,6 +257,7 @@ impl Producer<'_> {
         batch.records.push((created_ns, sequence, crc));
         Live::add(&self.live.produced_records, 1);
         Live::add(&self.live.produced_bytes, value_bytes as u64);
+        self.full(target)
     }
 
     /// Seals the batches of `targets` and sends them, one request per broker.
