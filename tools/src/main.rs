@@ -244,7 +244,9 @@ fn progress(line: &str) {
 
 fn bench_run(args: RunArgs) -> ExitCode {
     let result = brook_bench::named::run(&args.named, &mut progress);
-    print_report("run", result, args.json, |r| r.to_json(), |r| r.to_text())
+    let failed = result.as_ref().is_ok_and(|report| report.any_failed());
+    let printed = print_report("run", result, args.json, |r| r.to_json(), |r| r.to_text());
+    if failed { ExitCode::FAILURE } else { printed }
 }
 
 fn bench_workload(args: WorkloadArgs) -> ExitCode {

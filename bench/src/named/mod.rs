@@ -53,6 +53,19 @@ pub enum Named {
 }
 
 impl Named {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Named::Throughput => "throughput",
+            Named::Latency => "latency",
+            Named::Catchup => "catchup",
+            Named::ManyPartitions => "many-partitions",
+            Named::Recovery => "recovery",
+            Named::Scaling => "scaling",
+            Named::All => "all",
+        }
+    }
+
     fn each(self) -> Vec<Named> {
         match self {
             Named::All => vec![
@@ -138,15 +151,17 @@ pub fn run(
     };
     let mut runs = Vec::new();
     for workload in options.workload.each() {
-        let run = match workload {
-            Named::Throughput => bench.throughput()?,
-            Named::Latency => bench.latency()?,
-            Named::Catchup => bench.catchup()?,
-            Named::ManyPartitions => bench.many_partitions()?,
-            Named::Recovery => bench.recovery()?,
-            Named::Scaling => bench.scaling()?,
+        let outcome = match workload {
+            Named::Throughput => bench.throughput(),
+            Named::Latency => bench.latency(),
+            Named::Catchup => bench.catchup(),
+            Named::ManyPartitions => bench.many_partitions(),
+            Named::Recovery => bench.recovery(),
+            Named::Scaling => bench.scaling(),
             Named::All => unreachable!("each() expands all"),
         };
+        // One workload failing must not cost the figures of the others.
+        let run = outcome.unwrap_or_else(|error| NamedRun::failed(workload.name(), &error));
         (bench.progress)(&format!("{} done", run.name));
         runs.push(run);
     }
@@ -157,6 +172,38 @@ pub fn run(
 enum Broker {
     Own(BrokerProcess),
     External(String),
+}
+
+impl Drop for Broker {
+    /// An own broker is killed and its data deleted (its log kept): a run of
+    /// every workload writes tens of GiB, more than a disk may hold at once.
+    fn drop(&mut self) {
+        if let Broker::Own(process) = self {
+            process.kill();
+            remove_data_keeping_log(process.data_dir(), &process.log_path());
+        }
+    }
+}
+
+/// Deletes everything in `dir` but the broker's log file.
+fn remove_data_keeping_log(dir: &std::path::Path, log: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path == log {
+            continue;
+        }
+        let removed = if path.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        if let Err(error) = removed {
+            eprintln!("brook bench: could not remove {}: {error}", path.display());
+        }
+    }
 }
 
 impl Broker {
@@ -291,6 +338,7 @@ impl Bench<'_> {
             figures: vec![figure],
             details: report.to_text(),
             details_json: JsonObject::new().object("produce", report.to_json_object()),
+            error: None,
         })
     }
 
@@ -377,6 +425,7 @@ impl Bench<'_> {
             figures,
             details: report.to_text(),
             details_json: JsonObject::new().object("produce_consume", report.to_json_object()),
+            error: None,
         })
     }
 
@@ -471,6 +520,7 @@ impl Bench<'_> {
                 .object("write", written.to_json_object())
                 .object("cold", cold.to_json_object())
                 .object("hot", hot.to_json_object()),
+            error: None,
         })
     }
 
@@ -586,6 +636,7 @@ impl Bench<'_> {
             figures,
             details: report.to_text(),
             details_json: JsonObject::new().object("produce_consume", report.to_json_object()),
+            error: None,
         })
     }
 
@@ -658,6 +709,7 @@ impl Bench<'_> {
             figures,
             details: written.to_text(),
             details_json: JsonObject::new().object("write", written.to_json_object()),
+            error: None,
         })
     }
 
@@ -697,6 +749,7 @@ impl Bench<'_> {
             figures,
             details,
             details_json,
+            error: None,
         })
     }
 

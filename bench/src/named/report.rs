@@ -121,6 +121,26 @@ pub struct NamedRun {
     pub details: String,
     /// The same as JSON.
     pub details_json: JsonObject,
+    /// Why the workload could not finish, if it could not.
+    pub error: Option<String>,
+}
+
+impl NamedRun {
+    /// A workload that could not finish: no figures, the error instead.
+    pub fn failed(name: &'static str, error: &dyn std::fmt::Display) -> NamedRun {
+        NamedRun {
+            name,
+            setup: String::new(),
+            figures: Vec::new(),
+            details: format!("FAILED: {error}\n"),
+            details_json: JsonObject::new().string("error", &error.to_string()),
+            error: Some(error.to_string()),
+        }
+    }
+
+    pub fn is_failed(&self) -> bool {
+        self.error.is_some()
+    }
 }
 
 /// Everything one `brook bench run <named>` measured.
@@ -133,6 +153,11 @@ pub struct NamedReport {
 }
 
 impl NamedReport {
+    /// Whether any workload failed to run.
+    pub fn any_failed(&self) -> bool {
+        self.runs.iter().any(NamedRun::is_failed)
+    }
+
     pub fn to_text(&self) -> String {
         let mut text = String::new();
         if let Some(ceiling) = &self.ceiling {
@@ -243,6 +268,7 @@ mod tests {
                 ],
                 details: "workload: …\n".into(),
                 details_json: JsonObject::new().integer("records", 5),
+                error: None,
             }],
         };
         let text = report.to_text();

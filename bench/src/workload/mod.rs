@@ -62,6 +62,18 @@ struct ExecutorOutcome {
 }
 
 impl ExecutorOutcome {
+    /// Adds another executor's findings: its latency samples to the
+    /// histograms, its records to the ledgers, its errors to the list.
+    fn absorb(&mut self, part: ExecutorOutcome) {
+        // Both histograms share one range; samples beyond it were clamped
+        // when recorded, so adding cannot fail.
+        let _ = self.ack_latency.add(&part.ack_latency);
+        let _ = self.e2e_latency.add(&part.e2e_latency);
+        self.acknowledged.merge(&part.acknowledged);
+        self.consumed.merge(&part.consumed);
+        self.errors.extend(part.errors);
+    }
+
     fn empty() -> ExecutorOutcome {
         ExecutorOutcome {
             ack_latency: latency_histogram(),
@@ -186,12 +198,7 @@ pub fn run(
             cpu: usize::MAX,
             reason: error.to_string(),
         })?;
-        let part = joined.map_err(client_error)?;
-        let _ = outcome.ack_latency.add(&part.ack_latency);
-        let _ = outcome.e2e_latency.add(&part.e2e_latency);
-        outcome.acknowledged.merge(&part.acknowledged);
-        outcome.consumed.merge(&part.consumed);
-        outcome.errors.extend(part.errors);
+        outcome.absorb(joined.map_err(client_error)?);
     }
     let window = window_end.0.duration_since(window_start.0);
     let totals = window_end.1.since(&window_start.1);
@@ -373,5 +380,54 @@ async fn run_executor(
     match first_error {
         Some(error) => Err(error),
         None => Ok(outcome),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An executor's outcome with `samples` latencies (µs) and the given
+    /// producer's sequences acknowledged and consumed.
+    fn outcome(samples: &[u64], producer: u32, sequences: std::ops::Range<u64>) -> ExecutorOutcome {
+        let mut outcome = ExecutorOutcome::empty();
+        for sample in samples {
+            outcome.ack_latency.saturating_record(sample * 1000);
+            outcome.e2e_latency.saturating_record(sample * 2000);
+        }
+        for sequence in sequences {
+            outcome
+                .acknowledged
+                .enter(producer, sequence, sequence as u32);
+            outcome.consumed.enter(producer, sequence, sequence as u32);
+        }
+        outcome
+    }
+
+    #[test]
+    fn merged_executors_report_the_percentiles_of_all_their_samples() {
+        let fast: Vec<u64> = (1..=900).collect();
+        let slow: Vec<u64> = (10_001..=10_100).collect();
+        let mut merged = outcome(&fast, 0, 0..50);
+        merged.absorb(outcome(&slow, 1, 0..30));
+        let mut all = latency_histogram();
+        for sample in fast.iter().chain(&slow) {
+            all.saturating_record(sample * 1000);
+        }
+        assert_eq!(merged.ack_latency.len(), 1000);
+        for quantile in [0.5, 0.9, 0.99, 0.999] {
+            assert_eq!(
+                merged.ack_latency.value_at_quantile(quantile),
+                all.value_at_quantile(quantile),
+                "q{quantile}"
+            );
+        }
+        // p99 falls among the slow executor's samples: ~10 ms, not ~1 ms.
+        assert!(merged.ack_latency.value_at_quantile(0.99) > 10_000_000);
+        assert_eq!(merged.e2e_latency.len(), 1000);
+        assert!(merged.e2e_latency.max() >= 20_000_000);
+        let verification = Verification::of(&merged.acknowledged, &merged.consumed);
+        assert_eq!(verification.acknowledged, 80);
+        assert!(verification.exactly_once(), "{verification:?}");
     }
 }
