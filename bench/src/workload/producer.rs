@@ -179,6 +179,11 @@ impl Producer<'_> {
                         .map(|(target, _)| *target)
                         .collect();
                     if !ready.is_empty() {
+                        // Kafka's sticky partitioner moves on once its
+                        // batch is sent.
+                        if ready.contains(&self.sticky) {
+                            self.sticky = (self.sticky + 1) % self.spec.targets.len();
+                        }
                         self.send(ready).await?;
                         continue;
                     }
