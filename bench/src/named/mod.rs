@@ -118,6 +118,10 @@ pub struct NamedOptions {
     /// Skip the ceiling measurement (figures then have no reference).
     #[arg(long)]
     pub no_ceiling: bool,
+    /// Leave the page cache alone before the cold catch-up read (its figure
+    /// is then not a cold one): for runs on shared machines and in tests.
+    #[arg(long)]
+    pub no_drop_caches: bool,
     /// CPU the broker is pinned to.
     #[arg(long, default_value_t = 0)]
     pub broker_cpu: usize,
@@ -462,7 +466,7 @@ impl Bench<'_> {
             duration: Duration::from_secs(3600),
             ..reader
         };
-        let dropped = drop_page_cache();
+        let dropped = !self.options.no_drop_caches && drop_page_cache();
         (self.progress)(&format!(
             "catchup: cold read (page cache dropped: {dropped})"
         ));
