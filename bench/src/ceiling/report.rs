@@ -296,14 +296,7 @@ mod tests {
     #[test]
     fn the_table_has_every_figure() {
         let text = sample_report(throughput(1200, 1000), throughput(4000, 2000)).to_text();
-        let line = |needle: &str| {
-            text.lines()
-                .find(|line| line.contains(needle))
-                .unwrap_or_else(|| panic!("no line with {needle:?} in\n{text}"))
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
+        let line = |needle: &str| crate::log::report::line_with(&text, needle);
         assert!(line("disk write O_DIRECT").ends_with("1200000000 1200.0"));
         assert!(line("disk read O_DIRECT").ends_with("2000000000 2000.0"));
         assert!(line("cold cache").ends_with("1500000000 1500.0"));

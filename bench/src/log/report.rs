@@ -352,6 +352,18 @@ impl LogReport {
     }
 }
 
+/// For report tests: the line of `text` holding `needle`, its runs of
+/// spaces collapsed to one.
+#[cfg(test)]
+pub(crate) fn line_with(text: &str, needle: &str) -> String {
+    text.lines()
+        .find(|line| line.contains(needle))
+        .unwrap_or_else(|| panic!("no line with {needle:?} in\n{text}"))
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -438,14 +450,7 @@ mod tests {
     #[test]
     fn the_table_puts_each_figure_next_to_its_reference() {
         let text = sample_report().to_string();
-        let line = |needle: &str| {
-            text.lines()
-                .find(|line| line.contains(needle))
-                .unwrap_or_else(|| panic!("no line with {needle:?} in\n{text}"))
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
+        let line = |needle: &str| line_with(&text, needle);
         assert!(line("raw O_DIRECT").ends_with("2000000000 1000.0"));
         assert!(line("PartitionLog append,").ends_with("2000000000 500.0 0.50x (0.50x of heap)"));
         assert!(line("raw write 69632 B").ends_with("2000 600 800 2000 4000 9000"));

@@ -151,6 +151,17 @@ mod tests {
         TimestampType as Type,
     };
 
+    /// `records` as one v2 batch, by kafka-protocol's encoder.
+    fn encode(codec: Codec, records: &[Record]) -> Vec<u8> {
+        let mut buffer = bytes::BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: codec,
+        };
+        RecordBatchEncoder::encode(&mut buffer, records, &options).unwrap();
+        buffer.to_vec()
+    }
+
     fn encoded(codec: Codec, timestamps: &[i64]) -> Vec<u8> {
         let records: Vec<Record> = timestamps
             .iter()
@@ -176,13 +187,7 @@ mod tests {
                 .collect(),
             })
             .collect();
-        let mut buffer = bytes::BytesMut::new();
-        let options = RecordEncodeOptions {
-            version: 2,
-            compression: codec,
-        };
-        RecordBatchEncoder::encode(&mut buffer, &records, &options).unwrap();
-        buffer.to_vec()
+        encode(codec, &records)
     }
 
     #[test]
@@ -257,13 +262,7 @@ mod tests {
                 headers: Default::default(),
             })
             .collect();
-        let mut buffer = bytes::BytesMut::new();
-        let options = RecordEncodeOptions {
-            version: 2,
-            compression: codec,
-        };
-        RecordBatchEncoder::encode(&mut buffer, &records, &options).unwrap();
-        buffer.to_vec()
+        encode(codec, &records)
     }
 
     #[test]
