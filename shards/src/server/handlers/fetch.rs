@@ -29,7 +29,7 @@ use kafka_protocol::messages::FetchRequest;
 use crate::server::handlers::produce::storage_error_code;
 use crate::server::response::{FetchPart, Records, Response};
 use crate::server::shard::{LEADER_EPOCH, Shard};
-use crate::storage::{LogData, ReadOptions};
+use crate::storage::{LogData, ReadOptions, StorageError};
 
 /// The longest a fetch may wait, whatever it asks for.
 const FETCH_WAIT_MAX: Duration = Duration::from_secs(60);
@@ -381,7 +381,10 @@ async fn read_local(
         Ok(outcome) => outcome,
         Err(error) => {
             let code = storage_error_code(&error);
-            if code == ErrorCode::KAFKA_STORAGE_ERROR {
+            // An offline log was logged once, with its cause, when it went
+            // offline; its consumers retry, and must not flood the log.
+            let already_logged = matches!(error, StorageError::Offline { .. });
+            if code == ErrorCode::KAFKA_STORAGE_ERROR && !already_logged {
                 tracing::error!(partition = %topic_partition, %offset, %error, "fetch failed");
             }
             return Fetched::Error(code);
