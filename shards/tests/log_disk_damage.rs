@@ -90,3 +90,33 @@ fn an_index_damaged_after_open_fails_the_read() {
         log.close().await.unwrap();
     });
 }
+
+/// A batch whose length field, damaged on disk after open, runs past the
+/// end of its sealed segment fails the read as damage. (At the tail of an
+/// active segment, a batch running past the written end is a write in
+/// flight and ends the read instead: `bench_workload` covers that side.)
+#[test]
+fn a_sealed_batch_running_past_the_segment_end_fails_the_read() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("long-0");
+    block_on(async move {
+        let log = open(&dir, small_indexed_segments(), crashed()).await;
+        fill(&log, 100).await;
+        let bases = segment_bases(&dir);
+        assert!(bases.len() >= 3, "sealed segments: {bases:?}");
+        let log_path = file_with_extension(&dir, bases[0], "log");
+        let mut bytes = std::fs::read(&log_path).unwrap();
+        // The first batch's length (bytes 8..12) now reaches past the file.
+        let long = (bytes.len() as i32 + 100).to_be_bytes();
+        bytes[8..12].copy_from_slice(&long);
+        std::fs::write(&log_path, &bytes).unwrap();
+        for allow_file_range in [false, true] {
+            let outcome = log.read(bases[0], read_offset(allow_file_range)).await;
+            assert!(
+                matches!(outcome, Err(StorageError::Corrupt { .. })),
+                "file range {allow_file_range}: {outcome:?}"
+            );
+        }
+        log.close().await.unwrap();
+    });
+}
