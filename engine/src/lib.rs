@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cluster;
+pub mod group;
 pub mod log;
 pub mod protocol;
 pub mod types;

@@ -1,0 +1,1 @@
+//! Partition assignors (being written).
