@@ -1,1 +1,0 @@
-//! `__consumer_offsets` records (being written).
