@@ -1,1 +1,0 @@
-//! Partition assignors (being written).
