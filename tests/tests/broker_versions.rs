@@ -225,14 +225,225 @@ fn sweep(stream: &mut TcpStream, api_key: ApiKey, version: i16, topic_id: Uuid) 
                     .any(|topic| topic.name.as_str() == TOPIC)
             );
         }
+        other if sweep_groups(stream, other, version) => {}
         other => panic!("{other:?} is advertised but not swept"),
     }
+}
+
+fn group_id(value: &str) -> GroupId {
+    GroupId(StrBytes::from_string(value.to_owned()))
+}
+
+/// A member of a new group `group` that has joined (generation 1, leader).
+fn joined_member(stream: &mut TcpStream, group: &str) -> (StrBytes, i32) {
+    let protocol = join_group_request::JoinGroupRequestProtocol::default()
+        .with_name(StrBytes::from_static_str("range"))
+        .with_metadata(Bytes::from_static(b"\0\0\0\0\0\0\0\0"));
+    let mut request = JoinGroupRequest::default()
+        .with_group_id(group_id(group))
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(10_000)
+        .with_protocol_type(StrBytes::from_static_str("consumer"))
+        .with_protocols(vec![protocol]);
+    let first: JoinGroupResponse = exchange(stream, ApiKey::JoinGroup, 9, &request);
+    assert_eq!(first.error_code, 79, "MEMBER_ID_REQUIRED");
+    request.member_id = first.member_id;
+    let joined: JoinGroupResponse = exchange(stream, ApiKey::JoinGroup, 9, &request);
+    assert_eq!((joined.error_code, joined.generation_id), (0, 1));
+    (joined.member_id, joined.generation_id)
+}
+
+/// Commits offset 1 of the prepared topic for `group` outside group
+/// management (generation -1).
+fn simple_commit(stream: &mut TcpStream, group: &str, version: i16) -> OffsetCommitResponse {
+    let partition = offset_commit_request::OffsetCommitRequestPartition::default()
+        .with_partition_index(0)
+        .with_committed_offset(1);
+    let topic = offset_commit_request::OffsetCommitRequestTopic::default()
+        .with_name(name(TOPIC))
+        .with_partitions(vec![partition]);
+    let request = OffsetCommitRequest::default()
+        .with_group_id(group_id(group))
+        .with_generation_id_or_member_epoch(-1)
+        .with_retention_time_ms(-1)
+        .with_topics(vec![topic]);
+    exchange(stream, ApiKey::OffsetCommit, version, &request)
+}
+
+/// The group APIs: each version against state it prepares itself.
+fn sweep_groups(stream: &mut TcpStream, api_key: ApiKey, version: i16) -> bool {
+    let group = format!("{api_key:?}-v{version}");
+    match api_key {
+        ApiKey::FindCoordinator => {
+            let request = if version >= 4 {
+                FindCoordinatorRequest::default()
+                    .with_coordinator_keys(vec![StrBytes::from_string(group)])
+            } else {
+                FindCoordinatorRequest::default().with_key(StrBytes::from_string(group))
+            };
+            let response: FindCoordinatorResponse = exchange(stream, api_key, version, &request);
+            let (error, node) = match response.coordinators.first() {
+                Some(coordinator) => (coordinator.error_code, coordinator.node_id),
+                None => (response.error_code, response.node_id),
+            };
+            assert_eq!((error, node), (0, BrokerId(0)), "{api_key:?} v{version}");
+        }
+        ApiKey::JoinGroup => {
+            let protocol = join_group_request::JoinGroupRequestProtocol::default()
+                .with_name(StrBytes::from_static_str("range"))
+                .with_metadata(Bytes::from_static(b"\0\0\0\0\0\0\0\0"));
+            let mut request = JoinGroupRequest::default()
+                .with_group_id(group_id(&group))
+                .with_session_timeout_ms(10_000)
+                .with_rebalance_timeout_ms(10_000)
+                .with_protocol_type(StrBytes::from_static_str("consumer"))
+                .with_protocols(vec![protocol]);
+            let mut response: JoinGroupResponse = exchange(stream, api_key, version, &request);
+            if version >= 4 {
+                assert_eq!(response.error_code, 79, "MEMBER_ID_REQUIRED");
+                request.member_id = response.member_id;
+                response = exchange(stream, api_key, version, &request);
+            }
+            assert_eq!(
+                (response.error_code, response.generation_id),
+                (0, 1),
+                "v{version}"
+            );
+            assert_eq!(response.members.len(), 1, "the leader sees itself");
+        }
+        ApiKey::SyncGroup => {
+            let (member_id, generation) = joined_member(stream, &group);
+            let assignment = sync_group_request::SyncGroupRequestAssignment::default()
+                .with_member_id(member_id.clone())
+                .with_assignment(Bytes::from_static(b"assigned"));
+            let request = SyncGroupRequest::default()
+                .with_group_id(group_id(&group))
+                .with_generation_id(generation)
+                .with_member_id(member_id)
+                .with_assignments(vec![assignment]);
+            let response: SyncGroupResponse = exchange(stream, api_key, version, &request);
+            assert_eq!(response.error_code, 0);
+            assert_eq!(response.assignment, Bytes::from_static(b"assigned"));
+        }
+        ApiKey::Heartbeat => {
+            let (member_id, generation) = joined_member(stream, &group);
+            let request = HeartbeatRequest::default()
+                .with_group_id(group_id(&group))
+                .with_generation_id(generation)
+                .with_member_id(member_id);
+            let response: HeartbeatResponse = exchange(stream, api_key, version, &request);
+            assert_eq!(response.error_code, 0);
+        }
+        ApiKey::LeaveGroup => {
+            let (member_id, _) = joined_member(stream, &group);
+            let request = if version >= 3 {
+                LeaveGroupRequest::default()
+                    .with_group_id(group_id(&group))
+                    .with_members(vec![
+                        leave_group_request::MemberIdentity::default().with_member_id(member_id),
+                    ])
+            } else {
+                LeaveGroupRequest::default()
+                    .with_group_id(group_id(&group))
+                    .with_member_id(member_id)
+            };
+            let response: LeaveGroupResponse = exchange(stream, api_key, version, &request);
+            assert_eq!(response.error_code, 0);
+            assert!(response.members.iter().all(|member| member.error_code == 0));
+        }
+        ApiKey::OffsetCommit => {
+            let response = simple_commit(stream, &group, version);
+            assert_eq!(response.topics[0].partitions[0].error_code, 0);
+        }
+        ApiKey::OffsetFetch => {
+            simple_commit(stream, &group, 2);
+            let offsets = if version >= 8 {
+                let request_group = offset_fetch_request::OffsetFetchRequestGroup::default()
+                    .with_group_id(group_id(&group))
+                    .with_topics(None);
+                let request = OffsetFetchRequest::default().with_groups(vec![request_group]);
+                let response: OffsetFetchResponse = exchange(stream, api_key, version, &request);
+                assert_eq!(response.groups[0].error_code, 0);
+                response.groups[0].topics[0]
+                    .partitions
+                    .iter()
+                    .map(|partition| partition.committed_offset)
+                    .collect::<Vec<_>>()
+            } else {
+                let topic = offset_fetch_request::OffsetFetchRequestTopic::default()
+                    .with_name(name(TOPIC))
+                    .with_partition_indexes(vec![0]);
+                let request = OffsetFetchRequest::default()
+                    .with_group_id(group_id(&group))
+                    .with_topics(Some(vec![topic]));
+                let response: OffsetFetchResponse = exchange(stream, api_key, version, &request);
+                assert_eq!(response.error_code, 0);
+                response.topics[0]
+                    .partitions
+                    .iter()
+                    .map(|partition| partition.committed_offset)
+                    .collect()
+            };
+            assert_eq!(offsets, vec![1], "v{version}");
+        }
+        ApiKey::ListGroups => {
+            simple_commit(stream, &group, 2);
+            let response: ListGroupsResponse =
+                exchange(stream, api_key, version, &ListGroupsRequest::default());
+            assert_eq!(response.error_code, 0);
+            assert!(
+                response
+                    .groups
+                    .iter()
+                    .any(|listed| listed.group_id.as_str() == group)
+            );
+        }
+        ApiKey::DescribeGroups => {
+            joined_member(stream, &group);
+            let request = DescribeGroupsRequest::default().with_groups(vec![group_id(&group)]);
+            let response: DescribeGroupsResponse = exchange(stream, api_key, version, &request);
+            assert_eq!(response.groups[0].error_code, 0);
+            assert_eq!(
+                response.groups[0].group_state.as_str(),
+                "CompletingRebalance"
+            );
+            assert_eq!(response.groups[0].members.len(), 1);
+        }
+        ApiKey::DeleteGroups => {
+            simple_commit(stream, &group, 2);
+            let request = DeleteGroupsRequest::default().with_groups_names(vec![group_id(&group)]);
+            let response: DeleteGroupsResponse = exchange(stream, api_key, version, &request);
+            assert_eq!(response.results[0].error_code, 0);
+        }
+        ApiKey::OffsetDelete => {
+            simple_commit(stream, &group, 2);
+            let partition = offset_delete_request::OffsetDeleteRequestPartition::default()
+                .with_partition_index(0);
+            let topic = offset_delete_request::OffsetDeleteRequestTopic::default()
+                .with_name(name(TOPIC))
+                .with_partitions(vec![partition]);
+            let request = OffsetDeleteRequest::default()
+                .with_group_id(group_id(&group))
+                .with_topics(vec![topic]);
+            let response: OffsetDeleteResponse = exchange(stream, api_key, version, &request);
+            assert_eq!(response.error_code, 0);
+            assert_eq!(response.topics[0].partitions[0].error_code, 0);
+        }
+        _ => return false,
+    }
+    true
 }
 
 #[test]
 fn every_advertised_version_answers_in_its_own_schema() {
     let dir = tempfile::tempdir().unwrap();
-    let broker = Broker::start(BROOK, dir.path(), 2, &[]);
+    // No initial rebalance delay: each JoinGroup version completes at once.
+    let broker = Broker::start(
+        BROOK,
+        dir.path(),
+        2,
+        &["--set", "group.initial.rebalance.delay.ms=0"],
+    );
     let mut stream = TcpStream::connect(&broker.address).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -257,6 +468,8 @@ fn every_advertised_version_answers_in_its_own_schema() {
         ApiKey::CreatePartitions => 2,
         ApiKey::DeleteTopics => 3,
         ApiKey::DeleteRecords => 9,
+        // The group coordinator exists once a FindCoordinator created it.
+        ApiKey::FindCoordinator => 4,
         _ => 5,
     });
     for entry in order {

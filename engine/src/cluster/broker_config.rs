@@ -2,6 +2,7 @@
 //! with Kafka's names; every setting has Kafka's default, so no file is needed.
 
 use crate::cluster::topic_config::TOPIC_CONFIGS;
+use crate::group::state::GroupSettings;
 use crate::log::config::{ConfigError, LogConfig};
 use crate::protocol::frame::SOCKET_REQUEST_MAX_BYTES_DEFAULT;
 
@@ -30,6 +31,18 @@ pub struct BrokerConfig {
     pub checkpoint_interval_ms: u64,
     /// Topic defaults from the `log.*` names (`log.segment.bytes`, …).
     pub log_defaults: LogConfig,
+    /// The group coordinator's `group.*` and `offset*` settings.
+    pub groups: GroupSettings,
+    /// `offsets.topic.num.partitions` (50): partitions of `__consumer_offsets`
+    /// when it is created.
+    pub offsets_topic_partitions: i32,
+    /// `offsets.topic.segment.bytes` (100 MiB).
+    pub offsets_topic_segment_bytes: u64,
+    /// `offsets.retention.check.interval.ms` (10 minutes).
+    pub offsets_retention_check_interval_ms: u64,
+    /// `offsets.commit.timeout.ms` (5 s): how long a commit waits for its
+    /// write to become durable.
+    pub offsets_commit_timeout_ms: u64,
     /// Settings Brook does not know; the caller logs them (as Kafka does).
     pub unknown: Vec<String>,
 }
@@ -45,6 +58,11 @@ impl Default for BrokerConfig {
             retention_check_interval_ms: 300_000,
             checkpoint_interval_ms: CHECKPOINT_INTERVAL_MS_DEFAULT,
             log_defaults: LogConfig::default(),
+            groups: GroupSettings::default(),
+            offsets_topic_partitions: 50,
+            offsets_topic_segment_bytes: 104_857_600,
+            offsets_retention_check_interval_ms: 600_000,
+            offsets_commit_timeout_ms: 5_000,
             unknown: Vec::new(),
         }
     }
@@ -81,6 +99,19 @@ impl BrokerConfig {
                 reason,
             };
             let number = || value.parse::<i64>().map_err(|_| invalid("not an integer"));
+            let non_negative = |number: i64| {
+                if number < 0 {
+                    Err(invalid("must not be negative"))
+                } else {
+                    Ok(number)
+                }
+            };
+            let positive_i32 = |number: i64| {
+                i32::try_from(number)
+                    .ok()
+                    .filter(|number| *number > 0)
+                    .ok_or(invalid("must be a positive 32-bit integer"))
+            };
             match key.as_str() {
                 "broker.id" | "node.id" => config.broker_id = number()? as i32,
                 "num.partitions" => {
@@ -113,6 +144,39 @@ impl BrokerConfig {
                 "log.flush.offset.checkpoint.interval.ms" => {
                     config.checkpoint_interval_ms =
                         u64::try_from(number()?).map_err(|_| invalid("must not be negative"))?
+                }
+                "group.initial.rebalance.delay.ms" => {
+                    config.groups.initial_rebalance_delay_ms = non_negative(number()?)?
+                }
+                "group.min.session.timeout.ms" => {
+                    config.groups.session_timeout_min_ms = positive_i32(number()?)?
+                }
+                "group.max.session.timeout.ms" => {
+                    config.groups.session_timeout_max_ms = positive_i32(number()?)?
+                }
+                "group.max.size" => {
+                    config.groups.group_size_max = usize::try_from(positive_i32(number()?)?)
+                        .unwrap_or(usize::MAX)
+                        .min(crate::group::state::GROUP_SIZE_MAX)
+                }
+                "offsets.retention.minutes" => {
+                    config.groups.offsets_retention_ms =
+                        positive_i32(number()?).map(|minutes| i64::from(minutes) * 60_000)?
+                }
+                "offset.metadata.max.bytes" => {
+                    config.groups.offset_metadata_bytes_max = non_negative(number()?)? as usize
+                }
+                "offsets.topic.num.partitions" => {
+                    config.offsets_topic_partitions = positive_i32(number()?)?
+                }
+                "offsets.topic.segment.bytes" => {
+                    config.offsets_topic_segment_bytes = positive_i32(number()?)? as u64
+                }
+                "offsets.retention.check.interval.ms" => {
+                    config.offsets_retention_check_interval_ms = positive_i32(number()?)? as u64
+                }
+                "offsets.commit.timeout.ms" => {
+                    config.offsets_commit_timeout_ms = positive_i32(number()?)? as u64
                 }
                 "log.retention.ms" => retention.0 = Some(number()?),
                 "log.retention.minutes" => retention.1 = Some(number()?),
@@ -180,6 +244,23 @@ mod tests {
         assert_eq!(config.log_defaults.retention_ms, Some(3_600_000));
         assert_eq!(config.log_defaults.max_message_bytes, 2_000_000);
         assert_eq!(config.unknown, vec!["listeners".to_owned()]);
+    }
+
+    #[test]
+    fn group_settings_have_kafkas_names_and_defaults() {
+        let defaults = BrokerConfig::default();
+        assert_eq!(defaults.groups.initial_rebalance_delay_ms, 3_000);
+        assert_eq!(defaults.offsets_topic_partitions, 50);
+        let text = "group.initial.rebalance.delay.ms=0\ngroup.min.session.timeout.ms=500\n\
+                    offsets.topic.num.partitions=3\noffsets.retention.minutes=2\n";
+        let config = BrokerConfig::from_properties(&parse_properties(text)).unwrap();
+        assert_eq!(config.groups.initial_rebalance_delay_ms, 0);
+        assert_eq!(config.groups.session_timeout_min_ms, 500);
+        assert_eq!(config.offsets_topic_partitions, 3);
+        assert_eq!(config.groups.offsets_retention_ms, 120_000);
+        assert!(config.unknown.is_empty());
+        let refused = parse_properties("offsets.topic.num.partitions=0");
+        assert!(BrokerConfig::from_properties(&refused).is_err());
     }
 
     #[test]

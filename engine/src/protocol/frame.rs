@@ -65,6 +65,9 @@ pub struct Request {
     pub client_id: Option<String>,
     /// The encoded request body.
     pub body: Bytes,
+    /// Where the request came from as Kafka shows it (`/127.0.0.1`); set by
+    /// the connection, empty until then.
+    pub client_host: String,
 }
 
 impl Request {
@@ -117,6 +120,7 @@ pub fn parse_request(mut frame: Bytes) -> Result<Request, FrameError> {
         }
     })?;
     Ok(Request {
+        client_host: String::new(),
         api_key,
         api_version,
         correlation_id,

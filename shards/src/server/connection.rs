@@ -43,13 +43,20 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
         in_flight.clone(),
         peer.clone(),
     ));
-    match read_requests(&shard, reader, queue, in_flight).await {
+    let client_host = stream_host(&peer);
+    match read_requests(&shard, client_host, reader, queue, in_flight).await {
         Ok(()) => writing.await,
         Err(error) => {
             tracing::warn!(%peer, %error, "closing connection");
             let _ = writing.cancel().await;
         }
     }
+}
+
+/// `/ip` from `ip:port`, as Kafka shows a client's host.
+fn stream_host(peer: &str) -> String {
+    let host = peer.rsplit_once(':').map_or(peer, |(host, _)| host);
+    format!("/{}", host.trim_start_matches('[').trim_end_matches(']'))
 }
 
 /// A request in flight: its frame size and where its response will be.
@@ -72,6 +79,7 @@ impl InFlight {
 
 async fn read_requests<R: AsyncRead + Unpin>(
     shard: &Rc<Shard>,
+    client_host: String,
     mut reader: R,
     queue: mpsc::UnboundedSender<Pending>,
     in_flight: Rc<InFlight>,
@@ -96,7 +104,8 @@ async fn read_requests<R: AsyncRead + Unpin>(
             return Err(FrameError::Truncated { size });
         }
         let response_slot = match parse_request(frame.freeze()) {
-            Ok(request) => {
+            Ok(mut request) => {
+                request.client_host.clone_from(&client_host);
                 tracing::trace!(api = ?request.api_key, version = request.api_version, client = ?request.client_id, "request");
                 Slot::Handle(request)
             }
@@ -135,6 +144,7 @@ enum Slot {
 /// supported list, in version 0 (KIP-511), so the client can pick again.
 fn unsupported_api_versions(correlation_id: i32) -> Response {
     let request = Request {
+        client_host: String::new(),
         api_key: ApiKey::ApiVersions,
         api_version: 0,
         correlation_id,

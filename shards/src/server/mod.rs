@@ -9,6 +9,7 @@
 mod connection;
 mod context;
 mod controller;
+mod groups;
 mod handlers;
 mod mesh;
 mod meta_properties;

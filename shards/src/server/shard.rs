@@ -19,6 +19,7 @@ use glommio::sync::Semaphore;
 
 use crate::server::connection::serve_connection;
 use crate::server::context::ServerContext;
+use crate::server::groups::{GroupHost, run_timers};
 use crate::server::mesh::{MeshReceiver, ShardGone, job_with_reply};
 use crate::storage::{MaintenanceSchedule, PartitionLog, StorageError, Store, StoreOptions};
 
@@ -30,6 +31,8 @@ pub struct Shard {
     pub id: ShardId,
     pub context: Arc<ServerContext>,
     pub store: Rc<Store>,
+    /// The group coordinators of this shard's `__consumer_offsets` partitions.
+    pub groups: GroupHost,
     image: RefCell<Arc<MetadataImage>>,
     /// Serialises metadata changes (used on the controller shard).
     pub controller_lock: Semaphore,
@@ -138,6 +141,9 @@ impl Shard {
     /// Closes and deletes partition logs of deleted topics.
     pub async fn delete_partitions(&self, partitions: Vec<TopicPartition>) {
         for topic_partition in partitions {
+            if topic_partition.topic == brook_engine::group::records::OFFSETS_TOPIC_NAME {
+                self.groups.unload(topic_partition.partition.0);
+            }
             if let Some(log) = self.store.remove_partition(&topic_partition) {
                 if let Err(error) = log.delete().await {
                     tracing::error!(partition = %topic_partition, %error, "deleting partition log failed");
@@ -189,6 +195,7 @@ pub async fn run_shard(
         }
     };
     glommio::spawn_local(run_jobs(shard.clone(), jobs)).detach();
+    glommio::spawn_local(run_timers(shard.clone())).detach();
     // Dropped once sent: a shard that dies before it reports then shows as a
     // disconnect instead of leaving start-up waiting.
     let _ = ready.send(Ok(id));
@@ -217,6 +224,7 @@ async fn start(
         id,
         context,
         store,
+        groups: GroupHost::default(),
         image: RefCell::new(image.clone()),
         controller_lock: Semaphore::new(1),
         stopping: Cell::new(false),

@@ -40,6 +40,8 @@ pub const OFFSET_COMMIT_KEY_VERSION_LEGACY: i16 = 0;
 /// KIP-915 (Kafka 3.5) read it; 3.x and 4.0 themselves wrote version 3, and
 /// tools older than Kafka 4.1 may not read it.
 pub const OFFSET_COMMIT_VALUE_VERSION: i16 = 4;
+/// Value version Brook writes when there is no topic id (Kafka 3.x's).
+pub const OFFSET_COMMIT_VALUE_VERSION_WITHOUT_TOPIC_ID: i16 = 3;
 /// Value version written for a commit with a per-commit expiry (KIP-211: only
 /// old `OffsetCommit` requests ask for one): only version 1 can carry it,
 /// so Kafka writes it in that case at the cost of the leader epoch.
@@ -106,9 +108,12 @@ impl OffsetCommitKey {
 impl OffsetCommitValue {
     /// The version Kafka would write for this value.
     pub fn written_version(&self) -> i16 {
-        match self.expire_timestamp_ms {
-            Some(_) => OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY,
-            None => OFFSET_COMMIT_VALUE_VERSION,
+        // Version 3 unless there is a topic id to carry: every tool that
+        // reads Kafka 3.x's offsets topic reads it.
+        match (self.expire_timestamp_ms, self.topic_id) {
+            (Some(_), _) => OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY,
+            (None, Some(_)) => OFFSET_COMMIT_VALUE_VERSION,
+            (None, None) => OFFSET_COMMIT_VALUE_VERSION_WITHOUT_TOPIC_ID,
         }
     }
 
@@ -224,7 +229,7 @@ pub(super) mod tests {
             0x00, // no tagged fields (topicId is zero)
         ];
         assert_eq!(OffsetCommitValue::decode(&kafka), Ok(value()));
-        assert_eq!(value().encode().unwrap()[..], kafka);
+        assert_eq!(value().encode_version(4).unwrap()[..], kafka);
     }
 
     #[test]

@@ -7,8 +7,10 @@ mod admin;
 mod cluster;
 mod configs;
 mod fetch;
+mod group_offsets;
+mod groups;
 mod offsets;
-mod produce;
+pub(crate) mod produce;
 
 use std::rc::Rc;
 
@@ -52,6 +54,17 @@ async fn handle(shard: &Rc<Shard>, request: Request) -> Response {
             configs::incremental_alter_configs(shard, &request).await
         }
         ApiKey::DescribeLogDirs => cluster::describe_log_dirs(shard, &request).await,
+        ApiKey::FindCoordinator => groups::find_coordinator(shard, &request).await,
+        ApiKey::JoinGroup => groups::join_group(shard, &request).await,
+        ApiKey::SyncGroup => groups::sync_group(shard, &request).await,
+        ApiKey::Heartbeat => groups::heartbeat(shard, &request).await,
+        ApiKey::LeaveGroup => groups::leave_group(shard, &request).await,
+        ApiKey::OffsetCommit => group_offsets::offset_commit(shard, &request).await,
+        ApiKey::OffsetFetch => group_offsets::offset_fetch(shard, &request).await,
+        ApiKey::ListGroups => group_offsets::list_groups(shard, &request).await,
+        ApiKey::DescribeGroups => group_offsets::describe_groups(shard, &request).await,
+        ApiKey::DeleteGroups => group_offsets::delete_groups(shard, &request).await,
+        ApiKey::OffsetDelete => group_offsets::offset_delete(shard, &request).await,
         other => Err(FrameError::Malformed {
             api_key: other,
             version: request.api_version,

@@ -1,0 +1,441 @@
+//! Committed offsets and group administration: OffsetCommit, OffsetFetch,
+//! ListGroups, DescribeGroups, DeleteGroups and OffsetDelete. A commit is
+//! answered only once its record in `__consumer_offsets` is durable.
+
+use std::rc::Rc;
+
+use brook_engine::group::offsets::{CommitPartition, CommitRequest};
+use brook_engine::group::state::{CommittedOffset, GroupState};
+use brook_engine::protocol::errors::ErrorCode;
+use brook_engine::protocol::frame::{FrameError, Request};
+use brook_engine::types::{PartitionId, TopicPartition};
+use futures::future::join_all;
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{
+    DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+    ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest, OffsetCommitResponse,
+    OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest, OffsetFetchResponse,
+};
+
+use crate::server::groups::write_records;
+use crate::server::handlers::groups::{group_id, on_coordinator};
+use crate::server::handlers::{text, topic_name};
+use crate::server::response::{Response, encode};
+use crate::server::shard::{Shard, now_ms};
+
+/// Kafka's "authorized operations not requested" marker.
+const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
+/// READ, DELETE and DESCRIBE (bits of Kafka's AclOperation codes 3, 6, 8):
+/// everything one may do to a group, as there is no authorizer.
+const GROUP_OPERATIONS_ALL: i32 = (1 << 3) | (1 << 6) | (1 << 8);
+
+/// The group type ListGroups v5 reports for classic groups.
+const GROUP_TYPE_CLASSIC: &str = "classic";
+
+pub async fn offset_commit(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
+    let body: OffsetCommitRequest = request.decode_body()?;
+    let image = shard.image();
+    let mut known = Vec::new();
+    let mut order = Vec::new();
+    for topic in &body.topics {
+        for partition in &topic.partitions {
+            let topic_partition =
+                TopicPartition::new(topic.name.to_string(), partition.partition_index);
+            let exists = image.owner(&topic_partition).is_some();
+            order.push((topic_partition.clone(), exists));
+            if exists {
+                known.push(CommitPartition {
+                    partition: topic_partition,
+                    offset: partition.committed_offset,
+                    leader_epoch: partition.committed_leader_epoch,
+                    metadata: partition
+                        .committed_metadata
+                        .as_ref()
+                        .map(ToString::to_string),
+                });
+            }
+        }
+    }
+    let commit = CommitRequest {
+        group_id: body.group_id.to_string(),
+        member_id: body.member_id.to_string(),
+        group_instance_id: body.group_instance_id.as_ref().map(ToString::to_string),
+        generation: body.generation_id_or_member_epoch,
+        retention_ms: Some(body.retention_time_ms).filter(|retention| *retention >= 0),
+        partitions: known,
+    };
+    let group = commit.group_id.clone();
+    let committed = on_coordinator(shard, &group, move |owner, partition| async move {
+        let plan = owner
+            .groups
+            .with(&owner, partition, |coordinator| {
+                coordinator.commit_offsets(now_ms(), &commit)
+            })
+            .await??;
+        let records = plan.records(&commit.group_id);
+        if let Err(error) = write_records(&owner, partition, &records).await {
+            return Ok(vec![error; plan.errors.len()]);
+        }
+        let errors = plan.errors.clone();
+        owner
+            .groups
+            .with(&owner, partition, |coordinator| {
+                coordinator.offsets_committed(now_ms(), &commit.group_id, plan.offsets)
+            })
+            .await?;
+        Ok(errors)
+    })
+    .await;
+    let mut errors = match committed {
+        Ok(errors) => errors.into_iter(),
+        Err(error) => vec![error; order.len()].into_iter(),
+    };
+    let mut topics: Vec<OffsetCommitResponseTopic> = Vec::new();
+    for (topic_partition, exists) in order {
+        let error = if exists {
+            errors.next().unwrap_or(ErrorCode::UNKNOWN_SERVER_ERROR)
+        } else {
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+        };
+        let partition = OffsetCommitResponsePartition::default()
+            .with_partition_index(topic_partition.partition.0)
+            .with_error_code(error.0);
+        match topics.last_mut() {
+            Some(last) if last.name.0.as_str() == topic_partition.topic => {
+                last.partitions.push(partition)
+            }
+            _ => topics.push(
+                OffsetCommitResponseTopic::default()
+                    .with_name(topic_name(&topic_partition.topic))
+                    .with_partitions(vec![partition]),
+            ),
+        }
+    }
+    encode(
+        request,
+        &OffsetCommitResponse::default().with_topics(topics),
+    )
+}
+
+/// One group's committed offsets for OffsetFetch: `(partition, offset)` in
+/// request order (or every committed one), or the group's error.
+async fn fetch_group(
+    shard: &Rc<Shard>,
+    group: String,
+    partitions: Option<Vec<TopicPartition>>,
+) -> Result<Vec<(TopicPartition, Option<CommittedOffset>)>, ErrorCode> {
+    on_coordinator(shard, &group.clone(), move |owner, partition| async move {
+        owner
+            .groups
+            .with(&owner, partition, |coordinator| {
+                coordinator.fetch_offsets(&group, partitions.as_deref())
+            })
+            .await
+    })
+    .await
+}
+
+fn fetched_fields(offset: &Option<CommittedOffset>) -> (i64, i32, String) {
+    match offset {
+        Some(offset) => (offset.offset, offset.leader_epoch, offset.metadata.clone()),
+        None => (-1, -1, String::new()),
+    }
+}
+
+pub async fn offset_fetch(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
+    let body: OffsetFetchRequest = request.decode_body()?;
+    if request.api_version >= 8 {
+        let mut groups = Vec::with_capacity(body.groups.len());
+        for group in &body.groups {
+            let partitions = group.topics.as_ref().map(|topics| {
+                topics
+                    .iter()
+                    .flat_map(|topic| {
+                        topic
+                            .partition_indexes
+                            .iter()
+                            .map(|index| TopicPartition::new(topic.name.to_string(), *index))
+                    })
+                    .collect()
+            });
+            let fetched = fetch_group(shard, group.group_id.to_string(), partitions).await;
+            groups.push(fetch_response_group(&group.group_id.to_string(), fetched));
+        }
+        return encode(request, &OffsetFetchResponse::default().with_groups(groups));
+    }
+    let partitions = body.topics.as_ref().map(|topics| {
+        topics
+            .iter()
+            .flat_map(|topic| {
+                topic
+                    .partition_indexes
+                    .iter()
+                    .map(|index| TopicPartition::new(topic.name.to_string(), *index))
+            })
+            .collect()
+    });
+    let response = match fetch_group(shard, body.group_id.to_string(), partitions).await {
+        Err(error) => OffsetFetchResponse::default().with_error_code(error.0),
+        Ok(fetched) => {
+            let mut topics: Vec<OffsetFetchResponseTopic> = Vec::new();
+            for (topic_partition, offset) in fetched {
+                let (committed, epoch, metadata) = fetched_fields(&offset);
+                let partition = OffsetFetchResponsePartition::default()
+                    .with_partition_index(topic_partition.partition.0)
+                    .with_committed_offset(committed)
+                    .with_committed_leader_epoch(epoch)
+                    .with_metadata(Some(text(&metadata)));
+                match topics.last_mut() {
+                    Some(last) if last.name.0.as_str() == topic_partition.topic => {
+                        last.partitions.push(partition)
+                    }
+                    _ => topics.push(
+                        OffsetFetchResponseTopic::default()
+                            .with_name(topic_name(&topic_partition.topic))
+                            .with_partitions(vec![partition]),
+                    ),
+                }
+            }
+            OffsetFetchResponse::default().with_topics(topics)
+        }
+    };
+    encode(request, &response)
+}
+
+fn fetch_response_group(
+    group: &str,
+    fetched: Result<Vec<(TopicPartition, Option<CommittedOffset>)>, ErrorCode>,
+) -> OffsetFetchResponseGroup {
+    let fetched = match fetched {
+        Ok(fetched) => fetched,
+        Err(error) => {
+            return OffsetFetchResponseGroup::default()
+                .with_group_id(group_id(group))
+                .with_error_code(error.0);
+        }
+    };
+    let mut topics: Vec<OffsetFetchResponseTopics> = Vec::new();
+    for (topic_partition, offset) in fetched {
+        let (committed, epoch, metadata) = fetched_fields(&offset);
+        let partition = OffsetFetchResponsePartitions::default()
+            .with_partition_index(topic_partition.partition.0)
+            .with_committed_offset(committed)
+            .with_committed_leader_epoch(epoch)
+            .with_metadata(Some(text(&metadata)));
+        match topics.last_mut() {
+            Some(last) if last.name.0.as_str() == topic_partition.topic => {
+                last.partitions.push(partition)
+            }
+            _ => topics.push(
+                OffsetFetchResponseTopics::default()
+                    .with_name(topic_name(&topic_partition.topic))
+                    .with_partitions(vec![partition]),
+            ),
+        }
+    }
+    OffsetFetchResponseGroup::default()
+        .with_group_id(group_id(group))
+        .with_topics(topics)
+}
+
+pub async fn list_groups(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
+    let body: ListGroupsRequest = request.decode_body()?;
+    let mut listings = Vec::new();
+    for target in shard.context.shard_ids() {
+        let listed = shard
+            .on_shard(target, |owner| async move {
+                owner
+                    .groups
+                    .each_loaded(|coordinator| coordinator.list())
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+            })
+            .await;
+        listings.extend(listed.unwrap_or_default());
+    }
+    let states: Vec<String> = body
+        .states_filter
+        .iter()
+        .map(|state| state.to_lowercase())
+        .collect();
+    let types: Vec<String> = body
+        .types_filter
+        .iter()
+        .map(|kind| kind.to_lowercase())
+        .collect();
+    let groups = listings
+        .into_iter()
+        .filter(|listing| {
+            states.is_empty() || states.contains(&listing.state.name().to_lowercase())
+        })
+        .filter(|_| types.is_empty() || types.iter().any(|kind| kind == GROUP_TYPE_CLASSIC))
+        .map(|listing| {
+            ListedGroup::default()
+                .with_group_id(group_id(&listing.group_id))
+                .with_protocol_type(text(&listing.protocol_type))
+                .with_group_state(text(listing.state.name()))
+                .with_group_type(text(GROUP_TYPE_CLASSIC))
+        })
+        .collect();
+    encode(request, &ListGroupsResponse::default().with_groups(groups))
+}
+
+pub async fn describe_groups(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
+    let body: DescribeGroupsRequest = request.decode_body()?;
+    let operations = if body.include_authorized_operations {
+        GROUP_OPERATIONS_ALL
+    } else {
+        AUTHORIZED_OPERATIONS_OMITTED
+    };
+    let described = body.groups.iter().map(|group| {
+        let group = group.to_string();
+        async move {
+            let job_group = group.clone();
+            let found = on_coordinator(shard, &group, move |owner, partition| async move {
+                owner
+                    .groups
+                    .with(&owner, partition, |coordinator| {
+                        coordinator.describe(&job_group)
+                    })
+                    .await
+            })
+            .await;
+            (group, found)
+        }
+    });
+    let groups = join_all(described)
+        .await
+        .into_iter()
+        .map(|(group, found)| match found {
+            Err(error) => DescribedGroup::default()
+                .with_group_id(group_id(&group))
+                .with_error_code(error.0)
+                .with_group_state(text(GroupState::Dead.name()))
+                .with_authorized_operations(operations),
+            Ok(description) => DescribedGroup::default()
+                .with_group_id(group_id(&group))
+                .with_group_state(text(description.state.name()))
+                .with_protocol_type(text(&description.protocol_type))
+                .with_protocol_data(text(&description.protocol_name))
+                .with_authorized_operations(operations)
+                .with_members(
+                    description
+                        .members
+                        .into_iter()
+                        .map(|member| {
+                            DescribedGroupMember::default()
+                                .with_member_id(text(&member.member_id))
+                                .with_group_instance_id(
+                                    member.group_instance_id.as_deref().map(text),
+                                )
+                                .with_client_id(text(&member.client_id))
+                                .with_client_host(text(&member.client_host))
+                                .with_member_metadata(member.metadata)
+                                .with_member_assignment(member.assignment)
+                        })
+                        .collect(),
+                ),
+        })
+        .collect();
+    encode(
+        request,
+        &DescribeGroupsResponse::default().with_groups(groups),
+    )
+}
+
+pub async fn delete_groups(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
+    let body: DeleteGroupsRequest = request.decode_body()?;
+    let mut results = Vec::with_capacity(body.groups_names.len());
+    for group in &body.groups_names {
+        let group = group.to_string();
+        let job_group = group.clone();
+        let deleted = on_coordinator(shard, &group, move |owner, partition| async move {
+            let records = owner
+                .groups
+                .with(&owner, partition, |coordinator| {
+                    coordinator.delete_group(&job_group)
+                })
+                .await??;
+            write_records(&owner, partition, &records).await
+        })
+        .await;
+        results.push(
+            DeletableGroupResult::default()
+                .with_group_id(group_id(&group))
+                .with_error_code(deleted.err().unwrap_or(ErrorCode::NONE).0),
+        );
+    }
+    encode(
+        request,
+        &DeleteGroupsResponse::default().with_results(results),
+    )
+}
+
+pub async fn offset_delete(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
+    let body: OffsetDeleteRequest = request.decode_body()?;
+    let partitions: Vec<TopicPartition> = body
+        .topics
+        .iter()
+        .flat_map(|topic| {
+            topic.partitions.iter().map(|partition| TopicPartition {
+                topic: topic.name.to_string(),
+                partition: PartitionId(partition.partition_index),
+            })
+        })
+        .collect();
+    let group = body.group_id.to_string();
+    let job_partitions = partitions.clone();
+    let deleted = on_coordinator(shard, &group.clone(), move |owner, partition| async move {
+        let (errors, records) = owner
+            .groups
+            .with(&owner, partition, |coordinator| {
+                coordinator.delete_offsets(&group, &job_partitions)
+            })
+            .await??;
+        write_records(&owner, partition, &records).await?;
+        Ok(errors)
+    })
+    .await;
+    let errors = match deleted {
+        Ok(errors) => errors,
+        Err(error) => {
+            return encode(
+                request,
+                &OffsetDeleteResponse::default().with_error_code(error.0),
+            );
+        }
+    };
+    let mut topics: Vec<OffsetDeleteResponseTopic> = Vec::new();
+    for (topic_partition, error) in partitions.into_iter().zip(errors) {
+        let partition = OffsetDeleteResponsePartition::default()
+            .with_partition_index(topic_partition.partition.0)
+            .with_error_code(error.0);
+        match topics.last_mut() {
+            Some(last) if last.name.0.as_str() == topic_partition.topic => {
+                last.partitions.push(partition)
+            }
+            _ => topics.push(
+                OffsetDeleteResponseTopic::default()
+                    .with_name(topic_name(&topic_partition.topic))
+                    .with_partitions(vec![partition]),
+            ),
+        }
+    }
+    encode(
+        request,
+        &OffsetDeleteResponse::default().with_topics(topics),
+    )
+}
