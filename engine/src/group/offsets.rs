@@ -402,7 +402,7 @@ impl GroupCoordinator {
     }
 }
 
-/// OffsetCommit's group checks, in Kafka's order.
+/// OffsetCommit's group checks, in Kafka's order (`ClassicGroup.validateOffsetCommit`).
 fn check_commit(group: &Group, request: &CommitRequest) -> Result<(), ErrorCode> {
     if group.is(GroupState::Dead) {
         return Err(ErrorCode::COORDINATOR_NOT_AVAILABLE);
@@ -414,14 +414,16 @@ fn check_commit(group: &Group, request: &CommitRequest) -> Result<(), ErrorCode>
         // Offsets managed outside the group protocol (assign() + commit).
         return Ok(());
     }
-    if group.is(GroupState::CompletingRebalance) {
-        return Err(ErrorCode::REBALANCE_IN_PROGRESS);
-    }
     if !group.members.contains_key(&request.member_id) {
         return Err(ErrorCode::UNKNOWN_MEMBER_ID);
     }
     if request.generation != group.generation {
         return Err(ErrorCode::ILLEGAL_GENERATION);
+    }
+    // A current member with the current generation before the assignment
+    // is out: it is told to finish the rebalance (ClassicGroup order).
+    if group.is(GroupState::CompletingRebalance) {
+        return Err(ErrorCode::REBALANCE_IN_PROGRESS);
     }
     Ok(())
 }

@@ -5,6 +5,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use brook_engine::cluster::image::{MetadataImage, TopicId, TopicMetadata, validate_topic_name};
+use brook_engine::group::records::OFFSETS_TOPIC_NAME;
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::frame::{FrameError, Request};
 use brook_engine::types::{PartitionId, TopicPartition};
@@ -87,6 +88,7 @@ fn topic_response(shard: &Shard, topic: &TopicMetadata) -> MetadataResponseTopic
     MetadataResponseTopic::default()
         .with_name(Some(topic_name(&topic.name)))
         .with_topic_id(uuid(topic.id))
+        .with_is_internal(topic.name == OFFSETS_TOPIC_NAME)
         .with_partitions(partitions)
         .with_topic_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
 }
