@@ -625,7 +625,7 @@ pub(crate) fn snapshot(group: &Group) -> GroupSnapshot {
         members: group
             .members
             .values()
-            .map(|member| crate::group::SnapshotMember {
+            .map(|member| crate::group::records::MemberMetadata {
                 member_id: member.member_id.clone(),
                 group_instance_id: member.group_instance_id.clone(),
                 client_id: member.client_id.clone(),

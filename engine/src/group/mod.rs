@@ -14,8 +14,6 @@ pub mod offsets;
 pub mod records;
 pub mod state;
 
-use bytes::Bytes;
-
 use crate::group::records::{
     GroupMetadataKey, GroupMetadataValue, GroupRecord, MemberMetadata, OffsetCommitKey,
     OffsetCommitValue,
@@ -54,20 +52,9 @@ pub struct GroupSnapshot {
     pub protocol_name: Option<String>,
     pub leader: Option<String>,
     pub state_since_ms: i64,
-    pub members: Vec<SnapshotMember>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SnapshotMember {
-    pub member_id: String,
-    pub group_instance_id: Option<String>,
-    pub client_id: String,
-    pub client_host: String,
-    pub rebalance_timeout_ms: i32,
-    pub session_timeout_ms: i32,
-    /// The member's metadata for the group's protocol.
-    pub subscription: Bytes,
-    pub assignment: Bytes,
+    /// Each member with its subscription for the group's protocol and its
+    /// assignment, as the record stores them.
+    pub members: Vec<MemberMetadata>,
 }
 
 impl Persist {
@@ -84,7 +71,7 @@ impl Persist {
                     protocol: snapshot.protocol_name.clone(),
                     leader: snapshot.leader.clone(),
                     current_state_timestamp_ms: Some(snapshot.state_since_ms),
-                    members: snapshot.members.iter().map(member_record).collect(),
+                    members: snapshot.members.clone(),
                 },
             },
             Persist::GroupDeleted { group_id } => GroupRecord::GroupTombstone(GroupMetadataKey {
@@ -144,20 +131,7 @@ impl Persist {
                 protocol_name: value.protocol,
                 leader: value.leader,
                 state_since_ms: value.current_state_timestamp_ms.unwrap_or(-1),
-                members: value
-                    .members
-                    .into_iter()
-                    .map(|member| SnapshotMember {
-                        member_id: member.member_id,
-                        group_instance_id: member.group_instance_id,
-                        client_id: member.client_id,
-                        client_host: member.client_host,
-                        rebalance_timeout_ms: member.rebalance_timeout_ms,
-                        session_timeout_ms: member.session_timeout_ms,
-                        subscription: member.subscription,
-                        assignment: member.assignment,
-                    })
-                    .collect(),
+                members: value.members,
             }),
             GroupRecord::GroupTombstone(key) => Persist::GroupDeleted {
                 group_id: key.group,
@@ -175,21 +149,10 @@ fn offset_key(group_id: &str, partition: &TopicPartition) -> OffsetCommitKey {
     }
 }
 
-fn member_record(member: &SnapshotMember) -> MemberMetadata {
-    MemberMetadata {
-        member_id: member.member_id.clone(),
-        group_instance_id: member.group_instance_id.clone(),
-        client_id: member.client_id.clone(),
-        client_host: member.client_host.clone(),
-        rebalance_timeout_ms: member.rebalance_timeout_ms,
-        session_timeout_ms: member.session_timeout_ms,
-        subscription: member.subscription.clone(),
-        assignment: member.assignment.clone(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
 
     #[test]
@@ -203,7 +166,7 @@ mod tests {
                 protocol_name: Some("range".into()),
                 leader: Some("m-1".into()),
                 state_since_ms: 1_700_000_000_000,
-                members: vec![SnapshotMember {
+                members: vec![MemberMetadata {
                     member_id: "m-1".into(),
                     group_instance_id: Some("i-1".into()),
                     client_id: "c".into(),

@@ -44,6 +44,25 @@ const GROUP_OPERATIONS_ALL: i32 = (1 << 3) | (1 << 6) | (1 << 8);
 /// The group type ListGroups v5 reports for classic groups.
 const GROUP_TYPE_CLASSIC: &str = "classic";
 
+/// Groups per-partition answers by topic, keeping the order they came in
+/// (consecutive partitions of one topic share a topic entry).
+fn by_topic<P, T>(
+    partitions: impl IntoIterator<Item = (TopicPartition, P)>,
+    topic_entry: impl Fn(&str, Vec<P>) -> T,
+) -> Vec<T> {
+    let mut grouped: Vec<(String, Vec<P>)> = Vec::new();
+    for (topic_partition, partition) in partitions {
+        match grouped.last_mut() {
+            Some((topic, entries)) if *topic == topic_partition.topic => entries.push(partition),
+            _ => grouped.push((topic_partition.topic, vec![partition])),
+        }
+    }
+    grouped
+        .into_iter()
+        .map(|(topic, entries)| topic_entry(&topic, entries))
+        .collect()
+}
+
 pub async fn offset_commit(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
     let body: OffsetCommitRequest = request.decode_body()?;
     let image = shard.image();
@@ -102,8 +121,7 @@ pub async fn offset_commit(shard: &Rc<Shard>, request: &Request) -> Result<Respo
         Ok(errors) => errors.into_iter(),
         Err(error) => vec![error; order.len()].into_iter(),
     };
-    let mut topics: Vec<OffsetCommitResponseTopic> = Vec::new();
-    for (topic_partition, exists) in order {
+    let answers = order.into_iter().map(|(topic_partition, exists)| {
         let error = if exists {
             errors.next().unwrap_or(ErrorCode::UNKNOWN_SERVER_ERROR)
         } else {
@@ -112,17 +130,13 @@ pub async fn offset_commit(shard: &Rc<Shard>, request: &Request) -> Result<Respo
         let partition = OffsetCommitResponsePartition::default()
             .with_partition_index(topic_partition.partition.0)
             .with_error_code(error.0);
-        match topics.last_mut() {
-            Some(last) if last.name.0.as_str() == topic_partition.topic => {
-                last.partitions.push(partition)
-            }
-            _ => topics.push(
-                OffsetCommitResponseTopic::default()
-                    .with_name(topic_name(&topic_partition.topic))
-                    .with_partitions(vec![partition]),
-            ),
-        }
-    }
+        (topic_partition, partition)
+    });
+    let topics = by_topic(answers, |topic, partitions| {
+        OffsetCommitResponseTopic::default()
+            .with_name(topic_name(topic))
+            .with_partitions(partitions)
+    });
     encode(
         request,
         &OffsetCommitResponse::default().with_topics(topics),
@@ -189,25 +203,20 @@ pub async fn offset_fetch(shard: &Rc<Shard>, request: &Request) -> Result<Respon
     let response = match fetch_group(shard, body.group_id.to_string(), partitions).await {
         Err(error) => OffsetFetchResponse::default().with_error_code(error.0),
         Ok(fetched) => {
-            let mut topics: Vec<OffsetFetchResponseTopic> = Vec::new();
-            for (topic_partition, offset) in fetched {
+            let answers = fetched.into_iter().map(|(topic_partition, offset)| {
                 let (committed, epoch, metadata) = fetched_fields(&offset);
                 let partition = OffsetFetchResponsePartition::default()
                     .with_partition_index(topic_partition.partition.0)
                     .with_committed_offset(committed)
                     .with_committed_leader_epoch(epoch)
                     .with_metadata(Some(text(&metadata)));
-                match topics.last_mut() {
-                    Some(last) if last.name.0.as_str() == topic_partition.topic => {
-                        last.partitions.push(partition)
-                    }
-                    _ => topics.push(
-                        OffsetFetchResponseTopic::default()
-                            .with_name(topic_name(&topic_partition.topic))
-                            .with_partitions(vec![partition]),
-                    ),
-                }
-            }
+                (topic_partition, partition)
+            });
+            let topics = by_topic(answers, |topic, partitions| {
+                OffsetFetchResponseTopic::default()
+                    .with_name(topic_name(topic))
+                    .with_partitions(partitions)
+            });
             OffsetFetchResponse::default().with_topics(topics)
         }
     };
@@ -226,25 +235,20 @@ fn fetch_response_group(
                 .with_error_code(error.0);
         }
     };
-    let mut topics: Vec<OffsetFetchResponseTopics> = Vec::new();
-    for (topic_partition, offset) in fetched {
+    let answers = fetched.into_iter().map(|(topic_partition, offset)| {
         let (committed, epoch, metadata) = fetched_fields(&offset);
         let partition = OffsetFetchResponsePartitions::default()
             .with_partition_index(topic_partition.partition.0)
             .with_committed_offset(committed)
             .with_committed_leader_epoch(epoch)
             .with_metadata(Some(text(&metadata)));
-        match topics.last_mut() {
-            Some(last) if last.name.0.as_str() == topic_partition.topic => {
-                last.partitions.push(partition)
-            }
-            _ => topics.push(
-                OffsetFetchResponseTopics::default()
-                    .with_name(topic_name(&topic_partition.topic))
-                    .with_partitions(vec![partition]),
-            ),
-        }
-    }
+        (topic_partition, partition)
+    });
+    let topics = by_topic(answers, |topic, partitions| {
+        OffsetFetchResponseTopics::default()
+            .with_name(topic_name(topic))
+            .with_partitions(partitions)
+    });
     OffsetFetchResponseGroup::default()
         .with_group_id(group_id(group))
         .with_topics(topics)
@@ -418,22 +422,20 @@ pub async fn offset_delete(shard: &Rc<Shard>, request: &Request) -> Result<Respo
             );
         }
     };
-    let mut topics: Vec<OffsetDeleteResponseTopic> = Vec::new();
-    for (topic_partition, error) in partitions.into_iter().zip(errors) {
-        let partition = OffsetDeleteResponsePartition::default()
-            .with_partition_index(topic_partition.partition.0)
-            .with_error_code(error.0);
-        match topics.last_mut() {
-            Some(last) if last.name.0.as_str() == topic_partition.topic => {
-                last.partitions.push(partition)
-            }
-            _ => topics.push(
-                OffsetDeleteResponseTopic::default()
-                    .with_name(topic_name(&topic_partition.topic))
-                    .with_partitions(vec![partition]),
-            ),
-        }
-    }
+    let answers = partitions
+        .into_iter()
+        .zip(errors)
+        .map(|(topic_partition, error)| {
+            let partition = OffsetDeleteResponsePartition::default()
+                .with_partition_index(topic_partition.partition.0)
+                .with_error_code(error.0);
+            (topic_partition, partition)
+        });
+    let topics = by_topic(answers, |topic, partitions| {
+        OffsetDeleteResponseTopic::default()
+            .with_name(topic_name(topic))
+            .with_partitions(partitions)
+    });
     encode(
         request,
         &OffsetDeleteResponse::default().with_topics(topics),

@@ -8,11 +8,12 @@ use std::future::Future;
 use std::rc::Rc;
 
 use brook_engine::group::coordinator::{
-    JoinRequest, JoinResponse, LeavingMember, SyncRequest, SyncResponse,
+    Action, GroupCoordinator, JoinRequest, JoinResponse, LeavingMember, SyncRequest, SyncResponse,
 };
-use brook_engine::group::state::Protocol;
+use brook_engine::group::state::{Protocol, Token};
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::frame::{FrameError, Request};
+use futures::channel::oneshot;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
@@ -51,6 +52,27 @@ where
         .on_shard(owner, move |owner| job(owner, partition))
         .await
         .unwrap_or(Err(ErrorCode::COORDINATOR_NOT_AVAILABLE))
+}
+
+/// Hands a JoinGroup or SyncGroup to the coordinator and waits for its
+/// answer (now, or when the rebalance gets there).
+async fn wait_for_answer<T>(
+    owner: &Rc<Shard>,
+    partition: i32,
+    token: Token,
+    decide: impl FnOnce(&mut GroupCoordinator) -> Vec<Action>,
+    answer: oneshot::Receiver<T>,
+) -> Result<T, ErrorCode> {
+    match owner.groups.with(owner, partition, decide).await {
+        Ok(actions) => owner.groups.apply(owner, partition, actions),
+        Err(error) => {
+            owner.groups.forget(token);
+            return Err(error);
+        }
+    }
+    answer
+        .await
+        .map_err(|_| ErrorCode::COORDINATOR_NOT_AVAILABLE)
 }
 
 fn optional_text(value: Option<&str>) -> Option<StrBytes> {
@@ -140,22 +162,9 @@ pub async fn join_group(shard: &Rc<Shard>, request: &Request) -> Result<Response
     let group_id = join.group_id.clone();
     let answered = on_coordinator(shard, &group_id, move |owner, partition| async move {
         let (token, receiver) = owner.groups.register_join();
-        let decided = owner
-            .groups
-            .with(&owner, partition, |coordinator| {
-                coordinator.join(now_ms(), token, join)
-            })
-            .await;
-        match decided {
-            Ok(actions) => owner.groups.apply(&owner, partition, actions),
-            Err(error) => {
-                owner.groups.forget(token);
-                return Err(error);
-            }
-        }
-        receiver
-            .await
-            .map_err(|_| ErrorCode::COORDINATOR_NOT_AVAILABLE)
+        let decide =
+            move |coordinator: &mut GroupCoordinator| coordinator.join(now_ms(), token, join);
+        wait_for_answer(&owner, partition, token, decide, receiver).await
     })
     .await;
     let response = answered.unwrap_or_else(|error| JoinResponse {
@@ -213,22 +222,9 @@ pub async fn sync_group(shard: &Rc<Shard>, request: &Request) -> Result<Response
     let group_id = sync.group_id.clone();
     let answered = on_coordinator(shard, &group_id, move |owner, partition| async move {
         let (token, receiver) = owner.groups.register_sync();
-        let decided = owner
-            .groups
-            .with(&owner, partition, |coordinator| {
-                coordinator.sync(now_ms(), token, sync)
-            })
-            .await;
-        match decided {
-            Ok(actions) => owner.groups.apply(&owner, partition, actions),
-            Err(error) => {
-                owner.groups.forget(token);
-                return Err(error);
-            }
-        }
-        receiver
-            .await
-            .map_err(|_| ErrorCode::COORDINATOR_NOT_AVAILABLE)
+        let decide =
+            move |coordinator: &mut GroupCoordinator| coordinator.sync(now_ms(), token, sync);
+        wait_for_answer(&owner, partition, token, decide, receiver).await
     })
     .await;
     let response = answered.unwrap_or_else(|error| SyncResponse {
