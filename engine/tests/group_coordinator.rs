@@ -442,3 +442,29 @@ fn only_empty_groups_are_deleted_and_expired_offsets_leave_tombstones() {
     assert_eq!(records.len(), 2, "{records:?}");
     assert!(coordinator.group(GROUP).is_none());
 }
+
+#[test]
+fn offsets_of_deleted_topics_are_forgotten_with_tombstones() {
+    let mut coordinator = coordinator(0);
+    let mut commit = commit_request("", -1);
+    commit.partitions.push(CommitPartition {
+        partition: TopicPartition::new("kept", 0),
+        offset: 7,
+        leader_epoch: -1,
+        metadata: None,
+    });
+    let plan = coordinator.commit_offsets(1, &commit).unwrap();
+    coordinator.offsets_committed(1, GROUP, plan.offsets);
+    let deleted = std::collections::BTreeSet::from(["topic".to_owned()]);
+    let records = coordinator.forget_topics(&deleted);
+    assert_eq!(
+        records,
+        vec![Persist::OffsetDeleted {
+            group_id: GROUP.into(),
+            partition: TopicPartition::new("topic", 0),
+        }]
+    );
+    let left = coordinator.fetch_offsets(GROUP, None);
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].0, TopicPartition::new("kept", 0));
+}

@@ -936,3 +936,41 @@ fn groups_are_listed_described_left_and_their_offsets_deleted() {
         Some(ResponseError::GroupIdNotFound)
     );
 }
+
+#[test]
+fn committed_offsets_of_a_deleted_topic_are_forgotten() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), &[]);
+    let mut stream = connect(&broker);
+    let advertised = Versions::of(&mut stream);
+    create_topic(&mut stream, &advertised, TOPIC, TOPIC_PARTITIONS);
+    wait_for_coordinator(&mut stream, &advertised, "deleting");
+    let commit_v = advertised.highest(ApiKey::OffsetCommit, OffsetCommitRequest::VERSIONS);
+    let fetch_v = advertised.highest(ApiKey::OffsetFetch, OffsetFetchRequest::VERSIONS);
+    let committed_now = commit_offsets(&mut stream, commit_v, "deleting", -1, "", &[(1, 5)]);
+    assert_eq!(committed_now, [None]);
+    assert_eq!(
+        committed(&mut stream, fetch_v, "deleting", TOPIC, &[1]),
+        [5]
+    );
+    let delete_v = advertised.highest(ApiKey::DeleteTopics, DeleteTopicsRequest::VERSIONS);
+    let deleted: DeleteTopicsResponse = exchange(
+        &mut stream,
+        ApiKey::DeleteTopics,
+        delete_v,
+        &DeleteTopicsRequest::default()
+            .with_topic_names(vec![topic_name(TOPIC)])
+            .with_topics(vec![
+                delete_topics_request::DeleteTopicState::default()
+                    .with_name(Some(topic_name(TOPIC))),
+            ])
+            .with_timeout_ms(10_000),
+    );
+    assert_eq!(error(deleted.responses[0].error_code), None, "{deleted:?}");
+    // A topic created again under the name starts without the old commits.
+    create_topic(&mut stream, &advertised, TOPIC, TOPIC_PARTITIONS);
+    assert_eq!(
+        committed(&mut stream, fetch_v, "deleting", TOPIC, &[1]),
+        [-1]
+    );
+}

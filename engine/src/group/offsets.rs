@@ -320,6 +320,26 @@ impl GroupCoordinator {
         records
     }
 
+    /// Drops the committed offsets of deleted topics (Kafka's
+    /// `cleanupGroupMetadata`), so a topic created again under the same name
+    /// does not inherit them. Returns the tombstones to write.
+    pub fn forget_topics(&mut self, topics: &BTreeSet<String>) -> Vec<Persist> {
+        let mut records = Vec::new();
+        for group in self.groups.values_mut() {
+            let gone: Vec<TopicPartition> = group
+                .offsets
+                .keys()
+                .filter(|partition| topics.contains(&partition.topic))
+                .cloned()
+                .collect();
+            for partition in &gone {
+                group.offsets.remove(partition);
+            }
+            records.extend(offset_tombstones(group, gone.iter()));
+        }
+        records
+    }
+
     /// Applies one record read back from the partition while loading it.
     /// Members of a loaded group must heartbeat within their session
     /// timeout from `now_ms`, as after a coordinator failover in Kafka.

@@ -441,13 +441,27 @@ async fn commit(
             .await
             .map_err(|gone| gone.to_string())?;
     }
+    let mut deleted_topics = std::collections::BTreeSet::new();
     for (owner, partitions) in effects.delete {
+        deleted_topics.extend(partitions.iter().map(|partition| partition.topic.clone()));
         let deleted = controller
             .on_shard(owner, move |shard| async move {
                 shard.delete_partitions(partitions).await
             })
             .await;
         deleted.map_err(|gone| gone.to_string())?;
+    }
+    if !deleted_topics.is_empty() {
+        // Committed offsets of deleted topics go with them (Kafka).
+        for shard in controller.context.shard_ids() {
+            let topics = deleted_topics.clone();
+            controller
+                .on_shard(shard, move |shard| async move {
+                    shard.groups.forget_topics(&shard, &topics).await
+                })
+                .await
+                .map_err(|gone| gone.to_string())?;
+        }
     }
     Ok(())
 }

@@ -5,7 +5,7 @@
 //! its timers. Lives on its shard; requests reach it over the mesh.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -276,6 +276,25 @@ impl GroupHost {
                 Hosted::Loading => None,
             })
             .collect()
+    }
+
+    /// Forgets committed offsets of deleted topics in every group hosted
+    /// here, writing their tombstones.
+    pub async fn forget_topics(&self, shard: &Rc<Shard>, topics: &BTreeSet<String>) {
+        for partition in self.loaded_partitions() {
+            let forgotten = self
+                .with(shard, partition, |coordinator| {
+                    coordinator.forget_topics(topics)
+                })
+                .await;
+            if let Some(records) = forgotten.ok().filter(|records| !records.is_empty()) {
+                let action = Action::Write {
+                    records,
+                    purpose: WritePurpose::Background,
+                };
+                self.apply(shard, partition, vec![action]);
+            }
+        }
     }
 
     /// Drops a partition's coordinator (its topic was deleted).
