@@ -64,12 +64,6 @@ pub struct JoinResponse {
     pub members: Vec<JoinedMember>,
 }
 
-impl Default for ErrorCode {
-    fn default() -> ErrorCode {
-        ErrorCode::NONE
-    }
-}
-
 impl JoinResponse {
     fn failed(error: ErrorCode, member_id: &str) -> JoinResponse {
         JoinResponse {

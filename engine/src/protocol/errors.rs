@@ -58,6 +58,13 @@ impl ErrorCode {
     }
 }
 
+/// No error, as an absent error field means on the wire.
+impl Default for ErrorCode {
+    fn default() -> ErrorCode {
+        ErrorCode::NONE
+    }
+}
+
 impl From<ErrorCode> for i16 {
     fn from(code: ErrorCode) -> i16 {
         code.0
