@@ -13,4 +13,5 @@ pub mod cluster;
 pub mod group;
 pub mod log;
 pub mod protocol;
+pub mod replica;
 pub mod types;

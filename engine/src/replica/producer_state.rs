@@ -1,0 +1,1 @@
+//! Idempotent producers per partition (being written).
