@@ -1,1 +1,0 @@
-//! Idempotent producers per partition (being written).
