@@ -10,6 +10,12 @@
 //! one holding the recovery point on (all of them without a checkpoint) are
 //! scanned batch by batch after an unclean shutdown; the first invalid batch
 //! ends the log: its segment is truncated there and later segments deleted.
+//! In the segment holding the recovery point, the batches below the point
+//! were synced before it was checkpointed: their index entries are kept
+//! from the segment's index files where those still hold them, the headers
+//! of the rest are walked, and the scan (CRCs included) starts at the first
+//! batch not below the point, as Kafka's log loader recovers only from the
+//! recovery point on.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -24,9 +30,11 @@ use brook_engine::log::index::{
     check_offset_index, check_time_index, entries_from_bytes, position_key,
 };
 use brook_engine::log::indexer::{BatchPlacement, SegmentIndexer};
-use brook_engine::log::recovery::{ScanEnd, ScanStop, Scanner, is_write_padding};
-use brook_engine::types::{Offset, TimestampMs};
-use glommio::io::DmaFile;
+use brook_engine::log::recovery::{
+    HeaderWalk, ScanEnd, ScanStop, Scanner, WalkStep, index_resume, is_write_padding,
+};
+use brook_engine::types::{LeaderEpoch, Offset, TimestampMs};
+use glommio::io::{DmaFile, ReadResult};
 use zerocopy::IntoBytes;
 
 use crate::storage::appender::{ChunkSizing, PAGE_BYTES, PageAppender, align_down};
@@ -85,10 +93,42 @@ impl EpochRecovery {
     }
 
     fn on_batch(&mut self, batch: &BatchView<'_>) {
-        if self.rebuild && batch.partition_leader_epoch().0 >= 0 {
-            self.cache
-                .assign(batch.partition_leader_epoch(), batch.base_offset());
+        self.on_header(batch.header());
+    }
+
+    fn on_header(&mut self, header: &BatchHeader) {
+        let epoch = LeaderEpoch(header.partition_leader_epoch.get());
+        if self.rebuild && epoch.0 >= 0 {
+            self.cache.assign(epoch, header.base_offset());
         }
+    }
+}
+
+/// The index entries of a segment being rebuilt from its log.
+struct RebuiltIndexes {
+    indexer: SegmentIndexer,
+    offset_entries: Vec<OffsetIndexEntry>,
+    time_entries: Vec<TimeIndexEntry>,
+    first_batch_max_timestamp: Option<TimestampMs>,
+}
+
+impl RebuiltIndexes {
+    fn new(base: Offset, index_interval_bytes: u64) -> RebuiltIndexes {
+        RebuiltIndexes {
+            indexer: SegmentIndexer::new(base, index_interval_bytes),
+            offset_entries: Vec::new(),
+            time_entries: Vec::new(),
+            first_batch_max_timestamp: None,
+        }
+    }
+
+    fn on_batch(&mut self, batch: BatchPlacement) {
+        if batch.position == 0 {
+            self.first_batch_max_timestamp = Some(batch.max_timestamp);
+        }
+        let update = self.indexer.on_batch(batch);
+        self.offset_entries.extend(update.offset_entry);
+        self.time_entries.extend(update.time_entry);
     }
 }
 
@@ -129,7 +169,15 @@ pub(crate) async fn open_segments(
             break;
         }
         let (scan, truncated) = if slot >= first_to_scan {
-            scan_segment(dir, base, expected, config, &mut epochs, !is_last).await?
+            // Only the segment holding the recovery point has batches below it.
+            let recovery_point = hints.recovery_point.filter(|_| slot == first_to_scan);
+            let target = ScanTarget {
+                base,
+                expected,
+                sealed: !is_last,
+                recovery_point,
+            };
+            scan_segment(dir, target, config, &mut epochs).await?
         } else {
             match check_segment(dir, base, config, &mut epochs, is_last).await? {
                 Ok(scan) => (scan, false),
@@ -139,7 +187,13 @@ pub(crate) async fn open_segments(
                         Distrust::Log(stop) => stop.to_string(),
                     };
                     tracing::warn!(dir = %dir.display(), base = %base, %reason, "rebuilding segment indexes");
-                    scan_segment(dir, base, expected, config, &mut epochs, !is_last).await?
+                    let target = ScanTarget {
+                        base,
+                        expected,
+                        sealed: !is_last,
+                        recovery_point: None,
+                    };
+                    scan_segment(dir, target, config, &mut epochs).await?
                 }
             }
         };
@@ -238,32 +292,57 @@ fn index_bytes_max<E: IndexEntry>(config: &LogConfig, log_bytes: u64) -> u64 {
 
 /// Reads a whole index file of at most `bytes_max` bytes.
 async fn read_index<E: IndexEntry>(path: &Path, bytes_max: u64) -> Result<Vec<E>, Distrust> {
-    if !path.exists() {
-        return Err(Distrust::Index(format!("{} is missing", path.display())));
-    }
-    let file = open_dma(path, false)
+    let bytes = read_index_bytes(path, bytes_max)
         .await
-        .map_err(|error| Distrust::Index(error.to_string()))?;
-    let bytes = async {
-        let len = file.file_size().await.map_err(|error| {
-            Distrust::Index(StorageError::io("sizing", path, error).to_string())
-        })?;
-        if len > bytes_max {
-            return Err(Distrust::Index(format!(
-                "{} holds {len} bytes, more than the {bytes_max} its segment allows",
-                path.display()
-            )));
-        }
-        read_exact(&file, path, 0, len as usize)
-            .await
-            .map_err(|error| Distrust::Index(error.to_string()))
-    }
-    .await;
-    let _ = file.close_rc().await;
-    let bytes = bytes?;
+        .map_err(Distrust::Index)?;
     let entries =
         entries_from_bytes::<E>(&bytes).map_err(|error| Distrust::Index(error.to_string()))?;
     Ok(entries.to_vec())
+}
+
+/// The whole entries at the start of an index file that a crash may have
+/// left short or padded: nothing if it is missing, unreadable or too large.
+async fn read_index_prefix<E: IndexEntry>(path: &Path, bytes_max: u64) -> Vec<E> {
+    match read_index_bytes(path, bytes_max).await {
+        Ok(bytes) => {
+            let whole = bytes.len() - bytes.len() % E::BYTES;
+            entries_from_bytes::<E>(&bytes[..whole])
+                .expect("a whole number of entries is never partial")
+                .to_vec()
+        }
+        Err(reason) => {
+            tracing::debug!(path = %path.display(), %reason, "not resuming from an index file");
+            Vec::new()
+        }
+    }
+}
+
+/// The bytes of an index file of at most `bytes_max` bytes, or why not.
+async fn read_index_bytes(path: &Path, bytes_max: u64) -> Result<ReadResult, String> {
+    if !path.exists() {
+        return Err(format!("{} is missing", path.display()));
+    }
+    let file = open_dma(path, false)
+        .await
+        .map_err(|error| error.to_string())?;
+    let bytes = async {
+        let len = file
+            .file_size()
+            .await
+            .map_err(|error| StorageError::io("sizing", path, error).to_string())?;
+        if len > bytes_max {
+            return Err(format!(
+                "{} holds {len} bytes, more than the {bytes_max} its segment allows",
+                path.display()
+            ));
+        }
+        read_exact(&file, path, 0, len as usize)
+            .await
+            .map_err(|error| error.to_string())
+    }
+    .await;
+    let _ = file.close_rc().await;
+    bytes
 }
 
 /// Trusts a segment's index files if they pass every check; walks the
@@ -384,17 +463,9 @@ async fn check_segment(
             IndexError::MissingMaxTimestamp { expected }.to_string(),
         )));
     }
-    if first_batch_max_timestamp.is_none() && log_bytes > 0 {
-        let header = read_exact(
-            &log_file,
-            &log_path,
-            0,
-            brook_engine::log::batch::BATCH_HEADER_BYTES,
-        )
-        .await?;
-        first_batch_max_timestamp = brook_engine::log::batch::BatchHeader::parse(&header)
-            .ok()
-            .map(|header| header.max_timestamp());
+    if first_batch_max_timestamp.is_none() {
+        first_batch_max_timestamp =
+            first_batch_max_timestamp_of(&log_file, &log_path, log_bytes).await?;
     }
     Ok(Ok(SegmentScan {
         log_file,
@@ -441,49 +512,74 @@ async fn check_first_entry(
     )
 }
 
-/// Scans a whole segment, truncating it after its last valid batch and
-/// rewriting its index files (with the final time entry of a sealed segment
-/// when `sealed` and nothing was cut). Returns the scan and whether bytes
+/// The largest timestamp of the segment's first batch, from its header;
+/// `None` if the segment is empty or its first header unreadable.
+async fn first_batch_max_timestamp_of(
+    log_file: &DmaFile,
+    log_path: &Path,
+    log_bytes: u64,
+) -> Result<Option<TimestampMs>, StorageError> {
+    if log_bytes < BATCH_HEADER_BYTES as u64 {
+        return Ok(None);
+    }
+    let header = read_exact(log_file, log_path, 0, BATCH_HEADER_BYTES).await?;
+    Ok(BatchHeader::parse(&header)
+        .ok()
+        .map(|header| header.max_timestamp()))
+}
+
+/// Which segment [`scan_segment`] recovers, and what is known about it.
+struct ScanTarget {
+    base: Offset,
+    /// Where the segment's first batch must start (the previous segment's end).
+    expected: Option<Offset>,
+    /// Not the last segment: a final time entry is written when nothing is cut.
+    sealed: bool,
+    /// The checkpointed recovery point, for the segment holding it: the
+    /// batches below it are walked, not scanned.
+    recovery_point: Option<Offset>,
+}
+
+/// Recovers a segment: truncates it after its last valid batch and rewrites
+/// its index files (with the final time entry of a sealed segment when
+/// nothing was cut). Every batch is scanned whole, except in the segment
+/// holding the recovery point, whose batches below it only have their
+/// headers walked (see [`HeaderWalk`]). Returns the scan and whether bytes
 /// were cut.
 async fn scan_segment(
     dir: &Path,
-    base: Offset,
-    expected: Option<Offset>,
+    target: ScanTarget,
     config: &LogConfig,
     epochs: &mut EpochRecovery,
-    sealed: bool,
 ) -> Result<(SegmentScan, bool), StorageError> {
+    let base = target.base;
     let log_path = segment_path(dir, base, SegmentFileKind::Log);
     let log_file = open_dma(&log_path, false).await?;
     let file_bytes = log_file
         .file_size()
         .await
         .map_err(io_error("sizing", &log_path))?;
+    let log = LogFile {
+        file: &log_file,
+        path: &log_path,
+        bytes: file_bytes,
+    };
     let checked_epochs = epochs.checked();
-    let mut scanner = Scanner::new(
-        base,
-        Some(expected.unwrap_or(base)),
-        config.cleanup_policy.contiguity(),
-        checked_epochs.as_ref(),
-    );
-    let mut indexer = SegmentIndexer::new(base, config.index_interval_bytes);
-    let (mut offset_entries, mut time_entries, mut first_batch_max_timestamp) =
-        (Vec::new(), Vec::new(), None);
-    let mut valid_bytes = 0;
+    let (from, mut scanner, mut rebuilt) =
+        scan_start(dir, &target, config, &log, epochs, checked_epochs.as_ref()).await?;
+    if from > 0 {
+        tracing::debug!(path = %log_path.display(), trusted_bytes = from, file_bytes, "scanning from the recovery point");
+    }
+    let mut valid_bytes = from;
     let stop = scan_file(
         &log_file,
         &log_path,
-        0,
+        from,
         file_bytes,
         &mut scanner,
         |position, batch| {
-            if position == 0 {
-                first_batch_max_timestamp = Some(batch.max_timestamp());
-            }
             epochs.on_batch(batch);
-            let update = indexer.on_batch(placement(position, batch));
-            offset_entries.extend(update.offset_entry);
-            time_entries.extend(update.time_entry);
+            rebuilt.on_batch(placement(position, batch));
             valid_bytes = position + batch.size_bytes() as u64;
         },
     )
@@ -497,8 +593,8 @@ async fn scan_segment(
     // Only damage truncates the log; the padding a crash left after the last
     // batch of a segment that was being sealed is just trimmed.
     let truncated = cut && !padding;
-    if sealed && !truncated {
-        time_entries.extend(indexer.on_seal());
+    if target.sealed && !truncated {
+        rebuilt.time_entries.extend(rebuilt.indexer.on_seal());
     }
     if cut {
         let reason = stop.map_or_else(|| "trailing bytes".to_owned(), |stop| stop.to_string());
@@ -514,12 +610,12 @@ async fn scan_segment(
         .map_err(io_error("syncing", &log_path))?;
     write_index(
         &segment_path(dir, base, SegmentFileKind::Index),
-        offset_entries.as_bytes(),
+        rebuilt.offset_entries.as_bytes(),
     )
     .await?;
     write_index(
         &segment_path(dir, base, SegmentFileKind::TimeIndex),
-        time_entries.as_bytes(),
+        rebuilt.time_entries.as_bytes(),
     )
     .await?;
     let next_offset = scanner.next_offset().unwrap_or(base);
@@ -527,12 +623,208 @@ async fn scan_segment(
         log_file,
         log_bytes: valid_bytes,
         next_offset,
-        indexer,
-        offset_entries,
-        time_entries,
-        first_batch_max_timestamp,
+        indexer: rebuilt.indexer,
+        offset_entries: rebuilt.offset_entries,
+        time_entries: rebuilt.time_entries,
+        first_batch_max_timestamp: rebuilt.first_batch_max_timestamp,
     };
     Ok((scan, truncated))
+}
+
+/// Where the scan of a segment starts, with its scanner and the index
+/// entries rebuilt before that point: the segment's first batch, or in the
+/// segment holding the recovery point the first batch not below it.
+async fn scan_start<'a>(
+    dir: &Path,
+    target: &ScanTarget,
+    config: &LogConfig,
+    log: &LogFile<'_>,
+    epochs: &mut EpochRecovery,
+    checked_epochs: Option<&'a LeaderEpochCache>,
+) -> Result<(u64, Scanner<'a>, RebuiltIndexes), StorageError> {
+    let base = target.base;
+    let below = target.recovery_point.filter(|point| *point > base);
+    // A lost leader-epoch checkpoint is rebuilt from every batch, so the
+    // walk then starts at the segment's first one.
+    let resumed = match below {
+        Some(point) if !epochs.rebuild => {
+            resume_from_indexes(dir, base, config, log, point).await?
+        }
+        _ => None,
+    };
+    let (from, next_offset, mut rebuilt) = match resumed {
+        Some(resumed) => (resumed.position, resumed.next_offset, resumed.rebuilt),
+        None => (
+            0,
+            target.expected.unwrap_or(base),
+            RebuiltIndexes::new(base, config.index_interval_bytes),
+        ),
+    };
+    let scanner = Scanner::new(
+        base,
+        Some(next_offset),
+        config.cleanup_policy.contiguity(),
+        checked_epochs,
+    );
+    let Some(point) = below else {
+        return Ok((from, scanner, rebuilt));
+    };
+    let (from, scanner) = walk_headers(log, from, point, scanner, epochs, &mut rebuilt).await?;
+    Ok((from, scanner, rebuilt))
+}
+
+/// A segment's `.log` while it is recovered.
+struct LogFile<'a> {
+    file: &'a DmaFile,
+    path: &'a Path,
+    /// Its size on disk.
+    bytes: u64,
+}
+
+/// Where [`resume_from_indexes`] lets the header walk start.
+struct Resumed {
+    /// Right after the batch the last offset entry kept names.
+    position: u64,
+    /// The offset after that batch.
+    next_offset: Offset,
+    rebuilt: RebuiltIndexes,
+}
+
+/// What the index files of the segment holding the recovery point still
+/// hold for its batches below the point: the entries [`index_resume`] keeps,
+/// and the indexer's state right after the batch the last offset entry
+/// names, where the header walk starts (replaying that batch would change
+/// nothing). `None` (start at the first batch) unless the batches at the
+/// first and the last entry kept end at their offsets and lie whole in the
+/// log, and the first batch's header reads.
+async fn resume_from_indexes(
+    dir: &Path,
+    base: Offset,
+    config: &LogConfig,
+    log: &LogFile<'_>,
+    recovery_point: Offset,
+) -> Result<Option<Resumed>, StorageError> {
+    let offset_entries = read_index_prefix::<OffsetIndexEntry>(
+        &segment_path(dir, base, SegmentFileKind::Index),
+        index_bytes_max::<OffsetIndexEntry>(config, log.bytes),
+    )
+    .await;
+    let time_entries = read_index_prefix::<TimeIndexEntry>(
+        &segment_path(dir, base, SegmentFileKind::TimeIndex),
+        index_bytes_max::<TimeIndexEntry>(config, log.bytes),
+    )
+    .await;
+    let Some(resume) = index_resume(
+        base,
+        recovery_point,
+        log.bytes,
+        &offset_entries,
+        &time_entries,
+    ) else {
+        return Ok(None);
+    };
+    let kept = &offset_entries[..resume.offset_entries];
+    let Some(last) = kept.last().copied() else {
+        return Ok(None);
+    };
+    if let Some(error) = check_first_entry(log.file, log.path, log.bytes, base, kept).await? {
+        tracing::warn!(path = %log.path.display(), %error, "not resuming from the segment's index");
+        return Ok(None);
+    }
+    let position = u64::from(last.position.get());
+    let Some(end) = batch_end(log, position, last.offset(base)).await? else {
+        tracing::warn!(path = %log.path.display(), position, "not resuming from the segment's index: its last entry names no whole batch");
+        return Ok(None);
+    };
+    let Some(first_timestamp) = first_batch_max_timestamp_of(log.file, log.path, log.bytes).await?
+    else {
+        return Ok(None);
+    };
+    let time_entries = time_entries[..resume.time_entries].to_vec();
+    let rebuilt = RebuiltIndexes {
+        indexer: SegmentIndexer::resume(
+            base,
+            config.index_interval_bytes,
+            Some(last),
+            time_entries.last().copied(),
+        ),
+        offset_entries: kept.to_vec(),
+        time_entries,
+        first_batch_max_timestamp: Some(first_timestamp),
+    };
+    Ok(Some(Resumed {
+        position: end,
+        next_offset: last.offset(base).next(),
+        rebuilt,
+    }))
+}
+
+/// Where the batch at `position` ends, if a batch ending at `last_offset`
+/// lies whole there.
+async fn batch_end(
+    log: &LogFile<'_>,
+    position: u64,
+    last_offset: Offset,
+) -> Result<Option<u64>, StorageError> {
+    if position + BATCH_HEADER_BYTES as u64 > log.bytes {
+        return Ok(None);
+    }
+    let header = read_exact(log.file, log.path, position, BATCH_HEADER_BYTES).await?;
+    Ok(BatchHeader::parse(&header).ok().and_then(|header| {
+        let size = header.size_bytes();
+        let whole = size <= SCAN_BATCH_BYTES_MAX && position + size as u64 <= log.bytes;
+        (whole && header.last_offset() == last_offset).then_some(position + size as u64)
+    }))
+}
+
+/// Walks the headers of the batches from `from` that end below the
+/// recovery point (see [`HeaderWalk`]), indexing them and rebuilding their
+/// epochs; returns where the full scan starts and the scanner for it.
+async fn walk_headers<'a>(
+    log: &LogFile<'_>,
+    from: u64,
+    recovery_point: Offset,
+    scanner: Scanner<'a>,
+    epochs: &mut EpochRecovery,
+    rebuilt: &mut RebuiltIndexes,
+) -> Result<(u64, Scanner<'a>), StorageError> {
+    let mut walk = HeaderWalk::new(
+        scanner,
+        from,
+        log.bytes,
+        recovery_point,
+        SCAN_BATCH_BYTES_MAX,
+    );
+    // Each read holds at least one whole header, which the walk either
+    // steps over or stops at.
+    let reads_max = log.bytes / BATCH_HEADER_BYTES as u64 + 1;
+    for _ in 0..reads_max {
+        let WalkStep::Read { position, len } = walk.step() else {
+            break;
+        };
+        let bytes = read_exact(log.file, log.path, position, len).await?;
+        #[cfg(test)]
+        tests::RECOVERY_READS.with_borrow_mut(|reads| {
+            reads.push((
+                log.path.to_owned(),
+                tests::ReadKind::Walk,
+                position..position + len as u64,
+            ))
+        });
+        walk.feed(position, &bytes, |position, header| {
+            epochs.on_header(header);
+            rebuilt.on_batch(BatchPlacement {
+                position,
+                last_offset: header.last_offset(),
+                max_timestamp: header.max_timestamp(),
+            });
+        });
+    }
+    assert!(
+        matches!(walk.step(), WalkStep::Trusted { .. }),
+        "every read moves the walk on"
+    );
+    Ok(walk.into_scanner())
 }
 
 /// Feeds `[from, size)` of a log to `scanner`; returns why it stopped early.
@@ -549,6 +841,14 @@ async fn scan_file(
     while position < size {
         let want = (needed.max(SCAN_CHUNK_BYTES) as u64).min(size - position);
         let bytes = read_exact(file, path, position, want as usize).await?;
+        #[cfg(test)]
+        tests::RECOVERY_READS.with_borrow_mut(|reads| {
+            reads.push((
+                path.to_owned(),
+                tests::ReadKind::Scan,
+                position..position + want,
+            ))
+        });
         let at_end = position + want == size;
         let outcome = scanner.scan(position, &bytes, at_end, &mut visit);
         position += outcome.valid_bytes as u64;
@@ -678,11 +978,33 @@ async fn into_segment(
 
 #[cfg(test)]
 mod tests {
-    use brook_engine::log::config::LogConfig;
+    use std::cell::RefCell;
+    use std::ops::Range;
+    use std::path::PathBuf;
 
+    use brook_engine::log::builder::{BatchOptions, NewRecord, encode_batch};
+    use brook_engine::log::config::LogConfig;
+    use brook_engine::types::{LeaderEpoch, TimestampMs};
+
+    use super::Path;
     use crate::runtime::block_on;
     use crate::storage::files::SYNCED_DIRECTORIES;
     use crate::storage::partition_log::{PartitionLog, RecoveryHints};
+
+    /// How recovery read a range of a `.log`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(super) enum ReadKind {
+        /// For the batch headers below the recovery point.
+        Walk,
+        /// For whole batches, CRCs checked.
+        Scan,
+    }
+
+    thread_local! {
+        /// The `.log` ranges this thread's recoveries read.
+        pub(super) static RECOVERY_READS: RefCell<Vec<(PathBuf, ReadKind, Range<u64>)>> =
+            const { RefCell::new(Vec::new()) };
+    }
 
     /// A power loss cannot be simulated here: this checks that creating a
     /// partition syncs the entries of its directory and of its first files.
@@ -700,5 +1022,133 @@ mod tests {
             assert!(synced.contains(&dir), "the partition directory: {synced:?}");
             log.close().await.unwrap();
         });
+    }
+
+    fn batch_of(value_bytes: usize, timestamp: i64) -> Vec<u8> {
+        let record = NewRecord::value(vec![7u8; value_bytes], TimestampMs(timestamp));
+        encode_batch(&[record], &BatchOptions::default())
+    }
+
+    /// What recovery read of a `.log`, by kind, in order.
+    fn reads_of(path: &Path, kind: ReadKind) -> Vec<Range<u64>> {
+        RECOVERY_READS.with_borrow(|reads| {
+            reads
+                .iter()
+                .filter(|(read, read_kind, _)| read == path && *read_kind == kind)
+                .map(|(_, _, range)| range.clone())
+                .collect()
+        })
+    }
+
+    /// What a recovery from a recovery point read.
+    struct Recovered {
+        /// Where the first batch not below the point starts.
+        trusted: u64,
+        /// The reads of the header walk.
+        walked: Vec<Range<u64>>,
+    }
+
+    impl Recovered {
+        fn walked_bytes(&self) -> u64 {
+            self.walked.iter().map(|read| read.end - read.start).sum()
+        }
+    }
+
+    /// Appends `count` batches of `batch_value_bytes`, syncs after the first
+    /// `synced` (the recovery point is the offset after them), closes; then
+    /// reopens as after a crash, with the index files if `keep_indexes`, and
+    /// checks that the scan read the `.log` once from the first batch not
+    /// below the point to its end.
+    fn recover(
+        count: usize,
+        synced: usize,
+        batch_value_bytes: usize,
+        keep_indexes: bool,
+    ) -> Recovered {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("p-0");
+        let log_path = dir.join("00000000000000000000.log");
+        let config = LogConfig {
+            index_interval_bytes: 4096,
+            ..LogConfig::default()
+        };
+        block_on(async move {
+            let log = PartitionLog::open(&dir, config.clone(), RecoveryHints::default(), 0)
+                .await
+                .unwrap();
+            let (mut recovery_point, mut trusted) = (None, 0);
+            for i in 0..count {
+                if i == synced {
+                    log.flush().await.unwrap();
+                    recovery_point = Some(log.recovery_point());
+                    trusted = log.size_bytes();
+                }
+                let bytes = batch_of(batch_value_bytes, 1_700_000_000_000 + i as i64);
+                log.append(&bytes, LeaderEpoch(0), 0).await.unwrap();
+            }
+            let end = log.log_end_offset();
+            log.close().await.unwrap();
+            if !keep_indexes {
+                std::fs::remove_file(log_path.with_extension("index")).unwrap();
+                std::fs::remove_file(log_path.with_extension("timeindex")).unwrap();
+            }
+            RECOVERY_READS.take();
+            let hints = RecoveryHints {
+                recovery_point,
+                ..RecoveryHints::default()
+            };
+            let log = PartitionLog::open(&dir, config, hints, 0).await.unwrap();
+            assert_eq!(log.log_end_offset(), end);
+            let file_bytes = std::fs::metadata(&log_path).unwrap().len();
+            log.close().await.unwrap();
+            assert!(trusted > file_bytes / 2, "a point in the middle");
+            let scanned = reads_of(&log_path, ReadKind::Scan);
+            assert_eq!(scanned.first().map(|read| read.start), Some(trusted));
+            // Each read starts at the first batch the one before did not hold whole.
+            assert!(
+                scanned
+                    .windows(2)
+                    .all(|pair| pair[0].start < pair[1].start && pair[1].start <= pair[0].end),
+                "one pass: {scanned:?}"
+            );
+            assert_eq!(scanned.last().map(|read| read.end), Some(file_bytes));
+            Recovered {
+                trusted,
+                walked: reads_of(&log_path, ReadKind::Walk),
+            }
+        })
+    }
+
+    /// Only the bytes from the first batch not below the recovery point on
+    /// are scanned (CRCs checked); below it, recovery reads headers: from
+    /// the last index entry below the point when the index files hold one,
+    /// else from the start, one page per header once batches are large.
+    #[test]
+    fn recovery_scans_only_from_the_recovery_point() {
+        let whole_indexes = recover(200, 150, 20 << 10, true);
+        // The last entry below the point names the batch just before it:
+        // the walk starts at the point and has nothing to read.
+        assert_eq!(whole_indexes.walked, Vec::<Range<u64>>::new());
+
+        let no_indexes = recover(200, 150, 20 << 10, false);
+        assert_eq!(no_indexes.walked[0].start, 0, "from the start");
+        assert!(
+            no_indexes.walked_bytes() >= no_indexes.trusted,
+            "small batches are read through"
+        );
+
+        let large_batches = recover(60, 40, 100 << 10, false);
+        // One window, then a page or two for each later header.
+        assert!(
+            large_batches.walked.len() <= 40,
+            "{:?}",
+            large_batches.walked
+        );
+        assert!(
+            large_batches.walked_bytes() < (1 << 20) + 40 * 8192,
+            "{} of {} bytes read",
+            large_batches.walked_bytes(),
+            large_batches.trusted
+        );
     }
 }
