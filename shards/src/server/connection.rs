@@ -149,14 +149,8 @@ async fn read_frame<R: AsyncRead + Unpin>(
     // at most that many through the raw pointer and returns how many it wrote.
     // The socket is this connection's, and no other read is in flight on it
     // (requests are read one after another by this task).
-    let received = unsafe {
-        libc::recv(
-            socket,
-            spare.as_mut_ptr().cast(),
-            size,
-            libc::MSG_DONTWAIT,
-        )
-    };
+    let received =
+        unsafe { libc::recv(socket, spare.as_mut_ptr().cast(), size, libc::MSG_DONTWAIT) };
     let filled = usize::try_from(received).unwrap_or(0).min(size);
     // SAFETY: recv initialised the first `filled` bytes.
     unsafe { frame.set_len(filled) };
