@@ -28,6 +28,9 @@ impl ErrorCode {
     pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: ErrorCode = ErrorCode(43);
     pub const POLICY_VIOLATION: ErrorCode = ErrorCode(44);
     pub const INVALID_CONFIG: ErrorCode = ErrorCode(40);
+    pub const OUT_OF_ORDER_SEQUENCE_NUMBER: ErrorCode = ErrorCode(45);
+    pub const INVALID_PRODUCER_EPOCH: ErrorCode = ErrorCode(47);
+    pub const INVALID_TXN_STATE: ErrorCode = ErrorCode(48);
     pub const OFFSET_METADATA_TOO_LARGE: ErrorCode = ErrorCode(12);
     pub const COORDINATOR_LOAD_IN_PROGRESS: ErrorCode = ErrorCode(14);
     pub const COORDINATOR_NOT_AVAILABLE: ErrorCode = ErrorCode(15);

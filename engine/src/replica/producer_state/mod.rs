@@ -57,13 +57,6 @@ pub const PRODUCER_ID_EXPIRATION_MS_DEFAULT: i64 = 86_400_000;
 /// keeps real workloads far below it.
 pub const PRODUCERS_MAX: usize = 1_000_000;
 
-/// Kafka's `OUT_OF_ORDER_SEQUENCE_NUMBER` (not yet in [`ErrorCode`]).
-pub const OUT_OF_ORDER_SEQUENCE_NUMBER: ErrorCode = ErrorCode(45);
-/// Kafka's `INVALID_PRODUCER_EPOCH` (not yet in [`ErrorCode`]).
-pub const INVALID_PRODUCER_EPOCH: ErrorCode = ErrorCode(47);
-/// Kafka's `INVALID_TXN_STATE` (not yet in [`ErrorCode`]).
-pub const INVALID_TXN_STATE: ErrorCode = ErrorCode(48);
-
 /// Settings of one partition's producer state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProducerStateConfig {
@@ -197,9 +190,9 @@ impl ProducerError {
     pub fn error_code(&self) -> ErrorCode {
         match self {
             ProducerError::InvalidSequence { .. } => ErrorCode::INVALID_RECORD,
-            ProducerError::InvalidProducerEpoch { .. } => INVALID_PRODUCER_EPOCH,
-            ProducerError::OutOfOrderSequence { .. } => OUT_OF_ORDER_SEQUENCE_NUMBER,
-            ProducerError::InvalidTransactionState { .. } => INVALID_TXN_STATE,
+            ProducerError::InvalidProducerEpoch { .. } => ErrorCode::INVALID_PRODUCER_EPOCH,
+            ProducerError::OutOfOrderSequence { .. } => ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER,
+            ProducerError::InvalidTransactionState { .. } => ErrorCode::INVALID_TXN_STATE,
             ProducerError::ProducersLimitReached { .. } => ErrorCode::POLICY_VIOLATION,
         }
     }
