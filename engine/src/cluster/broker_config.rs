@@ -3,6 +3,7 @@
 
 use crate::cluster::topic_config::TOPIC_CONFIGS;
 use crate::group::state::GroupSettings;
+use crate::log::compaction::CleanerSettings;
 use crate::log::config::{ConfigError, LogConfig};
 use crate::protocol::frame::SOCKET_REQUEST_MAX_BYTES_DEFAULT;
 
@@ -31,6 +32,9 @@ pub struct BrokerConfig {
     pub checkpoint_interval_ms: u64,
     /// Topic defaults from the `log.*` names (`log.segment.bytes`, …).
     pub log_defaults: LogConfig,
+    /// `log.cleaner.enable`, `log.cleaner.backoff.ms` and
+    /// `log.cleaner.dedupe.buffer.size`: the log cleaner of compacted topics.
+    pub cleaner: CleanerSettings,
     /// The group coordinator's `group.*` and `offset*` settings.
     pub groups: GroupSettings,
     /// `offsets.topic.num.partitions` (50): partitions of `__consumer_offsets`
@@ -58,6 +62,7 @@ impl Default for BrokerConfig {
             retention_check_interval_ms: 300_000,
             checkpoint_interval_ms: CHECKPOINT_INTERVAL_MS_DEFAULT,
             log_defaults: LogConfig::default(),
+            cleaner: CleanerSettings::default(),
             groups: GroupSettings::default(),
             offsets_topic_partitions: 50,
             offsets_topic_segment_bytes: 104_857_600,
@@ -144,6 +149,21 @@ impl BrokerConfig {
                 "log.flush.offset.checkpoint.interval.ms" => {
                     config.checkpoint_interval_ms =
                         u64::try_from(number()?).map_err(|_| invalid("must not be negative"))?
+                }
+                "log.cleaner.enable" => {
+                    config.cleaner.enabled = value
+                        .parse()
+                        .map_err(|_| invalid("expected true or false"))?
+                }
+                "log.cleaner.backoff.ms" => {
+                    config.cleaner.backoff_ms =
+                        u64::try_from(number()?).map_err(|_| invalid("must not be negative"))?
+                }
+                "log.cleaner.dedupe.buffer.size" => {
+                    config.cleaner.dedupe_buffer_bytes = u64::try_from(number()?)
+                        .ok()
+                        .filter(|bytes| *bytes > 0)
+                        .ok_or(invalid("must be positive"))?
                 }
                 "group.initial.rebalance.delay.ms" => {
                     config.groups.initial_rebalance_delay_ms = non_negative(number()?)?
@@ -244,6 +264,35 @@ mod tests {
         assert_eq!(config.log_defaults.retention_ms, Some(3_600_000));
         assert_eq!(config.log_defaults.max_message_bytes, 2_000_000);
         assert_eq!(config.unknown, vec!["listeners".to_owned()]);
+    }
+
+    #[test]
+    fn cleaner_settings_have_kafkas_names_and_defaults() {
+        let defaults = BrokerConfig::default().cleaner;
+        assert!(defaults.enabled);
+        assert_eq!(defaults.backoff_ms, 15_000);
+        assert_eq!(defaults.dedupe_buffer_bytes, 134_217_728);
+        let text = "log.cleaner.enable=false\nlog.cleaner.backoff.ms=100\n\
+                    log.cleaner.dedupe.buffer.size=1048576\nlog.cleaner.min.cleanable.ratio=0.1\n\
+                    log.cleaner.delete.retention.ms=5\nlog.cleaner.min.compaction.lag.ms=7\n\
+                    log.cleaner.max.compaction.lag.ms=9\n";
+        let config = BrokerConfig::from_properties(&parse_properties(text)).unwrap();
+        assert!(!config.cleaner.enabled);
+        assert_eq!(config.cleaner.backoff_ms, 100);
+        assert_eq!(config.cleaner.dedupe_buffer_bytes, 1 << 20);
+        let log = &config.log_defaults;
+        assert_eq!(log.min_cleanable_dirty_ratio.get(), 0.1);
+        assert_eq!(
+            (
+                log.delete_retention_ms,
+                log.min_compaction_lag_ms,
+                log.max_compaction_lag_ms
+            ),
+            (5, 7, 9)
+        );
+        assert!(config.unknown.is_empty());
+        let refused = parse_properties("log.cleaner.dedupe.buffer.size=0");
+        assert!(BrokerConfig::from_properties(&refused).is_err());
     }
 
     #[test]

@@ -33,6 +33,13 @@ pub const TOPIC_CONFIGS: &[TopicConfigName] = &[
     name("flush.ms", "log.flush.interval.ms"),
     name("max.message.bytes", "message.max.bytes"),
     name("message.timestamp.type", "log.message.timestamp.type"),
+    name(
+        "min.cleanable.dirty.ratio",
+        "log.cleaner.min.cleanable.ratio",
+    ),
+    name("delete.retention.ms", "log.cleaner.delete.retention.ms"),
+    name("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms"),
+    name("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms"),
 ];
 
 pub fn is_topic_config(key: &str) -> bool {
@@ -70,6 +77,11 @@ pub fn effective_value(config: &LogConfig, key: &str) -> Option<String> {
             MessageTimestampType::CreateTime => "CreateTime".into(),
             MessageTimestampType::LogAppendTime => "LogAppendTime".into(),
         },
+        // Java's Double.toString: "0.5", "1.0".
+        "min.cleanable.dirty.ratio" => format!("{:?}", config.min_cleanable_dirty_ratio.get()),
+        "delete.retention.ms" => config.delete_retention_ms.to_string(),
+        "min.compaction.lag.ms" => config.min_compaction_lag_ms.to_string(),
+        "max.compaction.lag.ms" => config.max_compaction_lag_ms.to_string(),
         _ => return None,
     })
 }
@@ -193,6 +205,14 @@ mod tests {
             Some("9223372036854775807")
         );
         assert_eq!(effective_value(&config, "compression.type"), None);
+        assert_eq!(
+            effective_value(&config, "min.cleanable.dirty.ratio").as_deref(),
+            Some("0.5")
+        );
+        assert_eq!(
+            effective_value(&config, "max.compaction.lag.ms").as_deref(),
+            Some("9223372036854775807")
+        );
         for config_name in TOPIC_CONFIGS {
             assert!(
                 effective_value(&config, config_name.topic).is_some(),

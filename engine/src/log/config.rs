@@ -37,11 +37,42 @@ impl CleanupPolicy {
         }
     }
 
+    pub fn compacts(self) -> bool {
+        matches!(
+            self,
+            CleanupPolicy::Compact | CleanupPolicy::CompactAndDelete
+        )
+    }
+
     pub fn deletes(self) -> bool {
         matches!(
             self,
             CleanupPolicy::Delete | CleanupPolicy::CompactAndDelete
         )
+    }
+}
+
+/// `min.cleanable.dirty.ratio`: a fraction in `[0, 1]`, never NaN (so it is
+/// `Eq`, as every config value is).
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+pub struct DirtyRatio(f64);
+
+impl Eq for DirtyRatio {}
+
+impl DirtyRatio {
+    /// Kafka's default (`log.cleaner.min.cleanable.ratio`).
+    pub const DEFAULT: DirtyRatio = DirtyRatio(0.5);
+
+    /// `None` unless `value` lies in `[0, 1]`.
+    pub fn new(value: f64) -> Option<DirtyRatio> {
+        // Adding zero turns -0.0 into 0.0, so equal ratios compare equal.
+        (0.0..=1.0)
+            .contains(&value)
+            .then_some(DirtyRatio(value + 0.0))
+    }
+
+    pub fn get(self) -> f64 {
+        self.0
     }
 }
 
@@ -77,6 +108,18 @@ pub struct LogConfig {
     pub message_timestamp_type: MessageTimestampType,
     /// `cleanup.policy`.
     pub cleanup_policy: CleanupPolicy,
+    /// `min.cleanable.dirty.ratio` (0.5): the share of a log's sealed bytes
+    /// written since its last cleaning above which the cleaner takes it.
+    pub min_cleanable_dirty_ratio: DirtyRatio,
+    /// `delete.retention.ms` (1 day): how long a tombstone outlives the
+    /// cleaning pass that first saw it.
+    pub delete_retention_ms: i64,
+    /// `min.compaction.lag.ms` (0): a segment holding a record younger than
+    /// this is not cleaned yet.
+    pub min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms` (`Long.MAX_VALUE`): a log whose oldest
+    /// uncleaned segment is older than this is cleaned whatever its ratio.
+    pub max_compaction_lag_ms: i64,
 }
 
 impl Default for LogConfig {
@@ -93,6 +136,10 @@ impl Default for LogConfig {
             max_message_bytes: 1_048_588,
             message_timestamp_type: MessageTimestampType::CreateTime,
             cleanup_policy: CleanupPolicy::Delete,
+            min_cleanable_dirty_ratio: DirtyRatio::DEFAULT,
+            delete_retention_ms: 24 * 60 * 60 * 1000,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
         }
     }
 }
@@ -140,6 +187,17 @@ impl LogConfig {
                 number().and_then(|n| {
                     if n > 0 {
                         Ok(n as u64)
+                    } else {
+                        Err(invalid("must be positive"))
+                    }
+                })
+            };
+            let at_least = |floor: i64| {
+                number().and_then(|n| {
+                    if n >= floor {
+                        Ok(n)
+                    } else if floor == 0 {
+                        Err(invalid("must not be negative"))
                     } else {
                         Err(invalid("must be positive"))
                     }
@@ -219,8 +277,27 @@ impl LogConfig {
                         _ => return Err(invalid("expected delete, compact or compact,delete")),
                     }
                 }
+                "min.cleanable.dirty.ratio" => {
+                    self.min_cleanable_dirty_ratio = value
+                        .trim()
+                        .parse::<f64>()
+                        .ok()
+                        .and_then(DirtyRatio::new)
+                        .ok_or(invalid("expected a number between 0 and 1"))?
+                }
+                "delete.retention.ms" => self.delete_retention_ms = at_least(0)?,
+                "min.compaction.lag.ms" => self.min_compaction_lag_ms = at_least(0)?,
+                "max.compaction.lag.ms" => self.max_compaction_lag_ms = at_least(1)?,
                 _ => return Err(ConfigError::Unknown(name.to_owned())),
             }
+        }
+        // Kafka's LogConfig.validateValues refuses the pair, whichever was set.
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms {
+            return Err(ConfigError::Invalid {
+                name: "min.compaction.lag.ms".to_owned(),
+                value: self.min_compaction_lag_ms.to_string(),
+                reason: "greater than max.compaction.lag.ms",
+            });
         }
         if flush_messages.is_some() || flush_ms.is_some() {
             // Kafka's "never" default (Long.MAX_VALUE) reads as no limit.
@@ -258,6 +335,51 @@ mod tests {
         assert_eq!(config.retention_bytes, None);
         assert_eq!(config.max_message_bytes, 1_048_588);
         assert_eq!(config.offset_index_entries_max(), 1_310_720);
+        assert_eq!(config.min_cleanable_dirty_ratio.get(), 0.5);
+        assert_eq!(config.delete_retention_ms, 86_400_000);
+        assert_eq!(config.min_compaction_lag_ms, 0);
+        assert_eq!(config.max_compaction_lag_ms, i64::MAX);
+    }
+
+    #[test]
+    fn compaction_settings_use_kafka_names_and_bounds() {
+        let config = LogConfig::default()
+            .with_overrides([
+                ("min.cleanable.dirty.ratio", "0.01"),
+                ("delete.retention.ms", "0"),
+                ("min.compaction.lag.ms", "100"),
+                ("max.compaction.lag.ms", "60000"),
+            ])
+            .unwrap();
+        assert_eq!(
+            config.min_cleanable_dirty_ratio,
+            DirtyRatio::new(0.01).unwrap()
+        );
+        assert_eq!(config.delete_retention_ms, 0);
+        assert_eq!(config.min_compaction_lag_ms, 100);
+        assert_eq!(config.max_compaction_lag_ms, 60_000);
+        for (name, value) in [
+            ("min.cleanable.dirty.ratio", "1.5"),
+            ("min.cleanable.dirty.ratio", "-0.1"),
+            ("min.cleanable.dirty.ratio", "NaN"),
+            ("delete.retention.ms", "-1"),
+            ("min.compaction.lag.ms", "-1"),
+            ("max.compaction.lag.ms", "0"),
+        ] {
+            assert!(
+                LogConfig::default()
+                    .with_overrides([(name, value)])
+                    .is_err(),
+                "{name}={value}"
+            );
+        }
+        let conflict = LogConfig::default().with_overrides([
+            ("min.compaction.lag.ms", "2000"),
+            ("max.compaction.lag.ms", "1000"),
+        ]);
+        assert!(
+            matches!(conflict, Err(ConfigError::Invalid { reason, .. }) if reason.contains("max.compaction"))
+        );
     }
 
     #[test]

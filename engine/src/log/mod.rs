@@ -6,11 +6,13 @@
 //! owns the byte layouts (exactly Kafka's, so Kafka's tools read our files and
 //! we read theirs) and every rule that decides something about them: where a
 //! lookup lands, when a segment rolls, what retention deletes, how much of a
-//! torn segment survives recovery. `brook-shards` does the IO around them.
+//! torn segment survives recovery, which records compaction keeps.
+//! `brook-shards` does the IO around them.
 
 pub mod batch;
 pub mod builder;
 pub mod checkpoint;
+pub mod compaction;
 pub mod config;
 pub mod epoch_cache;
 pub mod file_name;

@@ -31,6 +31,8 @@ pub enum RecordsError {
     Decompression(String),
     #[error("the compressed batch's records decompress to more than {max_bytes} bytes")]
     DecompressedTooLarge { max_bytes: usize },
+    #[error("cannot compress the batch's records: {0}")]
+    Compression(String),
 }
 
 /// A record's offset and timestamp.
@@ -129,7 +131,7 @@ pub fn first_at_or_after(
 }
 
 /// A zigzag varint (up to 64 bits): the value and how many bytes it used.
-fn read_varint(bytes: &[u8]) -> Option<(i64, usize)> {
+pub(crate) fn read_varint(bytes: &[u8]) -> Option<(i64, usize)> {
     let mut raw: u64 = 0;
     for (index, byte) in bytes.iter().take(10).enumerate() {
         raw |= u64::from(byte & 0x7f) << (7 * index);

@@ -39,7 +39,9 @@ pub fn is_write_padding(tail: &[u8], page_bytes: usize) -> bool {
 pub enum Contiguity {
     /// `cleanup.policy=delete`: every batch starts right after the previous one.
     Strict,
-    /// Compacted logs keep original offsets, so gaps are legal.
+    /// Compacted logs keep original offsets, so gaps are legal, between
+    /// batches and inside them (a cleaned batch holds fewer records than
+    /// its offset range).
     GapsAllowed,
 }
 
@@ -207,7 +209,13 @@ impl<'a> Scanner<'a> {
         }
         let invalid = |error| ScanStop::InvalidBatch { position, error };
         let (count, delta) = (header.records_count.get(), header.last_offset_delta.get());
-        if delta < 0 || count != delta.wrapping_add(1) {
+        // A batch the cleaner rebuilt keeps its offset range with fewer
+        // records (none, for a header kept for its producer).
+        let count_fits = match self.contiguity {
+            Contiguity::Strict => count == delta.wrapping_add(1),
+            Contiguity::GapsAllowed => count >= 0 && count <= delta.saturating_add(1),
+        };
+        if delta < 0 || !count_fits {
             return Err(invalid(BatchError::RecordCountMismatch {
                 records_count: count,
                 last_offset_delta: delta,
@@ -624,6 +632,42 @@ mod tests {
             gaps.scan(0, &bytes, true, |_, _| {}).end,
             ScanEnd::Exhausted
         );
+    }
+
+    /// A batch the cleaner rebuilt: one record left of an offset range of
+    /// five (lastOffsetDelta 4), its CRC recomputed.
+    fn cleaned_batch(base: i64) -> Vec<u8> {
+        let mut bytes = sample_batch(1, 0);
+        set_base_offset(&mut bytes, Offset(base)).unwrap();
+        bytes[23..27].copy_from_slice(&4i32.to_be_bytes());
+        let crc = crc32c::crc32c(&bytes[crate::log::batch::CRC_COVERED_START..]);
+        bytes[17..21].copy_from_slice(&crc.to_be_bytes());
+        bytes
+    }
+
+    #[test]
+    fn cleaned_batches_are_valid_only_in_compacted_logs() {
+        let mut bytes = cleaned_batch(10);
+        bytes.extend(cleaned_batch(15));
+        let mut gaps = Scanner::new(Offset(10), Some(Offset(10)), Contiguity::GapsAllowed, None);
+        assert_eq!(
+            gaps.scan(0, &bytes, true, |_, _| {}).end,
+            ScanEnd::Exhausted
+        );
+        assert_eq!(gaps.next_offset(), Some(Offset(20)));
+        let strict = Scanner::new(Offset(10), Some(Offset(10)), Contiguity::Strict, None).scan(
+            0,
+            &bytes,
+            true,
+            |_, _| {},
+        );
+        assert!(matches!(
+            strict.end,
+            ScanEnd::Invalid(ScanStop::InvalidBatch {
+                error: BatchError::RecordCountMismatch { .. },
+                ..
+            })
+        ));
     }
 
     #[test]
