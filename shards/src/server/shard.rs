@@ -21,7 +21,10 @@ use crate::server::connection::serve_connection;
 use crate::server::context::ServerContext;
 use crate::server::groups::{GroupHost, run_timers};
 use crate::server::mesh::{MeshReceiver, ShardGone, job_with_reply};
-use crate::storage::{MaintenanceSchedule, PartitionLog, StorageError, Store, StoreOptions};
+use crate::storage::{
+    CLEANER_MAP_BYTES_MIN, CleanerSchedule, MaintenanceSchedule, PartitionLog, StorageError, Store,
+    StoreOptions,
+};
 
 /// The only leader epoch a single broker ever has.
 pub const LEADER_EPOCH: LeaderEpoch = LeaderEpoch(0);
@@ -241,9 +244,19 @@ async fn start(
     shard.open_partitions(owned).await?;
     shard.store.checkpoint().await?;
     let config = &shard.context.config;
+    // The dedupe buffer is the broker's, shared by its shards as Kafka
+    // shares it by its cleaner threads.
+    let shards = u64::from(shard.context.shards.max(1));
+    let cleaner = config.cleaner.enabled.then(|| CleanerSchedule {
+        backoff: Duration::from_millis(config.cleaner.backoff_ms.max(1)),
+        map_bytes: usize::try_from(config.cleaner.dedupe_buffer_bytes / shards)
+            .unwrap_or(usize::MAX)
+            .max(CLEANER_MAP_BYTES_MIN),
+    });
     shard.store.start_maintenance(MaintenanceSchedule {
         retention_check_interval: Duration::from_millis(config.retention_check_interval_ms.max(1)),
         checkpoint_interval: Duration::from_millis(config.checkpoint_interval_ms.max(1)),
+        cleaner,
         ..MaintenanceSchedule::default()
     });
     Ok(shard)

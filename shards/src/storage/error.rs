@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use brook_engine::log::batch::BatchError;
+use brook_engine::log::records::RecordsError;
 use brook_engine::types::{LeaderEpoch, Offset};
 use thiserror::Error;
 
@@ -24,6 +25,13 @@ pub enum StorageError {
     BatchTooLarge { size: usize, max: u64 },
     #[error("an append needs at least one record batch")]
     EmptyAppend,
+    /// Kafka's rule for compacted topics: every record needs a key.
+    #[error(
+        "compacted topic cannot accept message without key (record {record_index} of its batch)"
+    )]
+    RecordWithoutKey { record_index: usize },
+    #[error("invalid records: {0}")]
+    InvalidRecords(RecordsError),
     #[error("offset {requested} is out of range [{log_start}, {log_end}]")]
     OffsetOutOfRange {
         requested: Offset,

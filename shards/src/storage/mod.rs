@@ -3,10 +3,14 @@
 //! Formats and decisions come from [`brook_engine::log`]; this module does the
 //! IO around them: appending through DMA-aligned tail buffers, writing and
 //! syncing with group commit, reading through the sparse indexes, recovering
-//! after a crash, deleting old segments, and checkpointing per shard.
+//! after a crash, deleting old segments, compacting logs, and checkpointing
+//! per shard.
 
 mod appender;
 mod bytes;
+mod clean_log;
+mod cleaned_segment;
+mod cleaner;
 mod device;
 mod error;
 mod files;
@@ -23,6 +27,8 @@ mod writer;
 
 pub use appender::PAGE_BYTES;
 pub use bytes::LogBytes;
+pub use clean_log::CleanOutcome;
+pub use cleaner::{CLEANER_MAP_BYTES_MIN, CleanerSchedule};
 pub use device::prepare_directory;
 pub use error::StorageError;
 pub(crate) use files::write_atomically as write_file_atomically;

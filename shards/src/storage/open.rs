@@ -1,6 +1,9 @@
 //! Opening a partition log: find its segments, trust what a clean shutdown
 //! or the recovery point vouches for, and scan the rest (S6).
 //!
+//! First, a segment swap of the log cleaner that a crash interrupted is
+//! finished or undone (see [`crate::storage::cleaned_segment`]).
+//!
 //! Every segment's index files are read whole once and checked (sizes,
 //! order, bounds, and that the first and last offset entries point at
 //! batches ending at their offsets), and the batches after the last
@@ -38,6 +41,7 @@ use glommio::io::{DmaFile, ReadResult};
 use zerocopy::IntoBytes;
 
 use crate::storage::appender::{ChunkSizing, PAGE_BYTES, PageAppender, align_down};
+use crate::storage::cleaned_segment::recover_interrupted_swap;
 use crate::storage::error::{StorageError, io_error};
 use crate::storage::files::{
     create_dma, open_dma, read_exact, read_optional_text, read_partial_page, segment_path,
@@ -138,6 +142,9 @@ pub(crate) async fn open_segments(
     hints: &RecoveryHints,
     now_ms: i64,
 ) -> Result<OpenedLog, StorageError> {
+    // A cleaner's segment swap that a crash interrupted is finished or
+    // undone first, so the segments listed are whole.
+    recover_interrupted_swap(dir).await?;
     let bases = list_segments(dir)?;
     let loaded = load_epochs(dir)?;
     let epochs_before = loaded.clone();

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use brook_engine::log::batch::BatchView;
+use brook_engine::log::compaction::record_parts::first_record_without_key;
 use brook_engine::log::config::LogConfig;
 use brook_engine::log::file_name::SegmentFileKind;
 use brook_engine::log::retention::{self, RetentionInput, SegmentSummary};
@@ -114,8 +115,14 @@ impl PartitionLog {
         leader_epoch: LeaderEpoch,
         now_ms: i64,
     ) -> Result<AppendInfo, StorageError> {
-        let max_message_bytes = self.inner.state.borrow().config.max_message_bytes;
+        let (max_message_bytes, compacted) = {
+            let config = &self.inner.state.borrow().config;
+            (config.max_message_bytes, config.cleanup_policy.compacts())
+        };
         let batches = validate_batches(records, max_message_bytes)?;
+        if compacted {
+            check_keys(&batches)?;
+        }
         let _permit = self
             .inner
             .append_lock
@@ -443,6 +450,19 @@ fn validate_batches(
         batches.push(batch);
     }
     Ok(batches)
+}
+
+/// Kafka refuses a record without a key on a compacted topic: the cleaner
+/// could never tell which value of it is the latest.
+fn check_keys(batches: &[BatchView<'_>]) -> Result<(), StorageError> {
+    for batch in batches {
+        match first_record_without_key(batch) {
+            Ok(None) => {}
+            Ok(Some(record_index)) => return Err(StorageError::RecordWithoutKey { record_index }),
+            Err(error) => return Err(StorageError::InvalidRecords(error)),
+        }
+    }
+    Ok(())
 }
 
 fn summarize(segment: &Segment) -> SegmentSummary {

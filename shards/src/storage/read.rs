@@ -22,6 +22,7 @@ use crate::storage::error::StorageError;
 use crate::storage::files::read_exact;
 use crate::storage::partition_log::{LogInner, PartitionLog};
 use crate::storage::segment::{BlockRead, SegmentState};
+use crate::storage::state::LogState;
 
 /// Smallest read issued while walking batches (amortises small batches).
 const WINDOW_BYTES_MIN: usize = 64 << 10;
@@ -150,7 +151,7 @@ impl<'a> Walk<'a> {
         let range = position..position + want;
         let cached = {
             let state = self.log.state.borrow();
-            let slot = state.segment_slot(self.view.base_offset);
+            let slot = slot_of(&state, self.view);
             slot.and_then(|slot| state.segments[slot].cached(range.clone()))
         };
         self.window = match cached {
@@ -284,9 +285,14 @@ impl PartitionLog {
             if offset >= end_offset {
                 return Ok(empty);
             }
-            // A segment may end before the next one starts (compaction gaps).
+            // A segment may end before the next one starts, and a cleaned
+            // one may hold nothing at all (compaction gaps): the first
+            // segment with a batch ending at or after the offset.
             let slot = (slot..count)
-                .find(|slot| state.segments[*slot].next_offset > offset)
+                .find(|slot| {
+                    let segment = &state.segments[*slot];
+                    segment.next_offset > offset && segment.log_bytes > 0
+                })
                 .unwrap_or(count - 1);
             let segment = &state.segments[slot];
             let lookup = segment.index_lookup(offset.max(segment.base_offset));
@@ -385,7 +391,8 @@ impl PartitionLog {
     ) -> Result<Option<u64>, StorageError> {
         let block = {
             let state = self.inner.state.borrow();
-            let slot = state.segment_slot(view.base_offset);
+            // A cleaned segment that replaced this one has its own index.
+            let slot = slot_of(&state, view);
             match slot.map(|slot| &state.segments[slot].state) {
                 Some(SegmentState::Sealed(sealed)) => {
                     sealed.offset.block_in(&sealed.by_position, limit as i64)
@@ -423,12 +430,19 @@ impl PartitionLog {
         let Some(mut base) = first_base else {
             return Ok(None);
         };
+        let mut replaced = 0;
         loop {
             let Some(view) = segment_view_from(log, base) else {
                 return Ok(None);
             };
-            if let Some(found) = self.find_in_segment(&view, target, log_start).await? {
-                return Ok(Some(found));
+            match self.find_in_segment(&view, target, log_start).await? {
+                SegmentSearch::Found(found) => return Ok(Some(found)),
+                // A cleaned segment took its place: search that one.
+                SegmentSearch::Replaced if replaced < SEGMENT_REPLACEMENTS_MAX => {
+                    replaced += 1;
+                    continue;
+                }
+                SegmentSearch::Replaced | SegmentSearch::NotHere => {}
             }
             let Some(next) = view.base_offset.0.checked_add(1) else {
                 return Ok(None);
@@ -444,12 +458,12 @@ impl PartitionLog {
         view: &SegmentView,
         target: TimestampMs,
         log_start: Offset,
-    ) -> Result<Option<RecordStamp>, StorageError> {
+    ) -> Result<SegmentSearch, StorageError> {
         let log = &*self.inner;
         let time_lookup = {
             let state = log.state.borrow();
-            let Some(slot) = state.segment_slot(view.base_offset) else {
-                return Ok(None);
+            let Some(slot) = slot_of(&state, view) else {
+                return Ok(gone_or_replaced(&state, view));
             };
             state.segments[slot].time_lookup(target)
         };
@@ -462,25 +476,55 @@ impl PartitionLog {
         let start_offset = from_time.unwrap_or(view.base_offset).max(log_start);
         let lookup = {
             let state = log.state.borrow();
-            state
-                .segment_slot(view.base_offset)
-                .map(|slot| state.segments[slot].index_lookup(start_offset))
-        };
-        let Some(lookup) = lookup else {
-            return Ok(None);
+            match slot_of(&state, view) {
+                Some(slot) => state.segments[slot].index_lookup(start_offset),
+                None => return Ok(gone_or_replaced(&state, view)),
+            }
         };
         let position = lookup
             .offset_position(start_offset.0 - view.base_offset.0)
             .await?;
         let mut walk = Walk::new(log, view, position);
-        find_timestamp(&mut walk, target, log_start).await
+        let found = find_timestamp(&mut walk, target, log_start).await?;
+        Ok(found.map_or(SegmentSearch::NotHere, SegmentSearch::Found))
+    }
+}
+
+/// How a timestamp search of one segment ended.
+enum SegmentSearch {
+    Found(RecordStamp),
+    /// No record at or after the target here (or the segment was deleted).
+    NotHere,
+    /// A cleaned segment replaced this one while the search waited on IO.
+    Replaced,
+}
+
+/// Swaps of one segment a timestamp search follows before moving on (each
+/// takes a whole cleaning pass, so one is already rare).
+const SEGMENT_REPLACEMENTS_MAX: usize = 8;
+
+/// The slot of the segment `view` was copied from, if it is still in the
+/// log. Segments are matched by base offset *and* file: a cleaned segment
+/// replaces its first source under the same base offset, with other
+/// positions, so one's index must never be used with the other's file.
+fn slot_of(state: &LogState, view: &SegmentView) -> Option<usize> {
+    state
+        .segment_slot(view.base_offset)
+        .filter(|slot| Rc::ptr_eq(&state.segments[*slot].log_file, &view.file))
+}
+
+fn gone_or_replaced(state: &LogState, view: &SegmentView) -> SegmentSearch {
+    match state.segment_slot(view.base_offset) {
+        Some(_) => SegmentSearch::Replaced,
+        None => SegmentSearch::NotHere,
     }
 }
 
 /// The read inputs of the first segment whose base offset is ≥ `base`.
 /// Segments are found by base offset, never kept by slot across an await:
 /// retention may delete segments from the front while a lookup waits on IO,
-/// and every slot after them shifts.
+/// and every slot after them shifts (and the cleaner may replace segments:
+/// see [`slot_of`]).
 fn segment_view_from(log: &LogInner, base: Offset) -> Option<SegmentView> {
     let state = log.state.borrow();
     let slot = state

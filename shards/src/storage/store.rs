@@ -6,6 +6,8 @@
 //! clean-shutdown marker `.brook_cleanshutdown-<shard>`, written last by a
 //! clean close and removed first on open, so a crash at any moment leaves no
 //! marker. Partition directories are `<topic>-<partition>` under the root.
+//! The shard's log cleaner keeps `cleaner-offset-checkpoint-<shard>` (see
+//! [`crate::storage::cleaner`]).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -19,6 +21,7 @@ use brook_engine::log::config::LogConfig;
 use brook_engine::log::file_name::partition_dir_name;
 use brook_engine::types::{Offset, TopicPartition};
 
+use crate::storage::cleaner::{Cleaner, CleanerSchedule};
 use crate::storage::device::prepare_directory;
 use crate::storage::error::{StorageError, io_error};
 use crate::storage::files::{read_optional_text, sync_directory, write_atomically};
@@ -41,6 +44,8 @@ pub struct MaintenanceSchedule {
     pub checkpoint_interval: Duration,
     /// How long a log goes without appends before its tail cache is dropped.
     pub idle_release_interval: Duration,
+    /// The log cleaner of compacted topics (`None`: `log.cleaner.enable=false`).
+    pub cleaner: Option<CleanerSchedule>,
 }
 
 impl Default for MaintenanceSchedule {
@@ -49,6 +54,7 @@ impl Default for MaintenanceSchedule {
             retention_check_interval: Duration::from_millis(300_000),
             checkpoint_interval: Duration::from_millis(CHECKPOINT_INTERVAL_MS_DEFAULT),
             idle_release_interval: Duration::from_secs(10),
+            cleaner: Some(CleanerSchedule::default()),
         }
     }
 }
@@ -67,6 +73,7 @@ pub struct Store {
     opening: glommio::sync::Semaphore,
     logs: RefCell<BTreeMap<TopicPartition, PartitionLog>>,
     maintenance: RefCell<Option<glommio::Task<()>>>,
+    pub(crate) cleaner: Cleaner,
 }
 
 impl std::fmt::Debug for Store {
@@ -91,6 +98,7 @@ impl Store {
         }
         let recovery_points = read_checkpoint(&recovery_point_path(&options));
         let log_start_offsets = read_checkpoint(&log_start_path(&options));
+        let cleaner = Cleaner::open(&options.root, options.shard);
         Ok(Store {
             options,
             clean_shutdown,
@@ -99,6 +107,7 @@ impl Store {
             opening: glommio::sync::Semaphore::new(1),
             logs: RefCell::new(BTreeMap::new()),
             maintenance: RefCell::new(None),
+            cleaner,
         })
     }
 
@@ -150,6 +159,7 @@ impl Store {
 
     /// Forgets a partition's log (the caller closes or deletes it).
     pub fn remove_partition(&self, topic_partition: &TopicPartition) -> Option<PartitionLog> {
+        self.cleaner.forget(topic_partition);
         self.logs.borrow_mut().remove(topic_partition)
     }
 
@@ -220,9 +230,13 @@ impl Store {
         deleted
     }
 
-    /// Starts the shard's background maintenance: retention and
-    /// checkpoints on `schedule`. Errors are logged; the next round retries.
+    /// Starts the shard's background maintenance: retention, checkpoints
+    /// and the log cleaner on `schedule`. Errors are logged; the next round
+    /// retries.
     pub fn start_maintenance(self: &Rc<Self>, schedule: MaintenanceSchedule) {
+        if let Some(cleaner) = schedule.cleaner {
+            self.start_cleaner(cleaner);
+        }
         let store = Rc::downgrade(self);
         let task = glommio::spawn_local(async move {
             let start = Instant::now();
@@ -264,6 +278,7 @@ impl Store {
     /// If any log fails to close, no marker is written (the next open scans).
     pub async fn close(&self) -> Result<(), StorageError> {
         drop(self.maintenance.borrow_mut().take());
+        self.cleaner.stop();
         let mut first_error = None;
         for (topic_partition, log) in self.partitions() {
             if let Err(error) = log.close().await {
@@ -279,7 +294,7 @@ impl Store {
     }
 }
 
-fn wall_clock_ms() -> i64 {
+pub(crate) fn wall_clock_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_millis() as i64)

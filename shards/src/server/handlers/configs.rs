@@ -34,12 +34,14 @@ pub const CONFIG_SOURCE_DEFAULT: i8 = 5;
 const CONFIG_TYPE_STRING: i8 = 2;
 const CONFIG_TYPE_INT: i8 = 3;
 const CONFIG_TYPE_LONG: i8 = 5;
+const CONFIG_TYPE_DOUBLE: i8 = 6;
 const CONFIG_TYPE_LIST: i8 = 7;
 
 fn config_type(name: &str) -> i8 {
     match name {
         name if is_list_config(name) => CONFIG_TYPE_LIST,
         "message.timestamp.type" => CONFIG_TYPE_STRING,
+        "min.cleanable.dirty.ratio" => CONFIG_TYPE_DOUBLE,
         "segment.bytes" | "segment.index.bytes" | "index.interval.bytes" | "max.message.bytes" => {
             CONFIG_TYPE_INT
         }

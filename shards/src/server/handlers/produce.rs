@@ -55,6 +55,9 @@ pub(crate) fn storage_error_code(error: &StorageError) -> ErrorCode {
         StorageError::InvalidBatch(
             BatchError::RecordCountMismatch { .. } | BatchError::OffsetOverflow { .. },
         ) => ErrorCode::INVALID_RECORD,
+        StorageError::RecordWithoutKey { .. } | StorageError::InvalidRecords(_) => {
+            ErrorCode::INVALID_RECORD
+        }
         StorageError::InvalidBatch(_) | StorageError::EmptyAppend => ErrorCode::CORRUPT_MESSAGE,
         StorageError::BatchTooLarge { .. } => ErrorCode::MESSAGE_TOO_LARGE,
         StorageError::OffsetOutOfRange { .. } => ErrorCode::OFFSET_OUT_OF_RANGE,
@@ -103,6 +106,13 @@ async fn append_on_owner(
     };
     let info = match log.append(&records, LEADER_EPOCH, now_ms()).await {
         Ok(info) => info,
+        Err(StorageError::RecordWithoutKey { .. }) => {
+            // Kafka's words (LogValidator.validateKey), which clients show.
+            let message = format!(
+                "Compacted topic cannot accept message without key in topic partition {topic_partition}."
+            );
+            return Produced::failed(ErrorCode::INVALID_RECORD, message);
+        }
         Err(error) => return Produced::failed(storage_error_code(&error), error.to_string()),
     };
     let waited = match acks {
