@@ -644,3 +644,51 @@ fn a_crash_after_the_swap_commits_finishes_it() {
         leftovers(&crashed_dir)
     );
 }
+
+/// A topic switched from `compact` to `delete` keeps its compacted log: the
+/// gaps and cleaned batches are not damage, whether the broker stopped
+/// cleanly or crashed (recovery reads a log the cleaner has touched as a
+/// compacted one, whatever its topic's policy now).
+#[test]
+fn a_compacted_log_reopened_under_the_delete_policy_loses_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path().to_owned();
+    block_on(async move {
+        let options = StoreOptions {
+            root: root.clone(),
+            shard: 0,
+        };
+        let tp = TopicPartition::new("switched", 0);
+        let store = Store::open(options.clone()).await.unwrap();
+        let log = store
+            .open_partition(&tp, compacted(8 << 10), now_ms())
+            .await
+            .unwrap();
+        overwrite(&log, 15, 30, 4, 3).await;
+        assert!(
+            store
+                .clean_filthiest_log(now_ms(), MAP_BYTES)
+                .await
+                .is_some()
+        );
+        let (seen, end) = (consume(&log).await, log.log_end_offset());
+        store.close().await.unwrap();
+        let delete_policy = LogConfig {
+            cleanup_policy: CleanupPolicy::Delete,
+            ..compacted(8 << 10)
+        };
+        // Clean stop, then a crash (the store dropped without closing).
+        for close in [true, false] {
+            let store = Store::open(options.clone()).await.unwrap();
+            let log = store
+                .open_partition(&tp, delete_policy.clone(), now_ms())
+                .await
+                .unwrap();
+            assert_eq!(log.log_end_offset(), end, "clean stop before: {close}");
+            assert_eq!(consume(&log).await, seen, "clean stop before: {close}");
+            if close {
+                store.close().await.unwrap();
+            }
+        }
+    });
+}

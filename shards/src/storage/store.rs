@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use brook_engine::cluster::broker_config::CHECKPOINT_INTERVAL_MS_DEFAULT;
 use brook_engine::log::checkpoint::{decode_offsets, encode_offsets};
-use brook_engine::log::config::LogConfig;
+use brook_engine::log::config::{CleanupPolicy, LogConfig};
 use brook_engine::log::file_name::partition_dir_name;
 use brook_engine::types::{Offset, TopicPartition};
 
@@ -145,8 +145,21 @@ impl Store {
             recovery_point: self.recovery_points.borrow_mut().remove(topic_partition),
             log_start_offset: self.log_start_offsets.borrow_mut().remove(topic_partition),
         };
-        let log =
-            PartitionLog::open(self.partition_dir(topic_partition), config, hints, now_ms).await?;
+        // A log the cleaner has compacted has offset gaps and cleaned batches
+        // even if its topic no longer compacts: recovery must read it as a
+        // compacted log, or it would take the gaps for damage and cut there.
+        let was_compacted = self.cleaner_checkpoint(topic_partition).is_some();
+        let recover_as = if was_compacted && !config.cleanup_policy.compacts() {
+            LogConfig {
+                cleanup_policy: CleanupPolicy::CompactAndDelete,
+                ..config.clone()
+            }
+        } else {
+            config.clone()
+        };
+        let dir = self.partition_dir(topic_partition);
+        let log = PartitionLog::open(dir, recover_as, hints, now_ms).await?;
+        log.set_config(config);
         self.logs
             .borrow_mut()
             .insert(topic_partition.clone(), log.clone());
