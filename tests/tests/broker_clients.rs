@@ -3,10 +3,10 @@
 //! long-polling fetches.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use brook_tests::broker::Broker;
+use brook_tests::deliveries::Deliveries;
 use futures::executor::block_on;
 use rdkafka::admin::{
     AdminClient, AdminOptions, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication,
@@ -14,9 +14,9 @@ use rdkafka::admin::{
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{DeliveryResult, Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
 
 const BROOK: &str = env!("CARGO_BIN_EXE_brook-e2e");
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -26,31 +26,6 @@ fn admin(broker: &Broker) -> AdminClient<DefaultClientContext> {
         .set("bootstrap.servers", &broker.address)
         .create()
         .expect("an admin client")
-}
-
-/// Delivery reports: key → (partition, offset), or the first error.
-#[derive(Clone, Default)]
-struct Deliveries {
-    delivered: Arc<Mutex<HashMap<String, (i32, i64)>>>,
-    errors: Arc<Mutex<Vec<String>>>,
-}
-
-impl ClientContext for Deliveries {}
-
-impl ProducerContext for Deliveries {
-    type DeliveryOpaque = ();
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        match result {
-            Ok(message) => {
-                let key = String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned();
-                self.delivered
-                    .lock()
-                    .unwrap()
-                    .insert(key, (message.partition(), message.offset()));
-            }
-            Err((error, _)) => self.errors.lock().unwrap().push(error.to_string()),
-        }
-    }
 }
 
 fn producer(broker: &Broker, acks: &str) -> BaseProducer<Deliveries> {

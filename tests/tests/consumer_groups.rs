@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGua
 use std::time::{Duration, Instant};
 
 use brook_tests::broker::Broker;
+use brook_tests::deliveries::Deliveries;
 use brook_tests::groups::generation_of;
 use brook_tests::raw;
 use futures::executor::block_on;
@@ -22,8 +23,8 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
-use rdkafka::message::{DeliveryResult, Message};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 const BROOK: &str = env!("CARGO_BIN_EXE_brook-e2e");
@@ -87,31 +88,6 @@ fn create_topic(broker: &Broker, name: &str, partitions: i32) {
     let results =
         block_on(admin.create_topics([&topic], &AdminOptions::new())).expect("CreateTopics");
     assert!(results.iter().all(Result::is_ok), "{results:?}");
-}
-
-/// Delivery reports: key → (partition, offset), or the errors.
-#[derive(Clone, Default)]
-struct Deliveries {
-    delivered: Arc<Mutex<HashMap<String, (i32, i64)>>>,
-    errors: Arc<Mutex<Vec<String>>>,
-}
-
-impl ClientContext for Deliveries {}
-
-impl ProducerContext for Deliveries {
-    type DeliveryOpaque = ();
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        match result {
-            Ok(message) => {
-                let key = String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned();
-                self.delivered
-                    .lock()
-                    .unwrap()
-                    .insert(key, (message.partition(), message.offset()));
-            }
-            Err((error, _)) => self.errors.lock().unwrap().push(error.to_string()),
-        }
-    }
 }
 
 /// One record to produce: to `partition`, or by its key when `None`.
