@@ -974,3 +974,36 @@ fn committed_offsets_of_a_deleted_topic_are_forgotten() {
         [-1]
     );
 }
+
+/// Before any FindCoordinator created `__consumer_offsets`, no group has a
+/// coordinator here: group requests answer NOT_COORDINATOR (the client then
+/// looks the coordinator up, which creates the topic), never a panic or a
+/// silently dropped commit.
+#[test]
+fn group_requests_before_the_offsets_topic_exists_answer_not_coordinator() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), &[]);
+    let mut stream = connect(&broker);
+    let advertised = Versions::of(&mut stream);
+    create_topic(&mut stream, &advertised, TOPIC, TOPIC_PARTITIONS);
+    let request = join_request("early", "", TOPIC, &["range"]);
+    let joined: JoinGroupResponse = exchange(&mut stream, ApiKey::JoinGroup, 9, &request);
+    assert_eq!(
+        error(joined.error_code),
+        Some(ResponseError::NotCoordinator),
+        "{joined:?}"
+    );
+    let commit_v = advertised.highest(ApiKey::OffsetCommit, OffsetCommitRequest::VERSIONS);
+    assert_eq!(
+        commit_offsets(&mut stream, commit_v, "early", -1, "", &[(0, 3)]),
+        [Some(ResponseError::NotCoordinator)]
+    );
+    // Looking the coordinator up creates it; the same join is then served.
+    wait_for_coordinator(&mut stream, &advertised, "early");
+    let joined: JoinGroupResponse = exchange(&mut stream, ApiKey::JoinGroup, 9, &request);
+    assert_eq!(
+        error(joined.error_code),
+        Some(ResponseError::MemberIdRequired),
+        "{joined:?}"
+    );
+}
