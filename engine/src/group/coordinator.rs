@@ -369,7 +369,6 @@ impl Change<'_> {
             awaiting_join: Some(token),
             awaiting_sync: None,
             session_deadline_ms: self.now_ms + NEW_MEMBER_JOIN_TIMEOUT_MS,
-            is_new: true,
             joined_sequence: self.group.next_join_sequence,
         };
         self.group.next_join_sequence += 1;
@@ -524,7 +523,6 @@ impl Change<'_> {
         self.group.sync_deadline_ms = Some(self.now_ms + self.group.rebalance_timeout_ms());
         let mut answers = Vec::new();
         for member in self.group.members.values_mut() {
-            member.is_new = false;
             member.session_deadline_ms = self.now_ms + i64::from(member.session_timeout_ms);
             answers.extend(
                 member

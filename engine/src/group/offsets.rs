@@ -401,7 +401,6 @@ impl GroupCoordinator {
                 awaiting_join: None,
                 awaiting_sync: None,
                 session_deadline_ms: now_ms + i64::from(stored.session_timeout_ms),
-                is_new: false,
                 joined_sequence: sequence as u64,
             };
             group.members.insert(stored.member_id, member);

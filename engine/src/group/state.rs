@@ -100,8 +100,6 @@ pub struct Member {
     /// When the member is removed unless it heartbeats (or waits in a join
     /// or sync) before.
     pub session_deadline_ms: i64,
-    /// Joined in this rebalance (not yet given a generation).
-    pub is_new: bool,
     /// Order of joining, for choosing a new leader deterministically.
     pub joined_sequence: u64,
 }
@@ -331,7 +329,6 @@ mod tests {
             awaiting_join: None,
             awaiting_sync: None,
             session_deadline_ms: 0,
-            is_new: false,
             joined_sequence: sequence,
         }
     }

@@ -180,18 +180,18 @@ impl GroupHost {
     async fn loaded(&self, shard: &Rc<Shard>, partition: i32) -> Result<(), ErrorCode> {
         let started = std::time::Instant::now();
         loop {
-            let state = match self.partitions.borrow().get(&partition) {
+            let loading = match self.partitions.borrow().get(&partition) {
                 Some(Hosted::Loaded(_)) => return Ok(()),
-                Some(Hosted::Loading) => Hosted::Loading,
-                None => Hosted::Loaded(GroupCoordinator::default()),
+                Some(Hosted::Loading) => true,
+                None => false,
             };
-            match state {
-                Hosted::Loading if started.elapsed() < LOAD_WAIT_MAX => {
-                    glommio::timer::sleep(Duration::from_millis(2)).await;
-                }
-                Hosted::Loading => return Err(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS),
-                Hosted::Loaded(_) => return self.load(shard, partition).await,
+            if !loading {
+                return self.load(shard, partition).await;
             }
+            if started.elapsed() >= LOAD_WAIT_MAX {
+                return Err(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS);
+            }
+            glommio::timer::sleep(Duration::from_millis(2)).await;
         }
     }
 
