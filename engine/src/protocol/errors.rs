@@ -30,7 +30,17 @@ impl ErrorCode {
     pub const INVALID_CONFIG: ErrorCode = ErrorCode(40);
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: ErrorCode = ErrorCode(45);
     pub const INVALID_PRODUCER_EPOCH: ErrorCode = ErrorCode(47);
+    pub const DUPLICATE_SEQUENCE_NUMBER: ErrorCode = ErrorCode(46);
     pub const INVALID_TXN_STATE: ErrorCode = ErrorCode(48);
+    pub const INVALID_PRODUCER_ID_MAPPING: ErrorCode = ErrorCode(49);
+    pub const INVALID_TRANSACTION_TIMEOUT: ErrorCode = ErrorCode(50);
+    pub const CONCURRENT_TRANSACTIONS: ErrorCode = ErrorCode(51);
+    pub const TRANSACTION_COORDINATOR_FENCED: ErrorCode = ErrorCode(52);
+    pub const UNKNOWN_PRODUCER_ID: ErrorCode = ErrorCode(59);
+    pub const UNSTABLE_OFFSET_COMMIT: ErrorCode = ErrorCode(88);
+    pub const PRODUCER_FENCED: ErrorCode = ErrorCode(90);
+    pub const TRANSACTIONAL_ID_NOT_FOUND: ErrorCode = ErrorCode(105);
+    pub const TRANSACTION_ABORTABLE: ErrorCode = ErrorCode(120);
     pub const OFFSET_METADATA_TOO_LARGE: ErrorCode = ErrorCode(12);
     pub const COORDINATOR_LOAD_IN_PROGRESS: ErrorCode = ErrorCode(14);
     pub const COORDINATOR_NOT_AVAILABLE: ErrorCode = ErrorCode(15);
