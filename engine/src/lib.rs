@@ -14,4 +14,5 @@ pub mod group;
 pub mod log;
 pub mod protocol;
 pub mod replica;
+pub mod txn;
 pub mod types;

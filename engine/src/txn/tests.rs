@@ -1,0 +1,1 @@
+//! Whole transaction lifecycles through the coordinator.
