@@ -14,6 +14,7 @@ pub mod builder;
 pub mod checkpoint;
 pub mod compaction;
 pub mod config;
+pub mod control;
 pub mod epoch_cache;
 pub mod file_name;
 pub mod index;

@@ -3,3 +3,4 @@
 //! transactions' last stable offset and replication's high watermark.
 
 pub mod producer_state;
+pub mod txn_index;

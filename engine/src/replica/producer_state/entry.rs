@@ -174,6 +174,22 @@ impl ProducerStateEntry {
         }
     }
 
+    /// Records a COMMIT or ABORT marker (`ProducerStateEntry.update(epoch,
+    /// coordinatorEpoch, lastTimestamp)`): the marker's epoch becomes the
+    /// producer's (a newer one forgets the batches), the coordinator epoch and
+    /// timestamp are the marker's, and no transaction is open any more.
+    pub(super) fn end_transaction(
+        &mut self,
+        epoch: ProducerEpoch,
+        coordinator_epoch: i32,
+        timestamp: TimestampMs,
+    ) {
+        self.update_epoch(epoch);
+        self.coordinator_epoch = coordinator_epoch;
+        self.last_timestamp = timestamp;
+        self.current_transaction_first_offset = None;
+    }
+
     /// Switches to `epoch`, forgetting the batches of any other epoch
     /// (`maybeUpdateProducerEpoch`); true if it changed.
     fn update_epoch(&mut self, epoch: ProducerEpoch) -> bool {

@@ -1,5 +1,8 @@
 //! The partition's table of producers and the rules that change it (Kafka's
-//! `ProducerStateManager` with `ProducerAppendInfo`'s checks).
+//! `ProducerStateManager` with `ProducerAppendInfo`'s checks). Transactions
+//! (markers, the first unstable offset) are in `transactions.rs` and KIP-890
+//! verification in `verification.rs`: both are further `impl` blocks of the
+//! same manager, since Kafka keeps all three in one lock-guarded state.
 
 use std::collections::BTreeMap;
 
@@ -8,6 +11,8 @@ use crate::types::{Offset, ProducerId, TimestampMs};
 use super::entry::{BatchMetadata, ProducerStateEntry};
 use super::sequence::{ProducerEpoch, Sequence};
 use super::snapshot::{ProducerSnapshot, SnapshotEntry, snapshot_in_range};
+use super::transactions::UnreplicatedTxn;
+use super::verification::{VerificationGuard, VerificationStateEntry};
 use super::{BatchKind, PRODUCERS_MAX, ProducerBatch, ProducerError, ProducerStateConfig};
 
 /// What to do with a client batch that passed the checks.
@@ -47,19 +52,34 @@ pub enum Rebuild {
     /// The state matches the log; nothing to replay.
     Done,
     /// Feed every batch whose last offset is at or after this offset, up to the
-    /// log end, to [`ProducerStateManager::replay_batch`] in order, then call
-    /// [`ProducerStateManager::finish_rebuild`].
+    /// log end, in order: data batches to [`ProducerStateManager::replay_batch`],
+    /// transaction markers to [`ProducerStateManager::replay_marker`] (and its
+    /// completed transaction to [`ProducerStateManager::complete_txn`]); then
+    /// call [`ProducerStateManager::finish_rebuild`].
     ReplayFrom(Offset),
 }
 
 /// Every producer of one partition. Lives on the partition's shard.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProducerStateManager {
-    config: ProducerStateConfig,
-    producers: BTreeMap<ProducerId, ProducerStateEntry>,
+    pub(super) config: ProducerStateConfig,
+    pub(super) producers: BTreeMap<ProducerId, ProducerStateEntry>,
     /// The offset after the last batch applied (Kafka's `lastMapOffset`): a
     /// snapshot taken now is named by it.
-    map_end_offset: Offset,
+    pub(super) map_end_offset: Offset,
+    /// Open transactions by first offset (Kafka's `ongoingTxns`). Holds exactly
+    /// the producers whose entry has a current transaction, except between a
+    /// marker and its [`ProducerStateManager::complete_txn`].
+    pub(super) ongoing_transactions: BTreeMap<Offset, ProducerId>,
+    /// Completed transactions whose marker is not yet below the high watermark,
+    /// by first offset (Kafka's `unreplicatedTxns`): still unstable.
+    pub(super) unreplicated_transactions: BTreeMap<Offset, UnreplicatedTxn>,
+    /// KIP-890 verifications in progress, by producer (Kafka's
+    /// `verificationStates`); at most `producers_max`.
+    pub(super) verifications: BTreeMap<ProducerId, VerificationStateEntry>,
+    /// The last guard handed out; guards are never reused, even across
+    /// truncation, so a stale verification can never match a new one.
+    pub(super) guards_issued: u64,
 }
 
 impl ProducerStateManager {
@@ -72,6 +92,10 @@ impl ProducerStateManager {
             config,
             producers: BTreeMap::new(),
             map_end_offset: Offset(0),
+            ongoing_transactions: BTreeMap::new(),
+            unreplicated_transactions: BTreeMap::new(),
+            verifications: BTreeMap::new(),
+            guards_issued: 0,
         }
     }
 
@@ -102,8 +126,22 @@ impl ProducerStateManager {
     ///
     /// Time plays no part: a producer past its expiry but not yet removed is
     /// still checked against, as in Kafka. Only for batches with a producer id
-    /// ([`super::ProducerOfBatch::Data`]).
+    /// ([`super::ProducerOfBatch::Data`]). Transaction verification (KIP-890)
+    /// is not required here, as with Kafka's
+    /// `transaction.partition.verification.enable=false`; see
+    /// [`ProducerStateManager::check_batch_verified`].
     pub fn check_batch(&self, batch: &ProducerBatch) -> Result<Verdict, ProducerError> {
+        self.check(batch, None)
+    }
+
+    /// [`ProducerStateManager::check_batch`], and with `verification` also
+    /// Kafka's rule that a transactional batch starting a transaction must
+    /// carry the partition's current verification guard.
+    pub(super) fn check(
+        &self,
+        batch: &ProducerBatch,
+        verification: Option<VerificationGuard>,
+    ) -> Result<Verdict, ProducerError> {
         if batch.base_sequence.0 < 0 {
             return Err(ProducerError::InvalidSequence {
                 producer_id: batch.producer_id,
@@ -125,12 +163,16 @@ impl ProducerStateManager {
                 timestamp: duplicate.timestamp,
             });
         }
+        if let Some(request_guard) = verification {
+            self.check_verification(batch, entry, request_guard)?;
+        }
         if entry.is_none() && self.producers.len() >= self.config.producers_max {
             return Err(ProducerError::ProducersLimitReached {
                 limit: self.config.producers_max,
             });
         }
         check_epoch(batch, entry)?;
+        check_verification_sequence(batch, self.verifications.get(&batch.producer_id))?;
         check_sequence(batch, entry)?;
         check_transaction(batch, entry)?;
         Ok(Verdict::Append(PendingAppend {
@@ -167,6 +209,8 @@ impl ProducerStateManager {
             .producers
             .entry(batch.producer_id)
             .or_insert_with(ProducerStateEntry::empty);
+        let starts_transaction = batch.kind == BatchKind::Transactional
+            && entry.current_transaction_first_offset().is_none();
         entry.add_batch(
             batch.producer_epoch,
             BatchMetadata {
@@ -176,26 +220,40 @@ impl ProducerStateManager {
                 timestamp: batch.max_timestamp,
             },
         );
-        if batch.kind == BatchKind::Transactional {
+        if starts_transaction {
             entry.begin_transaction_at(base_offset);
+            self.ongoing_transactions
+                .insert(base_offset, batch.producer_id);
+        }
+        if batch.kind == BatchKind::Transactional {
+            // The transaction now has data here (or its verification was for
+            // an older one): either way the guard has served (`updateProducers`).
+            self.verifications.remove(&batch.producer_id);
         }
         self.map_end_offset = Offset(last_offset.0.saturating_add(1));
     }
 
     /// Forgets producers idle for `producer.id.expiration.ms` (measured from
-    /// their last batch's timestamp) with no open transaction. Returns how many.
+    /// their last batch's timestamp) with no open transaction, and
+    /// verifications started that long ago and never used (Kafka expires both
+    /// with the same setting). Returns how many producers were removed.
     pub fn remove_expired_producers(&mut self, now: TimestampMs) -> usize {
         let before = self.producers.len();
         let expiration_ms = self.config.producer_id_expiration_ms;
         self.producers
             .retain(|_, entry| !is_expired(entry, now, expiration_ms));
+        self.verifications
+            .retain(|_, verification| !verification.is_expired(now, expiration_ms));
         before - self.producers.len()
     }
 
     /// The log start moved forward (retention, DeleteRecords). Producers are
     /// kept even if all their batches are gone (KIP-360); only the map end
-    /// catches up.
+    /// catches up, and completed transactions wholly before the new start stop
+    /// counting as unstable (`onLogStartOffsetIncremented`).
     pub fn on_log_start_offset(&mut self, log_start_offset: Offset) {
+        self.unreplicated_transactions
+            .retain(|_, transaction| transaction.last_offset >= log_start_offset);
         self.map_end_offset = self.map_end_offset.max(log_start_offset);
     }
 
@@ -217,6 +275,10 @@ impl ProducerStateManager {
             self.on_log_start_offset(log_start_offset);
         } else {
             self.producers.clear();
+            self.ongoing_transactions.clear();
+            // The new log end is at or below the high watermark (Kafka's
+            // assumption too), so every completed transaction is replicated.
+            self.unreplicated_transactions.clear();
             self.map_end_offset = log_start_offset;
             let usable = snapshot.filter(|snapshot| {
                 snapshot_in_range(snapshot.offset, log_start_offset, log_end_offset)
@@ -241,6 +303,8 @@ impl ProducerStateManager {
     /// Forgets everything: the log was emptied and restarts at `offset`.
     pub fn truncate_fully_and_start_at(&mut self, offset: Offset) {
         self.producers.clear();
+        self.ongoing_transactions.clear();
+        self.unreplicated_transactions.clear();
         self.map_end_offset = offset;
     }
 
@@ -256,14 +320,20 @@ impl ProducerStateManager {
         }
     }
 
-    /// Loads a snapshot's producers, skipping expired ones (`loadFromSnapshot`).
+    /// Loads a snapshot's producers, skipping expired ones, and reopens their
+    /// transactions (`loadFromSnapshot`, `loadProducerEntry`).
     fn load(&mut self, snapshot: ProducerSnapshot, now: TimestampMs) {
         let expiration_ms = self.config.producer_id_expiration_ms;
         for stored in &snapshot.entries {
             let entry = stored.to_entry();
-            if !is_expired(&entry, now, expiration_ms) {
-                self.producers.insert(stored.producer_id, entry);
+            if is_expired(&entry, now, expiration_ms) {
+                continue;
             }
+            if let Some(first_offset) = entry.current_transaction_first_offset() {
+                self.ongoing_transactions
+                    .insert(first_offset, stored.producer_id);
+            }
+            self.producers.insert(stored.producer_id, entry);
         }
         self.map_end_offset = snapshot.offset;
     }
@@ -325,6 +395,27 @@ fn check_sequence(
         sequence: batch.base_sequence,
         expected,
     })
+}
+
+/// While a verification is pending, a batch may not run ahead of the lowest
+/// sequence seen during verification (the first check of Kafka's
+/// `checkSequence`): a retried lower batch must not find a gap behind it.
+fn check_verification_sequence(
+    batch: &ProducerBatch,
+    verification: Option<&VerificationStateEntry>,
+) -> Result<(), ProducerError> {
+    let Some(verification) = verification else {
+        return Ok(());
+    };
+    if batch.base_sequence > verification.lowest_sequence() {
+        return Err(ProducerError::OutOfOrderSequence {
+            producer_id: batch.producer_id,
+            epoch: batch.producer_epoch,
+            sequence: batch.base_sequence,
+            expected: verification.lowest_sequence(),
+        });
+    }
+    Ok(())
 }
 
 /// A producer inside a transaction on this partition may only send

@@ -24,6 +24,15 @@
 //!   Kafka's `.snapshot` files byte for byte.
 //! * **Expiry.** [`ProducerStateManager::remove_expired_producers`] forgets
 //!   producers idle for `producer.id.expiration.ms`; time is an argument.
+//! * **Transactions** (`transactions.rs`). A transactional batch opens a
+//!   transaction at its base offset; the coordinator's COMMIT/ABORT marker
+//!   ([`ProducerStateManager::check_marker`], then `record_marker` or
+//!   `replay_marker`, then `complete_txn`) ends it. The open and not yet
+//!   replicated transactions give the first unstable offset and so the LSO;
+//!   aborted ones become `.txnindex` entries ([`crate::replica::txn_index`]).
+//! * **Verification** (`verification.rs`, KIP-890 part 1): the first batch of
+//!   a transaction needs the coordinator's confirmation, proven by a
+//!   [`VerificationGuard`] ([`ProducerStateManager::check_batch_verified`]).
 //!
 //! Retention does not forget producers: since Kafka 2.4 (KIP-360, KAFKA-7190)
 //! state outlives the producer's batches until it expires, and an unknown
@@ -33,9 +42,13 @@ mod entry;
 mod manager;
 mod sequence;
 pub mod snapshot;
+mod transactions;
+mod verification;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod transaction_tests;
 
 use thiserror::Error;
 
@@ -46,6 +59,11 @@ use crate::types::{ProducerId, TimestampMs};
 pub use entry::{BATCHES_RETAINED_MAX, BatchMetadata, COORDINATOR_EPOCH_NONE, ProducerStateEntry};
 pub use manager::{PendingAppend, ProducerStateManager, Rebuild, Verdict};
 pub use sequence::{ProducerEpoch, Sequence};
+pub use transactions::{
+    CompletedTxn, LATE_TRANSACTION_BUFFER_MS, MarkerError, PendingMarker, TransactionVersion,
+    TxnMarker, UnreplicatedTxn,
+};
+pub use verification::{VerificationGuard, VerificationStateEntry, produce_error_for_verification};
 
 /// Kafka's default `producer.id.expiration.ms` (one day).
 pub const PRODUCER_ID_EXPIRATION_MS_DEFAULT: i64 = 86_400_000;
@@ -108,7 +126,8 @@ pub enum ProducerOfBatch {
     /// No producer id (`producerId <= -1`): plain, non-idempotent records.
     None,
     Data(ProducerBatch),
-    /// A transaction marker; handled with transactions, not here.
+    /// A control batch (a transaction marker): read it with
+    /// [`TxnMarker::read`] and apply it with the marker functions.
     ControlMarker {
         producer_id: ProducerId,
         producer_epoch: ProducerEpoch,
@@ -183,6 +202,14 @@ pub enum ProducerError {
     /// Brook's own bound ([`PRODUCERS_MAX`]); Kafka has none.
     #[error("partition already tracks {limit} producers")]
     ProducersLimitReached { limit: usize },
+    /// KIP-890: a transactional batch would open a transaction the
+    /// coordinator has not confirmed includes this partition (Kafka's
+    /// "Record was not part of an ongoing transaction").
+    #[error("producer {} epoch {epoch} has no verified transaction on this partition", producer_id.0)]
+    TransactionNotVerified {
+        producer_id: ProducerId,
+        epoch: ProducerEpoch,
+    },
 }
 
 impl ProducerError {
@@ -194,6 +221,8 @@ impl ProducerError {
             ProducerError::OutOfOrderSequence { .. } => ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER,
             ProducerError::InvalidTransactionState { .. } => ErrorCode::INVALID_TXN_STATE,
             ProducerError::ProducersLimitReached { .. } => ErrorCode::POLICY_VIOLATION,
+            // Kafka throws InvalidTxnStateException for every Produce version.
+            ProducerError::TransactionNotVerified { .. } => ErrorCode::INVALID_TXN_STATE,
         }
     }
 }
