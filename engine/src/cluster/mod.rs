@@ -6,4 +6,5 @@
 
 pub mod broker_config;
 pub mod image;
+pub mod producer_ids;
 pub mod topic_config;

@@ -63,6 +63,7 @@ pub const SUPPORTED: &[Supported] = &[
     api(ApiKey::DescribeGroups, 0, 5),
     api(ApiKey::DeleteGroups, 0, 2),
     api(ApiKey::OffsetDelete, 0, 0),
+    api(ApiKey::InitProducerId, 0, 5),
 ];
 
 /// The served range of `api_key`, if Brook implements it.

@@ -13,6 +13,7 @@ mod groups;
 mod handlers;
 mod mesh;
 mod meta_properties;
+mod producer_ids;
 mod response;
 mod shard;
 mod signals;

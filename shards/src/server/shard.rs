@@ -21,6 +21,7 @@ use crate::server::connection::serve_connection;
 use crate::server::context::ServerContext;
 use crate::server::groups::{GroupHost, run_timers};
 use crate::server::mesh::{MeshReceiver, ShardGone, job_with_reply};
+use crate::server::producer_ids::ProducerIds;
 use crate::storage::{
     CLEANER_MAP_BYTES_MIN, CleanerSchedule, MaintenanceSchedule, PartitionLog, StorageError, Store,
     StoreOptions,
@@ -36,6 +37,8 @@ pub struct Shard {
     pub store: Rc<Store>,
     /// The group coordinators of this shard's `__consumer_offsets` partitions.
     pub groups: GroupHost,
+    /// Hands out producer ids; used on the controller shard only.
+    pub producer_ids: ProducerIds,
     image: RefCell<Arc<MetadataImage>>,
     /// Serialises metadata changes (used on the controller shard).
     pub controller_lock: Semaphore,
@@ -228,6 +231,7 @@ async fn start(
         context,
         store,
         groups: GroupHost::default(),
+        producer_ids: ProducerIds::default(),
         image: RefCell::new(image.clone()),
         controller_lock: Semaphore::new(1),
         stopping: Cell::new(false),

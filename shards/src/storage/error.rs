@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use brook_engine::log::batch::BatchError;
 use brook_engine::log::records::RecordsError;
+use brook_engine::replica::producer_state::ProducerError;
 use brook_engine::types::{LeaderEpoch, Offset};
 use thiserror::Error;
 
@@ -32,6 +33,13 @@ pub enum StorageError {
     RecordWithoutKey { record_index: usize },
     #[error("invalid records: {0}")]
     InvalidRecords(RecordsError),
+    /// An idempotent producer's batch that its sequence or epoch refuses.
+    #[error("{0}")]
+    Producer(#[from] ProducerError),
+    #[error(
+        "an idempotent producer's batch must be the only one of its append, not one of {batches}"
+    )]
+    ProducerBatchNotAlone { batches: usize },
     #[error("offset {requested} is out of range [{log_start}, {log_end}]")]
     OffsetOutOfRange {
         requested: Offset,

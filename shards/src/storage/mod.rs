@@ -18,6 +18,7 @@ mod open;
 mod partition_admin;
 mod partition_log;
 mod pool;
+mod producers;
 mod read;
 mod segment;
 mod state;

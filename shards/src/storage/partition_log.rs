@@ -19,6 +19,9 @@ use brook_engine::log::config::LogConfig;
 use brook_engine::log::file_name::SegmentFileKind;
 use brook_engine::log::retention::{self, RetentionInput, SegmentSummary};
 use brook_engine::log::roll::IncomingBatch;
+use brook_engine::replica::producer_state::{
+    ProducerBatch, ProducerOfBatch, ProducerStateConfig, Verdict,
+};
 use brook_engine::types::{LeaderEpoch, Offset, TimestampMs};
 use futures::channel::oneshot;
 use glommio::Task;
@@ -27,6 +30,7 @@ use glommio::sync::Semaphore;
 use crate::storage::error::{StorageError, io_error};
 use crate::storage::files::{segment_path, sync_directory, write_atomically};
 use crate::storage::open::{self, EPOCH_CHECKPOINT_FILE};
+use crate::storage::producers::PartitionProducers;
 use crate::storage::segment::Segment;
 use crate::storage::state::{AppendInfo, LogState, LogStats};
 use crate::storage::writer::{ring, run_syncer, run_writer};
@@ -45,12 +49,19 @@ pub struct RecoveryHints {
     pub recovery_point: Option<Offset>,
     /// The checkpointed log start offset.
     pub log_start_offset: Option<Offset>,
+    /// The partition's line in `producer-state-checkpoint-<shard>` (see
+    /// [`crate::storage::producers`]); `None` replays the whole log.
+    pub producers_checkpointed_at: Option<Offset>,
 }
 
 /// Shared by the log's handle and its IO tasks. Lives on one shard.
 pub(crate) struct LogInner {
     pub name: String,
     pub state: RefCell<LogState>,
+    /// Idempotent producers' state; changed only under `append_lock` (and
+    /// by expiry, which never races an append's check and record: both are
+    /// synchronous).
+    pub producers: RefCell<PartitionProducers>,
     pub append_lock: Semaphore,
     pub writer_bell: Semaphore,
     pub syncer_bell: Semaphore,
@@ -95,20 +106,27 @@ impl PartitionLog {
         let inner = Rc::new(LogInner {
             name,
             state: RefCell::new(state),
+            producers: RefCell::new(PartitionProducers::new(ProducerStateConfig::default())),
             append_lock: Semaphore::new(1),
             writer_bell: Semaphore::new(0),
             syncer_bell: Semaphore::new(0),
             tasks: RefCell::new(Vec::new()),
         });
-        let writer = glommio::spawn_local(run_writer(inner.clone()));
-        let syncer = glommio::spawn_local(run_syncer(inner.clone()));
-        inner.tasks.borrow_mut().extend([writer, syncer]);
-        Ok(PartitionLog { inner })
+        let log = PartitionLog { inner };
+        log.load_producers(hints.producers_checkpointed_at, now_ms)
+            .await?;
+        let writer = glommio::spawn_local(run_writer(log.inner.clone()));
+        let syncer = glommio::spawn_local(run_syncer(log.inner.clone()));
+        log.inner.tasks.borrow_mut().extend([writer, syncer]);
+        Ok(log)
     }
 
     /// Appends one or more record batches (`records` as a producer sends
     /// them) in `leader_epoch`, returning their offsets. The batches are
-    /// validated first and nothing is appended if any is invalid.
+    /// validated first and nothing is appended if any is invalid. A batch of
+    /// an idempotent producer is checked against its sequence: a retry of
+    /// one of its last batches appends nothing and answers with the offsets
+    /// the original got ([`AppendInfo::duplicate`]).
     pub async fn append(
         &self,
         records: &[u8],
@@ -123,6 +141,7 @@ impl PartitionLog {
         if compacted {
             check_keys(&batches)?;
         }
+        let producer = producer_batch(&batches)?;
         let _permit = self
             .inner
             .append_lock
@@ -139,6 +158,19 @@ impl PartitionLog {
         if let Some(target) = backlog {
             self.wait_written(target).await?;
         }
+        // From this check to `record_appended` below, the append lock keeps
+        // every other append of this log out.
+        let pending = match producer {
+            None => None,
+            Some(batch) => match self.inner.producers.borrow().manager.check_batch(&batch)? {
+                Verdict::Append(pending) => Some(pending),
+                Verdict::Duplicate {
+                    first_offset,
+                    last_offset,
+                    timestamp,
+                } => return Ok(AppendInfo::duplicate(first_offset, last_offset, timestamp)),
+            },
+        };
         let incoming = {
             let state = self.inner.state.borrow();
             let mut next = state.log_end_offset;
@@ -166,6 +198,13 @@ impl PartitionLog {
             .state
             .borrow_mut()
             .append_batches(&batches, leader_epoch, now_ms);
+        if let Some(pending) = pending {
+            self.inner
+                .producers
+                .borrow_mut()
+                .manager
+                .record_appended(pending, info.base_offset);
+        }
         ring(&self.inner.writer_bell);
         Ok(info)
     }
@@ -450,6 +489,28 @@ fn validate_batches(
         batches.push(batch);
     }
     Ok(batches)
+}
+
+/// The idempotent producer's batch, if the append carries one. Such an
+/// append must be that one batch: its check and its record in the producer
+/// state are one step (Kafka's clients send one batch per partition).
+fn producer_batch(batches: &[BatchView<'_>]) -> Result<Option<ProducerBatch>, StorageError> {
+    let mut producer = None;
+    for batch in batches {
+        match ProducerOfBatch::read(batch.header()) {
+            ProducerOfBatch::None => {}
+            ProducerOfBatch::Data(data) => producer = Some(data),
+            // Clients cannot produce control batches (checked before here);
+            // markers are appended by the transaction path.
+            ProducerOfBatch::ControlMarker { .. } => {}
+        }
+    }
+    if producer.is_some() && batches.len() > 1 {
+        return Err(StorageError::ProducerBatchNotAlone {
+            batches: batches.len(),
+        });
+    }
+    Ok(producer)
 }
 
 /// Kafka refuses a record without a key on a compacted topic: the cleaner

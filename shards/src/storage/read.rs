@@ -14,6 +14,7 @@ use brook_engine::log::batch::{BATCH_HEADER_BYTES, BatchHeader, BatchView};
 use brook_engine::log::index::{OffsetIndexEntry, position_key};
 use brook_engine::log::records::{RecordStamp, first_at_or_after};
 use brook_engine::log::segments::{first_segment_reaching, segment_for_offset};
+use brook_engine::replica::producer_state::ProducerOfBatch;
 use brook_engine::types::{Offset, TimestampMs};
 use glommio::io::DmaFile;
 
@@ -21,7 +22,7 @@ use crate::storage::bytes::LogBytes;
 use crate::storage::error::StorageError;
 use crate::storage::files::read_exact;
 use crate::storage::partition_log::{LogInner, PartitionLog};
-use crate::storage::segment::{BlockRead, SegmentState};
+use crate::storage::segment::{BlockRead, Segment, SegmentState};
 use crate::storage::state::LogState;
 
 /// Smallest read issued while walking batches (amortises small batches).
@@ -109,6 +110,7 @@ struct HeaderFacts {
     base_offset: Offset,
     last_offset: Offset,
     max_timestamp: TimestampMs,
+    producer: ProducerOfBatch,
 }
 
 /// Walks the batches of one segment from a position, reading windows.
@@ -219,6 +221,7 @@ impl<'a> Walk<'a> {
             base_offset: parsed.base_offset(),
             last_offset: parsed.last_offset(),
             max_timestamp: parsed.max_timestamp(),
+            producer: ProducerOfBatch::read(parsed),
         };
         if self.position + facts.size > self.view.readable_bytes {
             return self.partly_written("a batch runs past the written end");
@@ -490,6 +493,51 @@ impl PartitionLog {
     }
 }
 
+impl PartitionLog {
+    /// Visits, in offset order, the producer fields of every written batch
+    /// ending at or after `from`, reading headers only (one probe per
+    /// batch): how the producer state the log implies is rebuilt on open.
+    pub(crate) async fn visit_producers_from(
+        &self,
+        from: Offset,
+        mut visit: impl FnMut(Offset, ProducerOfBatch),
+    ) -> Result<(), StorageError> {
+        let log = &*self.inner;
+        let mut offset = from;
+        loop {
+            let found = {
+                let state = log.state.borrow();
+                state.check_usable()?;
+                let count = state.segments.len();
+                let slot =
+                    segment_for_offset(|slot| state.segments[slot].base_offset, count, offset)
+                        .unwrap_or(0);
+                (slot..count)
+                    .map(|slot| &state.segments[slot])
+                    .find(|segment| segment.next_offset > offset && segment.written_bytes() > 0)
+                    .map(|segment| {
+                        let lookup = segment.index_lookup(offset.max(segment.base_offset));
+                        (bytes_view(segment), lookup, segment.next_offset)
+                    })
+            };
+            let Some((view, lookup, segment_end)) = found else {
+                return Ok(());
+            };
+            let relative = offset.max(view.base_offset).0 - view.base_offset.0;
+            let position = lookup.offset_position(relative).await?;
+            let mut walk = Walk::new(log, &view, position);
+            while let Some(header) = walk.header(PROBE_BYTES).await? {
+                if header.last_offset >= offset {
+                    visit(header.base_offset, header.producer);
+                }
+                walk.position += header.size;
+            }
+            // Every pass moves past one segment, so the loop ends.
+            offset = offset.max(segment_end);
+        }
+    }
+}
+
 /// How a timestamp search of one segment ended.
 enum SegmentSearch {
     Found(RecordStamp),
@@ -530,15 +578,19 @@ fn segment_view_from(log: &LogInner, base: Offset) -> Option<SegmentView> {
     let slot = state
         .segments
         .partition_point(|segment| segment.base_offset < base);
-    let segment = state.segments.get(slot)?;
-    Some(SegmentView {
+    state.segments.get(slot).map(bytes_view)
+}
+
+/// A view of a segment's bytes (never a file range).
+fn bytes_view(segment: &Segment) -> SegmentView {
+    SegmentView {
         base_offset: segment.base_offset,
         file: segment.log_file.clone(),
         path: segment.log_path.clone(),
         readable_bytes: segment.written_bytes(),
         appended_bytes: segment.log_bytes,
         sealed_whole: None,
-    })
+    }
 }
 
 async fn time_block_floor(

@@ -48,6 +48,28 @@ pub struct AppendInfo {
     pub log_end_offset: Offset,
     /// The broker's timestamp, when the topic uses LogAppendTime.
     pub log_append_time: Option<TimestampMs>,
+    /// A producer's retry of a batch already in the log: nothing was
+    /// appended; the offsets are the original's, and `log_end_offset` is
+    /// the offset after it (what to wait for before acknowledging).
+    pub duplicate: bool,
+}
+
+impl AppendInfo {
+    /// The answer to a retried batch. Kafka reports the original batch's
+    /// max timestamp as its append time, whatever the topic's timestamp type.
+    pub fn duplicate(
+        first_offset: Offset,
+        last_offset: Offset,
+        timestamp: TimestampMs,
+    ) -> AppendInfo {
+        AppendInfo {
+            base_offset: first_offset,
+            last_offset,
+            log_end_offset: last_offset.next(),
+            log_append_time: Some(timestamp),
+            duplicate: true,
+        }
+    }
 }
 
 /// Counters of a log's work since it was opened.
@@ -270,6 +292,7 @@ impl LogState {
             last_offset: Offset(self.log_end_offset.0 - 1),
             log_end_offset: self.log_end_offset,
             log_append_time,
+            duplicate: false,
         }
     }
 

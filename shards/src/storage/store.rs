@@ -7,7 +7,9 @@
 //! clean close and removed first on open, so a crash at any moment leaves no
 //! marker. Partition directories are `<topic>-<partition>` under the root.
 //! The shard's log cleaner keeps `cleaner-offset-checkpoint-<shard>` (see
-//! [`crate::storage::cleaner`]).
+//! [`crate::storage::cleaner`]), and `producer-state-checkpoint-<shard>`
+//! says where each log's producer state was last recorded (see
+//! [`crate::storage::producers`]).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -26,6 +28,7 @@ use crate::storage::device::prepare_directory;
 use crate::storage::error::{StorageError, io_error};
 use crate::storage::files::{read_optional_text, sync_directory, write_atomically};
 use crate::storage::partition_log::{PartitionLog, RecoveryHints};
+use crate::storage::producers::ProducerCheckpoint;
 
 /// Where a store lives and which shard it belongs to.
 #[derive(Clone, Debug)]
@@ -68,6 +71,7 @@ pub struct Store {
     /// again starts afresh).
     recovery_points: RefCell<HashMap<TopicPartition, Offset>>,
     log_start_offsets: RefCell<HashMap<TopicPartition, Offset>>,
+    producer_states: RefCell<HashMap<TopicPartition, Offset>>,
     /// One open at a time: an open recovers files, so two of the same
     /// partition must not interleave.
     opening: glommio::sync::Semaphore,
@@ -98,12 +102,14 @@ impl Store {
         }
         let recovery_points = read_checkpoint(&recovery_point_path(&options));
         let log_start_offsets = read_checkpoint(&log_start_path(&options));
+        let producer_states = read_checkpoint(&producer_state_path(&options));
         let cleaner = Cleaner::open(&options.root, options.shard);
         Ok(Store {
             options,
             clean_shutdown,
             recovery_points: RefCell::new(recovery_points),
             log_start_offsets: RefCell::new(log_start_offsets),
+            producer_states: RefCell::new(producer_states),
             opening: glommio::sync::Semaphore::new(1),
             logs: RefCell::new(BTreeMap::new()),
             maintenance: RefCell::new(None),
@@ -144,6 +150,7 @@ impl Store {
             clean_shutdown: self.clean_shutdown,
             recovery_point: self.recovery_points.borrow_mut().remove(topic_partition),
             log_start_offset: self.log_start_offsets.borrow_mut().remove(topic_partition),
+            producers_checkpointed_at: self.producer_states.borrow_mut().remove(topic_partition),
         };
         // A log the cleaner has compacted has offset gaps and cleaned batches
         // even if its topic no longer compacts: recovery must read it as a
@@ -191,17 +198,31 @@ impl Store {
     /// a crash it rescans whole active segments; with many large active
     /// segments that took minutes. A log that fails is logged and skipped.
     pub async fn sync_for_checkpoint(&self) {
-        let unsynced: Vec<(TopicPartition, PartitionLog)> = self
+        // Producer state is recorded as of each log's end before the sync,
+        // so the sync makes everything below that point durable.
+        let logs: Vec<(TopicPartition, PartitionLog, ProducerCheckpoint)> = self
             .partitions()
             .into_iter()
-            .filter(|(_, log)| log.durable_offset() < log.log_end_offset())
+            .map(|(topic_partition, log)| {
+                let producers = log.begin_producer_checkpoint();
+                (topic_partition, log, producers)
+            })
             .collect();
-        let syncs = unsynced.iter().map(|(topic_partition, log)| async move {
-            if let Err(error) = log.flush().await {
+        let rounds = logs.into_iter().map(|(topic_partition, log, producers)| async move {
+            let synced = if log.durable_offset() < log.log_end_offset() {
+                log.flush().await.map(|_| ())
+            } else {
+                Ok(())
+            };
+            let recorded = match synced {
+                Ok(()) => log.finish_producer_checkpoint(producers).await,
+                Err(error) => Err(error),
+            };
+            if let Err(error) = recorded {
                 tracing::warn!(partition = %topic_partition, %error, "sync before checkpoint failed");
             }
         });
-        futures::future::join_all(syncs).await;
+        futures::future::join_all(rounds).await;
     }
 
     /// Writes the recovery-point and log-start-offset checkpoints.
@@ -223,7 +244,16 @@ impl Store {
             encode(&points).as_bytes(),
         )
         .await?;
-        write_atomically(&log_start_path(&self.options), encode(&starts).as_bytes()).await
+        write_atomically(&log_start_path(&self.options), encode(&starts).as_bytes()).await?;
+        let producers: Vec<(TopicPartition, Offset)> = logs
+            .iter()
+            .filter_map(|(tp, log)| Some((tp.clone(), log.producers_checkpointed_at()?)))
+            .collect();
+        write_atomically(
+            &producer_state_path(&self.options),
+            encode(&producers).as_bytes(),
+        )
+        .await
     }
 
     /// Applies retention to every log (high watermark = durable offset on a
@@ -294,7 +324,12 @@ impl Store {
         self.cleaner.stop();
         let mut first_error = None;
         for (topic_partition, log) in self.partitions() {
-            if let Err(error) = log.close().await {
+            let producers = log.begin_producer_checkpoint();
+            let closed = match log.close().await {
+                Ok(_) => log.finish_producer_checkpoint(producers).await,
+                Err(error) => Err(error),
+            };
+            if let Err(error) = closed {
                 tracing::error!(partition = %topic_partition, %error, "closing partition log failed");
                 first_error.get_or_insert(error);
             }
@@ -342,6 +377,15 @@ fn log_start_path(options: &StoreOptions) -> PathBuf {
     options
         .root
         .join(format!("log-start-offset-checkpoint-{}", options.shard))
+}
+
+/// Brook's own checkpoint (Kafka's format): per partition, the offset at
+/// which its producer state is that of its newest snapshot file at or below
+/// it (see [`crate::storage::producers`]).
+fn producer_state_path(options: &StoreOptions) -> PathBuf {
+    options
+        .root
+        .join(format!("producer-state-checkpoint-{}", options.shard))
 }
 
 fn clean_marker_path(options: &StoreOptions) -> PathBuf {

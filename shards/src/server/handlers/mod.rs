@@ -11,6 +11,7 @@ mod group_offsets;
 mod groups;
 mod offsets;
 pub(crate) mod produce;
+mod producers;
 
 use std::rc::Rc;
 
@@ -65,6 +66,7 @@ async fn handle(shard: &Rc<Shard>, request: Request) -> Response {
         ApiKey::DescribeGroups => group_offsets::describe_groups(shard, &request).await,
         ApiKey::DeleteGroups => group_offsets::delete_groups(shard, &request).await,
         ApiKey::OffsetDelete => group_offsets::offset_delete(shard, &request).await,
+        ApiKey::InitProducerId => producers::init_producer_id(shard, &request).await,
         other => Err(FrameError::Malformed {
             api_key: other,
             version: request.api_version,

@@ -55,9 +55,10 @@ pub(crate) fn storage_error_code(error: &StorageError) -> ErrorCode {
         StorageError::InvalidBatch(
             BatchError::RecordCountMismatch { .. } | BatchError::OffsetOverflow { .. },
         ) => ErrorCode::INVALID_RECORD,
-        StorageError::RecordWithoutKey { .. } | StorageError::InvalidRecords(_) => {
-            ErrorCode::INVALID_RECORD
-        }
+        StorageError::RecordWithoutKey { .. }
+        | StorageError::InvalidRecords(_)
+        | StorageError::ProducerBatchNotAlone { .. } => ErrorCode::INVALID_RECORD,
+        StorageError::Producer(error) => error.error_code(),
         StorageError::InvalidBatch(_) | StorageError::EmptyAppend => ErrorCode::CORRUPT_MESSAGE,
         StorageError::BatchTooLarge { .. } => ErrorCode::MESSAGE_TOO_LARGE,
         StorageError::OffsetOutOfRange { .. } => ErrorCode::OFFSET_OUT_OF_RANGE,

@@ -1,0 +1,107 @@
+//! The broker's producer-id allocator. Lives on the controller shard, the one
+//! shard that hands out ids (others ask it over the mesh); its block end is
+//! persisted in `brook-producer-ids` in the data directory before any id of
+//! the block is given out (see [`brook_engine::cluster::producer_ids`]).
+
+use std::cell::RefCell;
+use std::path::Path;
+
+use brook_engine::cluster::producer_ids::{Allocation, ProducerIdBlocks};
+use brook_engine::protocol::errors::ErrorCode;
+use brook_engine::types::ProducerId;
+use glommio::sync::Semaphore;
+
+use crate::storage::write_file_atomically;
+
+/// The allocator's file in the data directory.
+pub const PRODUCER_IDS_FILE: &str = "brook-producer-ids";
+
+/// Allocation state, loaded on first use. Lives on the controller shard.
+pub struct ProducerIds {
+    blocks: RefCell<Option<ProducerIdBlocks>>,
+    /// One allocation at a time: a reservation awaits its write.
+    lock: Semaphore,
+}
+
+impl std::fmt::Debug for ProducerIds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProducerIds")
+            .field("blocks", &self.blocks.borrow())
+            .finish()
+    }
+}
+
+impl Default for ProducerIds {
+    fn default() -> ProducerIds {
+        ProducerIds {
+            blocks: RefCell::new(None),
+            lock: Semaphore::new(1),
+        }
+    }
+}
+
+impl ProducerIds {
+    /// A producer id never handed out before, by this broker or an earlier
+    /// run of it. Fails with a Kafka error code (and a log line) when the
+    /// file cannot be read or written: handing out an id without the file
+    /// could reuse one.
+    pub async fn allocate(&self, data_dir: &Path) -> Result<ProducerId, ErrorCode> {
+        let _permit = self
+            .lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| ErrorCode::COORDINATOR_NOT_AVAILABLE)?;
+        if self.blocks.borrow().is_none() {
+            let loaded = load(data_dir)?;
+            *self.blocks.borrow_mut() = Some(ProducerIdBlocks::new(loaded));
+        }
+        // At most one reservation per allocation: after it, an id is ready.
+        for _ in 0..2 {
+            let step = self
+                .blocks
+                .borrow_mut()
+                .as_mut()
+                .expect("loaded above")
+                .allocate();
+            match step {
+                Ok(Allocation::Ready(id)) => return Ok(id),
+                Ok(Allocation::Reserve { end }) => {
+                    let path = data_dir.join(PRODUCER_IDS_FILE);
+                    let contents = ProducerIdBlocks::encode(end);
+                    if let Err(error) = write_file_atomically(&path, contents.as_bytes()).await {
+                        tracing::error!(%error, "persisting a producer id block failed");
+                        return Err(ErrorCode::UNKNOWN_SERVER_ERROR);
+                    }
+                    self.blocks
+                        .borrow_mut()
+                        .as_mut()
+                        .expect("loaded above")
+                        .reserved(end);
+                }
+                Err(error) => {
+                    tracing::error!(%error, "no producer id left");
+                    return Err(ErrorCode::UNKNOWN_SERVER_ERROR);
+                }
+            }
+        }
+        unreachable!("a reserved block always has an id")
+    }
+}
+
+fn load(data_dir: &Path) -> Result<Option<i64>, ErrorCode> {
+    let path = data_dir.join(PRODUCER_IDS_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => match ProducerIdBlocks::decode(&text) {
+            Some(end) => Ok(Some(end)),
+            None => {
+                tracing::error!(path = %path.display(), "unreadable producer id file; refusing to hand out ids that could repeat");
+                Err(ErrorCode::UNKNOWN_SERVER_ERROR)
+            }
+        },
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => {
+            tracing::error!(path = %path.display(), %error, "reading the producer id file failed");
+            Err(ErrorCode::UNKNOWN_SERVER_ERROR)
+        }
+    }
+}
