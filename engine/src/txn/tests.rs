@@ -1,1 +1,0 @@
-//! Whole transaction lifecycles through the coordinator.
