@@ -227,6 +227,13 @@ impl TransactionCoordinator {
         purpose: Purpose,
         actions: &mut Vec<Action>,
     ) {
+        // Only the transition the id is waiting on is ever written.
+        debug_assert!(
+            self.transactions
+                .get(transactional_id)
+                .is_some_and(|metadata| metadata.pending_state == Some(target.state)),
+            "persisting a transition that is not pending"
+        );
         let write_id = self.allocate_write_id();
         let key = TransactionLogKey {
             transactional_id: transactional_id.to_owned(),
@@ -259,6 +266,11 @@ impl TransactionCoordinator {
         partitions: Vec<TopicPartition>,
         actions: &mut Vec<Action>,
     ) {
+        debug_assert!(matches!(
+            (target.state, result),
+            (TransactionState::CompleteCommit, TransactionResult::Commit)
+                | (TransactionState::CompleteAbort, TransactionResult::Abort)
+        ));
         let write_id = self.allocate_write_id();
         let markers = MarkerWrite {
             transactional_id: transactional_id.to_owned(),
