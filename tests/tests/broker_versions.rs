@@ -226,8 +226,152 @@ fn sweep(stream: &mut TcpStream, api_key: ApiKey, version: i16, topic_id: Uuid) 
             );
         }
         other if sweep_groups(stream, other, version) => {}
+        other if sweep_transactions(stream, other, version) => {}
         other => panic!("{other:?} is advertised but not swept"),
     }
+}
+
+/// A transactional id's producer, after FindCoordinator created
+/// `__transaction_state`: (producer id, epoch).
+fn init_transactional(stream: &mut TcpStream, transactional_id: &str) -> (ProducerId, i16) {
+    let find = FindCoordinatorRequest::default()
+        .with_key(StrBytes::from_string(transactional_id.to_owned()))
+        .with_key_type(1);
+    let found: FindCoordinatorResponse = exchange(stream, ApiKey::FindCoordinator, 3, &find);
+    assert_eq!(found.error_code, 0, "{found:?}");
+    let init = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(StrBytes::from_string(
+            transactional_id.to_owned(),
+        ))))
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id((-1).into())
+        .with_producer_epoch(-1);
+    let response: InitProducerIdResponse = exchange(stream, ApiKey::InitProducerId, 4, &init);
+    assert_eq!(response.error_code, 0, "{response:?}");
+    (response.producer_id, response.producer_epoch)
+}
+
+fn add_partitions_v3(stream: &mut TcpStream, transactional_id: &str, producer: (ProducerId, i16)) {
+    let topic = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+        .with_name(name(TOPIC))
+        .with_partitions(vec![0]);
+    let request = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(TransactionalId(StrBytes::from_string(
+            transactional_id.to_owned(),
+        )))
+        .with_v3_and_below_producer_id(producer.0)
+        .with_v3_and_below_producer_epoch(producer.1)
+        .with_v3_and_below_topics(vec![topic]);
+    let response: AddPartitionsToTxnResponse =
+        exchange(stream, ApiKey::AddPartitionsToTxn, 3, &request);
+    let code =
+        response.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code;
+    assert_eq!(code, 0, "{response:?}");
+}
+
+/// The transaction APIs, each on a transactional id of its own.
+fn sweep_transactions(stream: &mut TcpStream, api_key: ApiKey, version: i16) -> bool {
+    let id = format!("txn-{api_key:?}-{version}");
+    let transactional_id = || TransactionalId(StrBytes::from_string(id.clone()));
+    match api_key {
+        ApiKey::InitProducerId => {
+            init_transactional(stream, &id);
+            let request = InitProducerIdRequest::default()
+                .with_transactional_id(Some(transactional_id()))
+                .with_transaction_timeout_ms(60_000)
+                .with_producer_id((-1).into())
+                .with_producer_epoch(-1);
+            let response: InitProducerIdResponse = exchange(stream, api_key, version, &request);
+            assert_eq!(response.error_code, 0, "{response:?}");
+            assert!(response.producer_id.0 >= 0 && response.producer_epoch >= 1);
+        }
+        ApiKey::AddPartitionsToTxn => {
+            let producer = init_transactional(stream, &id);
+            let topic = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                .with_name(name(TOPIC))
+                .with_partitions(vec![0]);
+            let response: AddPartitionsToTxnResponse = if version <= 3 {
+                let request = AddPartitionsToTxnRequest::default()
+                    .with_v3_and_below_transactional_id(transactional_id())
+                    .with_v3_and_below_producer_id(producer.0)
+                    .with_v3_and_below_producer_epoch(producer.1)
+                    .with_v3_and_below_topics(vec![topic]);
+                exchange(stream, api_key, version, &request)
+            } else {
+                let transaction =
+                    add_partitions_to_txn_request::AddPartitionsToTxnTransaction::default()
+                        .with_transactional_id(transactional_id())
+                        .with_producer_id(producer.0)
+                        .with_producer_epoch(producer.1)
+                        .with_topics(vec![topic]);
+                let request =
+                    AddPartitionsToTxnRequest::default().with_transactions(vec![transaction]);
+                exchange(stream, api_key, version, &request)
+            };
+            let results = if version <= 3 {
+                &response.results_by_topic_v3_and_below
+            } else {
+                &response.results_by_transaction[0].topic_results
+            };
+            assert_eq!(
+                results[0].results_by_partition[0].partition_error_code, 0,
+                "{response:?}"
+            );
+        }
+        ApiKey::AddOffsetsToTxn => {
+            let producer = init_transactional(stream, &id);
+            let request = AddOffsetsToTxnRequest::default()
+                .with_transactional_id(transactional_id())
+                .with_producer_id(producer.0)
+                .with_producer_epoch(producer.1)
+                .with_group_id(group_id(&id));
+            let response: AddOffsetsToTxnResponse = exchange(stream, api_key, version, &request);
+            assert_eq!(response.error_code, 0);
+        }
+        ApiKey::EndTxn => {
+            let producer = init_transactional(stream, &id);
+            add_partitions_v3(stream, &id, producer);
+            let request = EndTxnRequest::default()
+                .with_transactional_id(transactional_id())
+                .with_producer_id(producer.0)
+                .with_producer_epoch(producer.1)
+                .with_committed(version % 2 == 0);
+            let response: EndTxnResponse = exchange(stream, api_key, version, &request);
+            assert_eq!(response.error_code, 0);
+        }
+        ApiKey::DescribeTransactions => {
+            let producer = init_transactional(stream, &id);
+            add_partitions_v3(stream, &id, producer);
+            let request = DescribeTransactionsRequest::default()
+                .with_transactional_ids(vec![transactional_id()]);
+            let response: DescribeTransactionsResponse =
+                exchange(stream, api_key, version, &request);
+            let state = &response.transaction_states[0];
+            assert_eq!(
+                (state.error_code, state.transaction_state.as_str()),
+                (0, "Ongoing")
+            );
+            assert_eq!(state.topics[0].partitions, vec![0]);
+        }
+        ApiKey::ListTransactions => {
+            init_transactional(stream, &id);
+            let response: ListTransactionsResponse = exchange(
+                stream,
+                api_key,
+                version,
+                &ListTransactionsRequest::default(),
+            );
+            assert_eq!(response.error_code, 0);
+            assert!(
+                response
+                    .transaction_states
+                    .iter()
+                    .any(|state| state.transactional_id.0.as_str() == id)
+            );
+        }
+        _ => return false,
+    }
+    true
 }
 
 fn group_id(value: &str) -> GroupId {

@@ -6,6 +6,7 @@ use crate::group::state::GroupSettings;
 use crate::log::compaction::CleanerSettings;
 use crate::log::config::{ConfigError, LogConfig};
 use crate::protocol::frame::SOCKET_REQUEST_MAX_BYTES_DEFAULT;
+use crate::txn::config::TransactionConfig;
 
 /// Default of `log.flush.offset.checkpoint.interval.ms` in Brook.
 pub const CHECKPOINT_INTERVAL_MS_DEFAULT: u64 = 2_000;
@@ -47,6 +48,8 @@ pub struct BrokerConfig {
     /// `offsets.commit.timeout.ms` (5 s): how long a commit waits for its
     /// write to become durable.
     pub offsets_commit_timeout_ms: u64,
+    /// The transaction coordinator's `transaction.*` settings.
+    pub transactions: TransactionConfig,
     /// Settings Brook does not know; the caller logs them (as Kafka does).
     pub unknown: Vec<String>,
 }
@@ -68,6 +71,7 @@ impl Default for BrokerConfig {
             offsets_topic_segment_bytes: 104_857_600,
             offsets_retention_check_interval_ms: 600_000,
             offsets_commit_timeout_ms: 5_000,
+            transactions: TransactionConfig::default(),
             unknown: Vec::new(),
         }
     }
@@ -197,6 +201,31 @@ impl BrokerConfig {
                 }
                 "offsets.commit.timeout.ms" => {
                     config.offsets_commit_timeout_ms = positive_i32(number()?)? as u64
+                }
+                "transaction.max.timeout.ms" => {
+                    config.transactions.transaction_max_timeout_ms = positive_i32(number()?)?
+                }
+                "transactional.id.expiration.ms" => {
+                    config.transactions.transactional_id_expiration_ms =
+                        i64::from(positive_i32(number()?)?)
+                }
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms" => {
+                    config
+                        .transactions
+                        .abort_timed_out_transaction_cleanup_interval_ms =
+                        i64::from(positive_i32(number()?)?)
+                }
+                "transaction.remove.expired.transaction.cleanup.interval.ms" => {
+                    config
+                        .transactions
+                        .remove_expired_transaction_cleanup_interval_ms =
+                        i64::from(positive_i32(number()?)?)
+                }
+                "transaction.state.log.num.partitions" => {
+                    config.transactions.state_log_num_partitions = positive_i32(number()?)?
+                }
+                "transaction.state.log.segment.bytes" => {
+                    config.transactions.state_log_segment_bytes = positive_i32(number()?)?
                 }
                 "log.retention.ms" => retention.0 = Some(number()?),
                 "log.retention.minutes" => retention.1 = Some(number()?),

@@ -64,6 +64,11 @@ pub const SUPPORTED: &[Supported] = &[
     api(ApiKey::DeleteGroups, 0, 2),
     api(ApiKey::OffsetDelete, 0, 0),
     api(ApiKey::InitProducerId, 0, 5),
+    api(ApiKey::AddPartitionsToTxn, 0, 5),
+    api(ApiKey::AddOffsetsToTxn, 0, 4),
+    api(ApiKey::EndTxn, 0, 5),
+    api(ApiKey::DescribeTransactions, 0, 0),
+    api(ApiKey::ListTransactions, 0, 1),
 ];
 
 /// The served range of `api_key`, if Brook implements it.

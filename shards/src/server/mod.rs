@@ -17,6 +17,7 @@ mod producer_ids;
 mod response;
 mod shard;
 mod signals;
+mod transactions;
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;

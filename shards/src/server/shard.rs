@@ -22,6 +22,7 @@ use crate::server::context::ServerContext;
 use crate::server::groups::{GroupHost, run_timers};
 use crate::server::mesh::{MeshReceiver, ShardGone, job_with_reply};
 use crate::server::producer_ids::ProducerIds;
+use crate::server::transactions::{self, TxnHost};
 use crate::storage::{
     CLEANER_MAP_BYTES_MIN, CleanerSchedule, MaintenanceSchedule, PartitionLog, StorageError, Store,
     StoreOptions,
@@ -37,6 +38,9 @@ pub struct Shard {
     pub store: Rc<Store>,
     /// The group coordinators of this shard's `__consumer_offsets` partitions.
     pub groups: GroupHost,
+    /// The transaction coordinators of this shard's `__transaction_state`
+    /// partitions.
+    pub transactions: TxnHost,
     /// Hands out producer ids; used on the controller shard only.
     pub producer_ids: ProducerIds,
     image: RefCell<Arc<MetadataImage>>,
@@ -202,6 +206,7 @@ pub async fn run_shard(
     };
     glommio::spawn_local(run_jobs(shard.clone(), jobs)).detach();
     glommio::spawn_local(run_timers(shard.clone())).detach();
+    glommio::spawn_local(transactions::run_timers(shard.clone())).detach();
     // Dropped once sent: a shard that dies before it reports then shows as a
     // disconnect instead of leaving start-up waiting.
     let _ = ready.send(Ok(id));
@@ -232,6 +237,7 @@ async fn start(
         store,
         groups: GroupHost::default(),
         producer_ids: ProducerIds::default(),
+        transactions: TxnHost::default(),
         image: RefCell::new(image.clone()),
         controller_lock: Semaphore::new(1),
         stopping: Cell::new(false),

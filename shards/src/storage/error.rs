@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use brook_engine::log::batch::BatchError;
 use brook_engine::log::records::RecordsError;
-use brook_engine::replica::producer_state::ProducerError;
+use brook_engine::replica::producer_state::{MarkerError, ProducerError};
 use brook_engine::types::{LeaderEpoch, Offset};
 use thiserror::Error;
 
@@ -36,6 +36,11 @@ pub enum StorageError {
     /// An idempotent producer's batch that its sequence or epoch refuses.
     #[error("{0}")]
     Producer(#[from] ProducerError),
+    #[error("a control batch may only be a transaction marker the broker writes")]
+    ControlBatchMisplaced,
+    /// A marker the partition's producer state refuses.
+    #[error("{0}")]
+    Marker(#[from] MarkerError),
     #[error(
         "an idempotent producer's batch must be the only one of its append, not one of {batches}"
     )]

@@ -23,6 +23,7 @@ mod read;
 mod segment;
 mod state;
 mod store;
+mod transactions;
 mod waiters;
 mod writer;
 
@@ -38,3 +39,4 @@ pub use partition_log::{PartitionLog, RecoveryHints, UNWRITTEN_BYTES_MAX};
 pub use read::{FileRange, LogData, ReadOptions, ReadOutcome};
 pub use state::{AppendInfo, LogStats};
 pub use store::{MaintenanceSchedule, Store, StoreOptions};
+pub use transactions::ABORTED_TRANSACTIONS_PER_FETCH_MAX;

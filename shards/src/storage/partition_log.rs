@@ -20,8 +20,9 @@ use brook_engine::log::file_name::SegmentFileKind;
 use brook_engine::log::retention::{self, RetentionInput, SegmentSummary};
 use brook_engine::log::roll::IncomingBatch;
 use brook_engine::replica::producer_state::{
-    ProducerBatch, ProducerOfBatch, ProducerStateConfig, Verdict,
+    ProducerOfBatch, ProducerStateConfig, TxnMarker, VerificationGuard,
 };
+use brook_engine::replica::txn_index::txn_index_file_name;
 use brook_engine::types::{LeaderEpoch, Offset, TimestampMs};
 use futures::channel::oneshot;
 use glommio::Task;
@@ -30,7 +31,7 @@ use glommio::sync::Semaphore;
 use crate::storage::error::{StorageError, io_error};
 use crate::storage::files::{segment_path, sync_directory, write_atomically};
 use crate::storage::open::{self, EPOCH_CHECKPOINT_FILE};
-use crate::storage::producers::PartitionProducers;
+use crate::storage::producers::{Checked, Origin, PartitionProducers, ProducerCheck};
 use crate::storage::segment::Segment;
 use crate::storage::state::{AppendInfo, LogState, LogStats};
 use crate::storage::writer::{ring, run_syncer, run_writer};
@@ -62,6 +63,9 @@ pub(crate) struct LogInner {
     /// by expiry, which never races an append's check and record: both are
     /// synchronous).
     pub producers: RefCell<PartitionProducers>,
+    /// Keeps client transactional appends in order while one of them waits
+    /// for the coordinator's verification (KIP-890).
+    pub transactional_order: Semaphore,
     pub append_lock: Semaphore,
     pub writer_bell: Semaphore,
     pub syncer_bell: Semaphore,
@@ -107,6 +111,7 @@ impl PartitionLog {
             name,
             state: RefCell::new(state),
             producers: RefCell::new(PartitionProducers::new(ProducerStateConfig::default())),
+            transactional_order: Semaphore::new(1),
             append_lock: Semaphore::new(1),
             writer_bell: Semaphore::new(0),
             syncer_bell: Semaphore::new(0),
@@ -126,22 +131,48 @@ impl PartitionLog {
     /// validated first and nothing is appended if any is invalid. A batch of
     /// an idempotent producer is checked against its sequence: a retry of
     /// one of its last batches appends nothing and answers with the offsets
-    /// the original got ([`AppendInfo::duplicate`]).
+    /// the original got ([`AppendInfo::duplicate`]). Transactional batches
+    /// are not verified (see [`PartitionLog::append_verified`]).
     pub async fn append(
         &self,
         records: &[u8],
         leader_epoch: LeaderEpoch,
         now_ms: i64,
     ) -> Result<AppendInfo, StorageError> {
+        self.append_as(records, leader_epoch, now_ms, Origin::Client(None))
+            .await
+    }
+
+    /// [`PartitionLog::append`] of a client's batch whose transaction this
+    /// partition verified with the coordinator (KIP-890): `guard` is what
+    /// [`PartitionLog::start_verification`] returned.
+    pub async fn append_verified(
+        &self,
+        records: &[u8],
+        guard: VerificationGuard,
+        leader_epoch: LeaderEpoch,
+        now_ms: i64,
+    ) -> Result<AppendInfo, StorageError> {
+        self.append_as(records, leader_epoch, now_ms, Origin::Client(Some(guard)))
+            .await
+    }
+
+    pub(crate) async fn append_as(
+        &self,
+        records: &[u8],
+        leader_epoch: LeaderEpoch,
+        now_ms: i64,
+        origin: Origin,
+    ) -> Result<AppendInfo, StorageError> {
         let (max_message_bytes, compacted) = {
             let config = &self.inner.state.borrow().config;
             (config.max_message_bytes, config.cleanup_policy.compacts())
         };
         let batches = validate_batches(records, max_message_bytes)?;
-        if compacted {
+        if compacted && origin != Origin::Marker {
             check_keys(&batches)?;
         }
-        let producer = producer_batch(&batches)?;
+        let producer = producer_batch(&batches, origin)?;
         let _permit = self
             .inner
             .append_lock
@@ -158,18 +189,11 @@ impl PartitionLog {
         if let Some(target) = backlog {
             self.wait_written(target).await?;
         }
-        // From this check to `record_appended` below, the append lock keeps
-        // every other append of this log out.
-        let pending = match producer {
-            None => None,
-            Some(batch) => match self.inner.producers.borrow().manager.check_batch(&batch)? {
-                Verdict::Append(pending) => Some(pending),
-                Verdict::Duplicate {
-                    first_offset,
-                    last_offset,
-                    timestamp,
-                } => return Ok(AppendInfo::duplicate(first_offset, last_offset, timestamp)),
-            },
+        // From this check to its record below, the append lock keeps every
+        // other append of this log out.
+        let pending = match self.check_producer(producer)? {
+            Checked::Append(pending) => pending,
+            Checked::Duplicate(info) => return Ok(info),
         };
         let incoming = {
             let state = self.inner.state.borrow();
@@ -198,13 +222,7 @@ impl PartitionLog {
             .state
             .borrow_mut()
             .append_batches(&batches, leader_epoch, now_ms);
-        if let Some(pending) = pending {
-            self.inner
-                .producers
-                .borrow_mut()
-                .manager
-                .record_appended(pending, info.base_offset);
-        }
+        self.record_producer(pending, info.base_offset);
         ring(&self.inner.writer_bell);
         Ok(info)
     }
@@ -397,6 +415,8 @@ impl PartitionLog {
         for segment in &removed {
             delete_segment_files(&dir, segment.base_offset)?;
         }
+        let first_kept = self.inner.state.borrow().segments[0].base_offset;
+        self.forget_txn_indexes_below(first_kept);
         tracing::info!(log = %self.inner.name, segments = removed.len(), reason = ?decision.reason, "retention deleted segments");
         Ok(removed.len())
     }
@@ -491,26 +511,44 @@ fn validate_batches(
     Ok(batches)
 }
 
-/// The idempotent producer's batch, if the append carries one. Such an
-/// append must be that one batch: its check and its record in the producer
-/// state are one step (Kafka's clients send one batch per partition).
-fn producer_batch(batches: &[BatchView<'_>]) -> Result<Option<ProducerBatch>, StorageError> {
-    let mut producer = None;
+/// What producer state must check of an append: the idempotent or
+/// transactional batch, or the marker, it carries. Such an append must be
+/// that one batch: its check and its record in the producer state are one
+/// step (Kafka's clients send one batch per partition).
+fn producer_batch(
+    batches: &[BatchView<'_>],
+    origin: Origin,
+) -> Result<ProducerCheck, StorageError> {
+    let mut check = ProducerCheck::None;
     for batch in batches {
-        match ProducerOfBatch::read(batch.header()) {
-            ProducerOfBatch::None => {}
-            ProducerOfBatch::Data(data) => producer = Some(data),
-            // Clients cannot produce control batches (checked before here);
-            // markers are appended by the transaction path.
-            ProducerOfBatch::ControlMarker { .. } => {}
+        match (ProducerOfBatch::read(batch.header()), origin) {
+            (ProducerOfBatch::None, _) => {}
+            (ProducerOfBatch::Data(data), Origin::Client(guard)) => {
+                check = ProducerCheck::Data(data, guard);
+            }
+            (ProducerOfBatch::ControlMarker { .. }, Origin::Marker) => {
+                let marker = TxnMarker::read(batch).map_err(|error| StorageError::Corrupt {
+                    path: PathBuf::new(),
+                    reason: format!("a marker batch Brook built does not read back: {error}"),
+                })?;
+                if let Some(marker) = marker {
+                    check = ProducerCheck::Marker(marker);
+                }
+            }
+            // Clients cannot produce control batches (refused before here),
+            // and markers carry nothing else.
+            (ProducerOfBatch::ControlMarker { .. }, Origin::Client(_))
+            | (ProducerOfBatch::Data(_), Origin::Marker) => {
+                return Err(StorageError::ControlBatchMisplaced);
+            }
         }
     }
-    if producer.is_some() && batches.len() > 1 {
+    if check != ProducerCheck::None && batches.len() > 1 {
         return Err(StorageError::ProducerBatchNotAlone {
             batches: batches.len(),
         });
     }
-    Ok(producer)
+    Ok(check)
 }
 
 /// Kafka refuses a record without a key on a compacted topic: the cleaner
@@ -547,8 +585,12 @@ fn summarize(segment: &Segment) -> SegmentSummary {
 }
 
 pub(crate) fn delete_segment_files(dir: &Path, base_offset: Offset) -> Result<(), StorageError> {
-    for kind in SegmentFileKind::ALL {
-        let path = segment_path(dir, base_offset, kind);
+    let txn_index = dir.join(txn_index_file_name(base_offset));
+    let paths = SegmentFileKind::ALL
+        .map(|kind| segment_path(dir, base_offset, kind))
+        .into_iter()
+        .chain([txn_index]);
+    for path in paths {
         match std::fs::remove_file(&path) {
             Ok(()) => {}
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}

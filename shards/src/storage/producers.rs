@@ -24,14 +24,20 @@ use std::path::{Path, PathBuf};
 use brook_engine::replica::producer_state::snapshot::{
     ProducerSnapshot, parse_snapshot_file_name, snapshot_file_name,
 };
+use std::collections::BTreeMap;
+
 use brook_engine::replica::producer_state::{
-    ProducerOfBatch, ProducerStateConfig, ProducerStateManager, Rebuild,
+    PendingAppend, PendingMarker, ProducerBatch, ProducerStateConfig, ProducerStateManager,
+    Rebuild, TransactionVersion, TxnMarker, Verdict, VerificationGuard,
 };
+use brook_engine::replica::txn_index::TransactionIndex;
 use brook_engine::types::{Offset, TimestampMs};
 
 use crate::storage::error::StorageError;
 use crate::storage::files::write_atomically;
 use crate::storage::partition_log::PartitionLog;
+use crate::storage::read::ProducerItem;
+use crate::storage::state::AppendInfo;
 
 /// Snapshot files kept per partition (the newest and one before it).
 const SNAPSHOT_FILES_KEPT: usize = 2;
@@ -45,6 +51,9 @@ type Fingerprint = (Offset, usize);
 #[derive(Debug)]
 pub(crate) struct PartitionProducers {
     pub manager: ProducerStateManager,
+    /// Aborted transactions by the base offset of the segment holding their
+    /// ABORT marker (`.txnindex` files; see [`crate::storage::transactions`]).
+    pub txn_indexes: BTreeMap<Offset, TransactionIndex>,
     /// The state the newest snapshot file holds; `None` before any.
     snapshotted: Option<Fingerprint>,
     /// Snapshot files in the partition directory, ascending.
@@ -65,6 +74,7 @@ impl PartitionProducers {
     pub fn new(config: ProducerStateConfig) -> PartitionProducers {
         PartitionProducers {
             manager: ProducerStateManager::new(config),
+            txn_indexes: BTreeMap::new(),
             snapshotted: None,
             snapshot_files: Vec::new(),
             checkpointed_at: None,
@@ -103,7 +113,83 @@ impl PartitionProducers {
     }
 }
 
+/// Who appends, and so how producer state checks the batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// A producer; a transactional batch carries the verification guard its
+    /// partition obtained, or `None` when verification is not required.
+    Client(Option<VerificationGuard>),
+    /// The transaction coordinator's COMMIT or ABORT marker.
+    Marker,
+}
+
+/// The producer part of an append (see `producer_batch`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ProducerCheck {
+    None,
+    Data(ProducerBatch, Option<VerificationGuard>),
+    Marker(TxnMarker),
+}
+
+/// The producer check's outcome: what to record once offsets are assigned.
+#[derive(Debug)]
+pub(crate) enum Pending {
+    None,
+    Data(PendingAppend),
+    Marker(PendingMarker),
+}
+
+pub(crate) enum Checked {
+    Append(Pending),
+    /// A retry of a batch already in the log.
+    Duplicate(AppendInfo),
+}
+
 impl PartitionLog {
+    /// Checks an append's producer part (under the append lock).
+    pub(crate) fn check_producer(&self, check: ProducerCheck) -> Result<Checked, StorageError> {
+        let producers = self.inner.producers.borrow();
+        let manager = &producers.manager;
+        let verdict = match check {
+            ProducerCheck::None => return Ok(Checked::Append(Pending::None)),
+            ProducerCheck::Marker(marker) => {
+                let pending = manager.check_marker(&marker, TransactionVersion::LEGACY)?;
+                return Ok(Checked::Append(Pending::Marker(pending)));
+            }
+            ProducerCheck::Data(batch, None) => manager.check_batch(&batch)?,
+            ProducerCheck::Data(batch, Some(guard)) => {
+                manager.check_batch_verified(&batch, guard)?
+            }
+        };
+        Ok(match verdict {
+            Verdict::Append(pending) => Checked::Append(Pending::Data(pending)),
+            Verdict::Duplicate {
+                first_offset,
+                last_offset,
+                timestamp,
+            } => Checked::Duplicate(AppendInfo::duplicate(first_offset, last_offset, timestamp)),
+        })
+    }
+
+    /// Records a checked append at the offset the log gave it; a marker that
+    /// aborted a transaction adds it to the aborted-transaction index.
+    pub(crate) fn record_producer(&self, pending: Pending, base_offset: Offset) {
+        let completed = {
+            let mut producers = self.inner.producers.borrow_mut();
+            match pending {
+                Pending::None => return,
+                Pending::Data(pending) => {
+                    producers.manager.record_appended(pending, base_offset);
+                    return;
+                }
+                Pending::Marker(pending) => producers.manager.record_marker(pending, base_offset),
+            }
+        };
+        if let Some(completed) = completed {
+            self.complete_transaction(completed);
+        }
+    }
+
     /// Takes the producer part of a checkpoint round (see the module docs).
     pub(crate) fn begin_producer_checkpoint(&self) -> ProducerCheckpoint {
         let end = self.log_end_offset();
@@ -183,19 +269,37 @@ impl PartitionLog {
                 .manager
                 .truncate_and_reload(log_start, log_end, TimestampMs(now_ms), start)
         };
+        let replay_from = match rebuild {
+            Rebuild::ReplayFrom(from) => from,
+            Rebuild::Done => log_end,
+        };
+        self.load_txn_indexes(replay_from)?;
         if let Rebuild::ReplayFrom(from) = rebuild {
             let mut replayed = Vec::new();
-            self.visit_producers_from(from, |base_offset, producer| {
-                if let ProducerOfBatch::Data(batch) = producer {
-                    replayed.push((base_offset, batch));
+            self.visit_producers_from(from, |item| replayed.push(item))
+                .await?;
+            for item in replayed {
+                let completed = {
+                    let mut producers = self.inner.producers.borrow_mut();
+                    match item {
+                        ProducerItem::Data(base_offset, batch) => {
+                            producers.manager.replay_batch(&batch, base_offset);
+                            None
+                        }
+                        ProducerItem::Marker(offset, marker) => {
+                            producers.manager.replay_marker(&marker, offset)
+                        }
+                    }
+                };
+                if let Some(completed) = completed {
+                    self.complete_transaction(completed);
                 }
-            })
-            .await?;
-            let mut producers = self.inner.producers.borrow_mut();
-            for (base_offset, batch) in &replayed {
-                producers.manager.replay_batch(batch, *base_offset);
             }
-            producers.manager.finish_rebuild(log_end);
+            self.inner
+                .producers
+                .borrow_mut()
+                .manager
+                .finish_rebuild(log_end);
         }
         let mut producers = self.inner.producers.borrow_mut();
         if rebuild == Rebuild::Done && loaded_at.is_some() {

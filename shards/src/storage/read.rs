@@ -14,7 +14,7 @@ use brook_engine::log::batch::{BATCH_HEADER_BYTES, BatchHeader, BatchView};
 use brook_engine::log::index::{OffsetIndexEntry, position_key};
 use brook_engine::log::records::{RecordStamp, first_at_or_after};
 use brook_engine::log::segments::{first_segment_reaching, segment_for_offset};
-use brook_engine::replica::producer_state::ProducerOfBatch;
+use brook_engine::replica::producer_state::{ProducerBatch, ProducerOfBatch, TxnMarker};
 use brook_engine::types::{Offset, TimestampMs};
 use glommio::io::DmaFile;
 
@@ -494,13 +494,14 @@ impl PartitionLog {
 }
 
 impl PartitionLog {
-    /// Visits, in offset order, the producer fields of every written batch
-    /// ending at or after `from`, reading headers only (one probe per
-    /// batch): how the producer state the log implies is rebuilt on open.
+    /// Visits, in offset order, the producer part of every written batch
+    /// ending at or after `from`: data batches by their headers only (one
+    /// probe per batch), markers whole. How the producer state the log
+    /// implies is rebuilt on open.
     pub(crate) async fn visit_producers_from(
         &self,
         from: Offset,
-        mut visit: impl FnMut(Offset, ProducerOfBatch),
+        mut visit: impl FnMut(ProducerItem),
     ) -> Result<(), StorageError> {
         let log = &*self.inner;
         let mut offset = from;
@@ -527,15 +528,45 @@ impl PartitionLog {
             let position = lookup.offset_position(relative).await?;
             let mut walk = Walk::new(log, &view, position);
             while let Some(header) = walk.header(PROBE_BYTES).await? {
-                if header.last_offset >= offset {
-                    visit(header.base_offset, header.producer);
+                if header.last_offset < offset {
+                    walk.position += header.size;
+                    continue;
                 }
-                walk.position += header.size;
+                match header.producer {
+                    ProducerOfBatch::None => walk.position += header.size,
+                    ProducerOfBatch::Data(batch) => {
+                        visit(ProducerItem::Data(header.base_offset, batch));
+                        walk.position += header.size;
+                    }
+                    ProducerOfBatch::ControlMarker { .. } => {
+                        let pieces = walk.take(header.size, PROBE_BYTES).await?;
+                        let bytes: Vec<u8> = pieces
+                            .iter()
+                            .flat_map(|piece| piece.iter().copied())
+                            .collect();
+                        let marker = BatchView::parse_exact(&bytes)
+                            .ok()
+                            .and_then(|batch| TxnMarker::read(&batch).ok().flatten());
+                        match marker {
+                            Some(marker) => visit(ProducerItem::Marker(header.base_offset, marker)),
+                            None => {
+                                tracing::warn!(log = %log.name, offset = %header.base_offset, "skipping an unreadable control batch")
+                            }
+                        }
+                    }
+                }
             }
             // Every pass moves past one segment, so the loop ends.
             offset = offset.max(segment_end);
         }
     }
+}
+
+/// The producer part of a batch in the log.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ProducerItem {
+    Data(Offset, ProducerBatch),
+    Marker(Offset, TxnMarker),
 }
 
 /// How a timestamp search of one segment ended.

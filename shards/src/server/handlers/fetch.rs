@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use brook_engine::cluster::image::{MetadataImage, ShardId, TopicId};
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::fetch::{
-    FetchPiece, FetchResponseData, PartitionData, ResponseBudget, TopicData, encode_fetch_response,
-    whole_batches_within,
+    AbortedTransaction, FetchPiece, FetchResponseData, PartitionData, ResponseBudget, TopicData,
+    encode_fetch_response, whole_batches_within,
 };
 use brook_engine::protocol::frame::{FrameError, Request};
 use brook_engine::types::{Offset, PartitionId, TopicPartition};
@@ -52,6 +52,15 @@ struct Read {
     topic_partition: TopicPartition,
     offset: Offset,
     partition_max_bytes: i32,
+    isolation: Isolation,
+}
+
+/// Fetch's `isolation_level`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Isolation {
+    ReadUncommitted,
+    /// Only up to the last stable offset, with the aborted transactions.
+    ReadCommitted,
 }
 
 /// What one partition read produced: `R` is [`Records`] on the
@@ -60,7 +69,11 @@ enum Fetched<R> {
     Error(ErrorCode),
     Data {
         high_watermark: i64,
+        last_stable_offset: i64,
         log_start_offset: i64,
+        /// For read_committed: the aborted transactions overlapping the
+        /// records, as (producer id, first offset).
+        aborted: Option<Vec<(i64, i64)>>,
         records: Option<R>,
     },
 }
@@ -167,11 +180,16 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request) -> Result<Response, Fr
     let version = request.api_version;
     let image = shard.image();
     let (topics, wanted) = resolve(&image, &body, version);
+    let isolation = if body.isolation_level == 1 {
+        Isolation::ReadCommitted
+    } else {
+        Isolation::ReadUncommitted
+    };
     let deadline =
         Instant::now() + Duration::from_millis(body.max_wait_ms.max(0) as u64).min(FETCH_WAIT_MAX);
     let budget = ResponseBudget::new(body.max_bytes, shard.context.config.fetch_max_bytes);
     loop {
-        let fetched = read_all(shard, &wanted, budget).await;
+        let fetched = read_all(shard, &wanted, budget, isolation).await;
         let bytes: u64 = fetched.iter().map(fetched_len).sum();
         let any_error = fetched
             .iter()
@@ -253,6 +271,7 @@ async fn read_all(
     shard: &Rc<Shard>,
     wanted: &[Wanted],
     budget: ResponseBudget,
+    isolation: Isolation,
 ) -> Vec<Fetched<Records>> {
     let mut by_owner: BTreeMap<ShardId, Vec<Read>> = BTreeMap::new();
     for (slot, partition) in wanted.iter().enumerate() {
@@ -262,6 +281,7 @@ async fn read_all(
                 topic_partition: topic_partition.clone(),
                 offset: Offset(partition.fetch_offset),
                 partition_max_bytes: partition.partition_max_bytes,
+                isolation,
             });
         }
     }
@@ -337,7 +357,7 @@ async fn read_partitions(
     let mut results = Vec::with_capacity(reads.len());
     for read in reads {
         let limit = budget.read_limit(read.partition_max_bytes);
-        let mut fetched = read_local(shard, &read.topic_partition, read.offset, limit).await;
+        let mut fetched = read_local(shard, read, limit).await;
         spend(&mut budget, &mut fetched, read.partition_max_bytes);
         results.push((read.slot, fetched));
     }
@@ -354,27 +374,30 @@ pub(crate) fn epoch_error(current_leader_epoch: i32) -> Option<ErrorCode> {
 }
 
 /// Reads on the owning shard; with no `limit` only the partition's offsets.
-async fn read_local(
-    shard: &Rc<Shard>,
-    topic_partition: &TopicPartition,
-    offset: Offset,
-    limit: Option<u64>,
-) -> Fetched<Records> {
+async fn read_local(shard: &Rc<Shard>, read: &Read, limit: Option<u64>) -> Fetched<Records> {
+    let (topic_partition, offset) = (&read.topic_partition, read.offset);
     let Some(log) = shard.log(topic_partition) else {
         return Fetched::Error(ErrorCode::NOT_LEADER_OR_FOLLOWER);
     };
     let high_watermark = log.visible_offset();
+    let last_stable_offset = log.last_stable_offset(high_watermark);
+    let max_offset = match read.isolation {
+        Isolation::ReadUncommitted => high_watermark,
+        Isolation::ReadCommitted => last_stable_offset,
+    };
     let Some(limit) = limit else {
         return Fetched::Data {
             high_watermark: high_watermark.0,
+            last_stable_offset: last_stable_offset.0,
             log_start_offset: log.log_start_offset().0,
+            aborted: None,
             records: None,
         };
     };
     let options = ReadOptions {
         // At least one byte: the first batch comes whole whatever its size.
         max_bytes: usize::try_from(limit).unwrap_or(usize::MAX).max(1),
-        max_offset: high_watermark,
+        max_offset,
         allow_file_range: true,
     };
     let outcome = match log.read(offset, options).await {
@@ -390,6 +413,12 @@ async fn read_local(
             return Fetched::Error(code);
         }
     };
+    let aborted = (read.isolation == Isolation::ReadCommitted).then(|| {
+        log.aborted_transactions(offset, outcome.next_offset)
+            .into_iter()
+            .map(|(producer_id, first_offset)| (producer_id.0, first_offset.0))
+            .collect()
+    });
     let records = match outcome.data {
         LogData::Empty => None,
         LogData::Memory(pieces) => Some(Records::Local(pieces)),
@@ -401,20 +430,30 @@ async fn read_local(
     };
     Fetched::Data {
         high_watermark: high_watermark.0,
+        last_stable_offset: last_stable_offset.0,
         log_start_offset: outcome.log_start_offset.0,
+        aborted,
         records,
     }
 }
 
 /// Makes a read sendable to another shard (on the owning shard).
 fn sendable(fetched: Fetched<Records>) -> Fetched<SendableRecords> {
-    let (high_watermark, log_start_offset, records) = match fetched {
+    let (high_watermark, last_stable_offset, log_start_offset, aborted, records) = match fetched {
         Fetched::Error(error) => return Fetched::Error(error),
         Fetched::Data {
             high_watermark,
+            last_stable_offset,
             log_start_offset,
+            aborted,
             records,
-        } => (high_watermark, log_start_offset, records),
+        } => (
+            high_watermark,
+            last_stable_offset,
+            log_start_offset,
+            aborted,
+            records,
+        ),
     };
     let records = match records {
         None => None,
@@ -444,7 +483,9 @@ fn sendable(fetched: Fetched<Records>) -> Fetched<SendableRecords> {
     };
     Fetched::Data {
         high_watermark,
+        last_stable_offset,
         log_start_offset,
+        aborted,
         records,
     }
 }
@@ -455,11 +496,15 @@ fn received(fetched: Fetched<SendableRecords>) -> Fetched<Records> {
         Fetched::Error(error) => Fetched::Error(error),
         Fetched::Data {
             high_watermark,
+            last_stable_offset,
             log_start_offset,
+            aborted,
             records,
         } => Fetched::Data {
             high_watermark,
+            last_stable_offset,
             log_start_offset,
+            aborted,
             records: records.map(|records| match records {
                 SendableRecords::Bytes(bytes) => Records::Owned(bytes),
                 SendableRecords::File {
@@ -551,14 +596,24 @@ fn respond(
 ) -> Response {
     let mut records_by_slot: Vec<Option<Records>> = Vec::with_capacity(wanted.len());
     for (fetched, partition) in fetched.into_iter().zip(wanted) {
-        let (error, high_watermark, log_start_offset, records) = match fetched {
-            Fetched::Error(error) => (error, -1, -1, None),
-            Fetched::Data {
-                high_watermark,
-                log_start_offset,
-                records,
-            } => (ErrorCode::NONE, high_watermark, log_start_offset, records),
-        };
+        let (error, high_watermark, last_stable_offset, log_start_offset, aborted, records) =
+            match fetched {
+                Fetched::Error(error) => (error, -1, -1, -1, None, None),
+                Fetched::Data {
+                    high_watermark,
+                    last_stable_offset,
+                    log_start_offset,
+                    aborted,
+                    records,
+                } => (
+                    ErrorCode::NONE,
+                    high_watermark,
+                    last_stable_offset,
+                    log_start_offset,
+                    aborted,
+                    records,
+                ),
+            };
         let records_bytes = records
             .as_ref()
             .map_or(0, |records| records_len(records) as usize);
@@ -566,9 +621,17 @@ fn respond(
             partition_index: partition.partition,
             error_code: error.0,
             high_watermark,
-            last_stable_offset: high_watermark,
+            last_stable_offset,
             log_start_offset,
-            aborted_transactions: None,
+            aborted_transactions: aborted.map(|aborted| {
+                aborted
+                    .into_iter()
+                    .map(|(producer_id, first_offset)| AbortedTransaction {
+                        producer_id,
+                        first_offset,
+                    })
+                    .collect()
+            }),
             preferred_read_replica: -1,
             records_bytes,
         });

@@ -94,8 +94,9 @@ pub async fn find_coordinator(
     };
     let error = match body.key_type {
         KEY_TYPE_GROUP => ensure_offsets_topic(shard).await.err(),
-        // Transactions are not served yet: clients see no coordinator.
-        KEY_TYPE_TRANSACTION => Some(ErrorCode::COORDINATOR_NOT_AVAILABLE),
+        KEY_TYPE_TRANSACTION => crate::server::transactions::ensure_state_topic(shard)
+            .await
+            .err(),
         _ => Some(ErrorCode::INVALID_REQUEST),
     }
     .unwrap_or(ErrorCode::NONE);

@@ -12,6 +12,7 @@ mod groups;
 mod offsets;
 pub(crate) mod produce;
 mod producers;
+mod transactions;
 
 use std::rc::Rc;
 
@@ -67,6 +68,11 @@ async fn handle(shard: &Rc<Shard>, request: Request) -> Response {
         ApiKey::DeleteGroups => group_offsets::delete_groups(shard, &request).await,
         ApiKey::OffsetDelete => group_offsets::offset_delete(shard, &request).await,
         ApiKey::InitProducerId => producers::init_producer_id(shard, &request).await,
+        ApiKey::AddPartitionsToTxn => transactions::add_partitions_to_txn(shard, &request).await,
+        ApiKey::AddOffsetsToTxn => transactions::add_offsets_to_txn(shard, &request).await,
+        ApiKey::EndTxn => transactions::end_txn(shard, &request).await,
+        ApiKey::DescribeTransactions => transactions::describe_transactions(shard, &request).await,
+        ApiKey::ListTransactions => transactions::list_transactions(shard, &request).await,
         other => Err(FrameError::Malformed {
             api_key: other,
             version: request.api_version,

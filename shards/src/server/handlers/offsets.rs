@@ -58,9 +58,15 @@ async fn on_owner<T: Send + 'static>(
     result.ok().flatten().unwrap_or(missing)
 }
 
-/// (error, timestamp, offset) for one ListOffsets query.
-async fn list_offset(log: PartitionLog, timestamp: i64) -> (ErrorCode, i64, i64) {
+/// (error, timestamp, offset) for one ListOffsets query. For read_committed
+/// (`isolation_level` 1) the latest offset is the last stable offset, as in
+/// Kafka.
+async fn list_offset(log: PartitionLog, timestamp: i64, committed: bool) -> (ErrorCode, i64, i64) {
     match timestamp {
+        LATEST if committed => {
+            let stable = log.last_stable_offset(log.visible_offset());
+            (ErrorCode::NONE, -1, stable.0)
+        }
         LATEST => (ErrorCode::NONE, -1, log.visible_offset().0),
         EARLIEST | EARLIEST_LOCAL => (ErrorCode::NONE, -1, log.log_start_offset().0),
         LATEST_TIERED => (ErrorCode::NONE, -1, -1),
@@ -86,6 +92,7 @@ async fn stamp_of(log: &PartitionLog, target: TimestampMs) -> (ErrorCode, i64, i
 
 pub async fn list_offsets(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
     let body: ListOffsetsRequest = request.decode_body()?;
+    let committed = body.isolation_level == 1;
     let mut topics = Vec::with_capacity(body.topics.len());
     for topic in body.topics {
         let name = topic.name.to_string();
@@ -101,7 +108,7 @@ pub async fn list_offsets(shard: &Rc<Shard>, request: &Request) -> Result<Respon
                     let missing = (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1);
                     let target = partition.timestamp;
                     on_owner(shard, topic_partition, missing, move |log| {
-                        Box::pin(list_offset(log, target))
+                        Box::pin(list_offset(log, target, committed))
                     })
                     .await
                 }

@@ -22,7 +22,13 @@ use crate::server::handlers::{text, topic_name};
 use crate::server::mesh::ShardGone;
 use crate::server::response::{Response, encode};
 use crate::server::shard::{LEADER_EPOCH, Shard, now_ms};
-use crate::storage::StorageError;
+use crate::server::transactions;
+use crate::storage::{PartitionLog, StorageError};
+use brook_engine::replica::producer_state::{
+    BatchKind, ProducerBatch, ProducerOfBatch, VerificationGuard, produce_error_for_verification,
+};
+use brook_engine::txn::Response as TxnResponse;
+use brook_engine::txn::coordinator::{AddPartitionsRequest, BatchedAddPartitions};
 
 /// One partition's result.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,8 +63,10 @@ pub(crate) fn storage_error_code(error: &StorageError) -> ErrorCode {
         ) => ErrorCode::INVALID_RECORD,
         StorageError::RecordWithoutKey { .. }
         | StorageError::InvalidRecords(_)
-        | StorageError::ProducerBatchNotAlone { .. } => ErrorCode::INVALID_RECORD,
+        | StorageError::ProducerBatchNotAlone { .. }
+        | StorageError::ControlBatchMisplaced => ErrorCode::INVALID_RECORD,
         StorageError::Producer(error) => error.error_code(),
+        StorageError::Marker(error) => error.error_code(),
         StorageError::InvalidBatch(_) | StorageError::EmptyAppend => ErrorCode::CORRUPT_MESSAGE,
         StorageError::BatchTooLarge { .. } => ErrorCode::MESSAGE_TOO_LARGE,
         StorageError::OffsetOutOfRange { .. } => ErrorCode::OFFSET_OUT_OF_RANGE,
@@ -92,12 +100,20 @@ fn check_client_batches(records: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// What a Produce says about its partitions' appends.
+#[derive(Clone, Debug)]
+struct ProduceContext {
+    acks: i16,
+    timeout: Duration,
+    transactional_id: Option<String>,
+    version: i16,
+}
+
 async fn append_on_owner(
     shard: Rc<Shard>,
     topic_partition: TopicPartition,
     records: Bytes,
-    acks: i16,
-    timeout: Duration,
+    context: ProduceContext,
 ) -> Produced {
     let Some(log) = shard.log(&topic_partition) else {
         return Produced::failed(
@@ -105,7 +121,29 @@ async fn append_on_owner(
             "the partition is not open here",
         );
     };
-    let info = match log.append(&records, LEADER_EPOCH, now_ms()).await {
+    let (acks, timeout) = (context.acks, context.timeout);
+    let appended = match transactional_batch(&records) {
+        None => log.append(&records, LEADER_EPOCH, now_ms()).await,
+        Some(batch) => {
+            // Appends keep their request order while one waits for its
+            // verification (a later batch of the same transaction would
+            // otherwise overtake it).
+            let _order = log.transactional_order().await;
+            match verify(&shard, &log, &topic_partition, &batch, &context).await {
+                Ok(guard) => {
+                    log.append_verified(&records, guard, LEADER_EPOCH, now_ms())
+                        .await
+                }
+                Err(error) => {
+                    return Produced::failed(
+                        error,
+                        "the transaction coordinator did not verify the partition",
+                    );
+                }
+            }
+        }
+    };
+    let info = match appended {
         Ok(info) => info,
         Err(StorageError::RecordWithoutKey { .. }) => {
             // Kafka's words (LogValidator.validateKey), which clients show.
@@ -137,6 +175,66 @@ async fn append_on_owner(
     }
 }
 
+/// The producer of a transactional batch (a client sends one batch per
+/// partition; the append refuses more beside a producer's batch).
+fn transactional_batch(records: &[u8]) -> Option<ProducerBatch> {
+    let header = BatchHeader::parse(records).ok()?;
+    match ProducerOfBatch::read(header) {
+        ProducerOfBatch::Data(batch) if batch.kind == BatchKind::Transactional => Some(batch),
+        _ => None,
+    }
+}
+
+/// KIP-890 part 1: before the first transactional batch of a producer's
+/// transaction is appended here, the coordinator confirms that the
+/// partition is in that transaction (`AddPartitionsToTxn` verify-only);
+/// returns the guard to append with. Without a transactional id nothing can
+/// be verified: the append then succeeds only inside an open transaction.
+async fn verify(
+    shard: &Rc<Shard>,
+    log: &PartitionLog,
+    topic_partition: &TopicPartition,
+    batch: &ProducerBatch,
+    context: &ProduceContext,
+) -> Result<VerificationGuard, ErrorCode> {
+    let guard = log
+        .start_verification(batch, now_ms())
+        .map_err(|error| storage_error_code(&error))?;
+    let Some(transactional_id) = context.transactional_id.clone() else {
+        return Ok(VerificationGuard::SENTINEL);
+    };
+    if guard == VerificationGuard::SENTINEL {
+        return Ok(guard);
+    }
+    let request = AddPartitionsRequest {
+        transactional_id: transactional_id.clone(),
+        producer_id: batch.producer_id,
+        producer_epoch: batch.producer_epoch,
+        partitions: vec![topic_partition.clone()],
+    };
+    let answer = transactions::request(shard, &transactional_id, move |coordinator, token| {
+        let batch = [BatchedAddPartitions {
+            token,
+            request,
+            verify_only: true,
+        }];
+        coordinator.add_partitions_batch(now_ms(), &batch)
+    })
+    .await;
+    let code = match answer {
+        Ok(TxnResponse::Verified(results)) => results
+            .iter()
+            .find(|(partition, _)| partition == topic_partition)
+            .map_or(ErrorCode::TRANSACTION_ABORTABLE, |(_, code)| *code),
+        Ok(_) => ErrorCode::UNKNOWN_SERVER_ERROR,
+        Err(error) => error,
+    };
+    if code.is_error() {
+        return Err(produce_error_for_verification(code, context.version));
+    }
+    Ok(guard)
+}
+
 /// Runs `future` for at most `timeout`.
 pub(crate) async fn with_timeout<T>(
     timeout: Duration,
@@ -155,8 +253,7 @@ async fn start_partition(
     shard: &Rc<Shard>,
     topic_partition: TopicPartition,
     records: Option<Bytes>,
-    acks: i16,
-    timeout: Duration,
+    context: ProduceContext,
 ) -> LocalBoxFuture<'static, Produced> {
     let refused = |error, message: String| ready(Produced::failed(error, message)).boxed_local();
     let Some(records) = records.filter(|records| !records.is_empty()) else {
@@ -173,7 +270,7 @@ async fn start_partition(
     };
     let started = shard
         .start_on_shard(owner, move |owner| {
-            append_on_owner(owner, topic_partition, records, acks, timeout)
+            append_on_owner(owner, topic_partition, records, context)
         })
         .await;
     let gone =
@@ -194,6 +291,12 @@ pub async fn start(shard: &Rc<Shard>, request: Request) -> LocalBoxFuture<'stati
     };
     let timeout = Duration::from_millis(body.timeout_ms.max(0) as u64);
     let acks = body.acks;
+    let context = ProduceContext {
+        acks,
+        timeout,
+        transactional_id: body.transactional_id.as_ref().map(|id| id.to_string()),
+        version: request.api_version,
+    };
     let acks_valid = matches!(acks, -1..=1);
     if acks_valid {
         let names: Vec<String> = body
@@ -213,7 +316,7 @@ pub async fn start(shard: &Rc<Shard>, request: Request) -> LocalBoxFuture<'stati
                     topic: name.clone(),
                     partition: PartitionId(partition.index),
                 };
-                start_partition(shard, topic_partition, partition.records, acks, timeout).await
+                start_partition(shard, topic_partition, partition.records, context.clone()).await
             } else {
                 ready(Produced::failed(
                     ErrorCode::INVALID_REQUIRED_ACKS,

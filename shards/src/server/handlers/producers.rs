@@ -1,8 +1,10 @@
-//! InitProducerId for idempotent producers (no transactional id): a new
+//! InitProducerId. For idempotent producers (no transactional id): a new
 //! producer id from the controller shard's allocator, epoch 0, as Kafka's
 //! `TransactionCoordinator.handleInitProducerId` answers a null
 //! transactional id (it ignores any producer id and epoch the request
-//! carries, KIP-360's bump being for transactional producers).
+//! carries, KIP-360's bump being for transactional producers). With a
+//! transactional id, the id's coordinator decides (see
+//! [`super::transactions`]).
 
 use std::rc::Rc;
 
@@ -23,7 +25,10 @@ pub async fn init_producer_id(
         None => allocate_producer_id(shard).await,
         // Kafka refuses an empty transactional id as malformed.
         Some("") => Err(ErrorCode::INVALID_REQUEST),
-        Some(_) => Err(ErrorCode::COORDINATOR_NOT_AVAILABLE),
+        Some(id) => {
+            let id = id.to_owned();
+            return super::transactions::init_transactional(shard, request, &body, id).await;
+        }
     };
     let response = match allocated {
         Ok(producer_id) => InitProducerIdResponse::default()
