@@ -254,3 +254,123 @@ fn aborted_transactions_survive_a_kill_before_any_checkpoint() {
 fn aborted_transactions_survive_a_kill_after_checkpoints() {
     aborted_transactions_survive_a_kill(100);
 }
+
+/// Makes the broker's `__transaction_state` say that `id`'s transaction is in
+/// PrepareCommit, as if the broker had died right after persisting EndTxn:
+/// appends that record after the last batch of the partition's active
+/// segment (the broker is down).
+fn persist_prepare_commit(data_dir: &std::path::Path, id: &str, producer: (i64, i16)) {
+    use brook_engine::log::batch::{BatchView, set_base_offset, set_partition_leader_epoch};
+    use brook_engine::replica::producer_state::ProducerEpoch;
+    use brook_engine::txn::records::{
+        TopicPartitions, TransactionLogKey, TransactionLogValue, TransactionRecord, partition_for,
+    };
+    use brook_engine::txn::state::TransactionState;
+    use brook_engine::types::{LeaderEpoch, Offset, ProducerId};
+
+    let dir = data_dir.join(format!("__transaction_state-{}", partition_for(id, 50)));
+    let mut logs: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|extension| extension == "log"))
+        .collect();
+    logs.sort();
+    let active = logs.pop().expect("an active segment");
+    let mut bytes = std::fs::read(&active).unwrap();
+    let (mut end, mut next_offset) = (
+        0,
+        active
+            .file_stem()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap(),
+    );
+    while let Ok(batch) = BatchView::parse_prefix(&bytes[end..]) {
+        end += batch.size_bytes();
+        next_offset = batch.last_offset().0 + 1;
+    }
+    bytes.truncate(end);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let record = TransactionRecord::Value {
+        key: TransactionLogKey {
+            transactional_id: id.to_owned(),
+        },
+        value: TransactionLogValue {
+            producer_id: ProducerId(producer.0),
+            previous_producer_id: ProducerId(-1),
+            next_producer_id: ProducerId(-1),
+            producer_epoch: ProducerEpoch(producer.1),
+            timeout_ms: 60_000,
+            state: TransactionState::PrepareCommit,
+            partitions: Some(vec![TopicPartitions {
+                topic: TOPIC.to_owned(),
+                partition_ids: vec![0],
+            }]),
+            last_update_timestamp_ms: now,
+            start_timestamp_ms: now,
+            client_transaction_version: 0,
+            unknown_tagged_fields: Vec::new(),
+        },
+        version: 1,
+    };
+    let (key, value) = record.encode().unwrap();
+    let mut batch = encode_batch(
+        &[NewRecord {
+            key: Some(key),
+            value,
+            timestamp: TimestampMs(now),
+            headers: Vec::new(),
+        }],
+        &BatchOptions::default(),
+    );
+    set_base_offset(&mut batch, Offset(next_offset)).unwrap();
+    set_partition_leader_epoch(&mut batch, LeaderEpoch(0)).unwrap();
+    bytes.extend_from_slice(&batch);
+    std::fs::write(&active, &bytes).unwrap();
+}
+
+#[test]
+fn a_transaction_found_in_prepare_commit_after_a_crash_is_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = start(dir.path(), 100);
+    let mut stream = connect(&broker);
+    create_topic(&mut stream);
+    let producer = init(&mut stream, "prepared");
+    add_partition(&mut stream, "prepared", producer);
+    assert_eq!(produce(&mut stream, Some("prepared"), producer, 0, 3), 0);
+    assert_eq!((latest(&mut stream, 0), latest(&mut stream, 1)), (3, 0));
+    drop(stream);
+    broker.kill();
+    persist_prepare_commit(broker.data_dir(), "prepared", producer);
+    broker.restart();
+    // Loading the coordinator finds PrepareCommit and writes the markers.
+    let mut stream = connect(&broker);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while latest(&mut stream, 1) < 4 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        (latest(&mut stream, 0), latest(&mut stream, 1)),
+        (4, 4),
+        "COMMIT marker at offset 3"
+    );
+    assert_eq!(
+        fetch_committed(&mut stream),
+        (4, Vec::new()),
+        "nothing aborted"
+    );
+    let request = DescribeTransactionsRequest::default()
+        .with_transactional_ids(vec![transactional_id("prepared")]);
+    let mut state = String::new();
+    while state != "CompleteCommit" && std::time::Instant::now() < deadline {
+        let response: DescribeTransactionsResponse =
+            exchange(&mut stream, ApiKey::DescribeTransactions, 0, &request);
+        state = response.transaction_states[0].transaction_state.to_string();
+    }
+    assert_eq!(state, "CompleteCommit");
+}
