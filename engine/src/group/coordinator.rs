@@ -9,7 +9,7 @@
 //! [`GroupCoordinator::tick`] runs the timers (sessions, rebalance and
 //! initial delays); [`GroupCoordinator::next_deadline_ms`] says when next.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use bytes::Bytes;
 
@@ -19,6 +19,7 @@ use crate::group::state::{
 };
 use crate::group::{GroupSnapshot, Persist};
 use crate::protocol::errors::ErrorCode;
+use crate::types::ProducerId;
 
 /// A JoinGroup, any version, as domain values.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -144,6 +145,9 @@ pub enum Action {
 pub struct GroupCoordinator {
     pub settings: GroupSettings,
     pub groups: HashMap<String, Group>,
+    /// The groups each producer has transactional offsets pending in, so a
+    /// transaction marker finds them (Kafka's `openGroupsForProducer`).
+    pub txn_producer_groups: HashMap<ProducerId, BTreeSet<String>>,
 }
 
 impl GroupCoordinator {
@@ -151,6 +155,7 @@ impl GroupCoordinator {
         GroupCoordinator {
             settings,
             groups: HashMap::new(),
+            txn_producer_groups: HashMap::new(),
         }
     }
 

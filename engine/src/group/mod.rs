@@ -7,12 +7,15 @@
 //! this module decides, that shard performs the IO. The coordinator speaks
 //! in [`Persist`] values; [`records`] turns them into Kafka's record bytes and
 //! back, so loading a partition is replaying what was persisted.
+//! Transactional offset commits ([`txn_offsets`]) are the same records in
+//! transactional batches, pending until their transaction's marker.
 
 pub mod assignor;
 pub mod coordinator;
 pub mod offsets;
 pub mod records;
 pub mod state;
+pub mod txn_offsets;
 
 use crate::group::records::{
     GroupMetadataKey, GroupMetadataValue, GroupRecord, MemberMetadata, OffsetCommitKey,

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use crate::group::assignor::decode_subscription;
 use crate::group::coordinator::{GroupCoordinator, snapshot};
 use crate::group::state::{CommittedOffset, Group, GroupState, Member, Protocol};
+use crate::group::txn_offsets::{forget_partition, partitions_with_offsets};
 use crate::group::{GroupSnapshot, Persist};
 use crate::protocol::errors::ErrorCode;
 use crate::types::TopicPartition;
@@ -142,7 +143,12 @@ impl GroupCoordinator {
             .groups
             .entry(group_id.to_owned())
             .or_insert_with(|| Group::new(group_id, now_ms));
-        group.offsets.extend(offsets);
+        for (partition, offset) in offsets {
+            // Where its record is is not known here: a later transactional
+            // commit of this partition supersedes it.
+            group.offset_record_offsets.remove(&partition);
+            group.offsets.insert(partition, offset);
+        }
     }
 
     /// Committed offsets of `partitions` (every committed one when `None`);
@@ -242,11 +248,13 @@ impl GroupCoordinator {
             Some(group) if !group.is(GroupState::Empty) => return Err(ErrorCode::NON_EMPTY_GROUP),
             Some(group) => group,
         };
-        let mut records = offset_tombstones(group, group.offsets.keys());
+        // Pending transactional offsets go too (Kafka's `deleteAllOffsets`).
+        let mut records = offset_tombstones(group, partitions_with_offsets(group).iter());
         records.push(Persist::GroupDeleted {
             group_id: group_id.to_owned(),
         });
         self.groups.remove(group_id);
+        self.forget_group_producers(group_id);
         Ok(records)
     }
 
@@ -273,7 +281,8 @@ impl GroupCoordinator {
                 errors.push(ErrorCode::GROUP_SUBSCRIBED_TO_TOPIC);
             } else {
                 errors.push(ErrorCode::NONE);
-                if group.offsets.remove(partition).is_some() {
+                // A tombstone also drops pending transactional offsets.
+                if forget_partition(group, partition) {
                     deleted.push(partition.clone());
                 }
             }
@@ -296,6 +305,8 @@ impl GroupCoordinator {
                 (Some(_), _) => i64::MAX,
                 (None, _) => offset.commit_timestamp_ms,
             };
+            // An offset with a pending transactional commit does not expire
+            // yet, nor does its group (Kafka's `cleanupExpiredOffsets`).
             let expired: Vec<TopicPartition> = group
                 .offsets
                 .iter()
@@ -303,13 +314,19 @@ impl GroupCoordinator {
                     Some(expire_ms) => expire_ms <= now_ms,
                     None => base_ms(offset).saturating_add(retention_ms) <= now_ms,
                 })
+                .filter(|(partition, _)| !group.has_pending_txn_offset(partition))
                 .map(|(partition, _)| partition.clone())
                 .collect();
             for partition in &expired {
                 group.offsets.remove(partition);
+                group.offset_record_offsets.remove(partition);
             }
             records.extend(offset_tombstones(group, expired.iter()));
-            if group.is(GroupState::Empty) && group.offsets.is_empty() && group.members.is_empty() {
+            if group.is(GroupState::Empty)
+                && group.offsets.is_empty()
+                && group.members.is_empty()
+                && group.pending_txn_offsets.is_empty()
+            {
                 emptied.push(group.group_id.clone());
             }
         }
@@ -326,14 +343,12 @@ impl GroupCoordinator {
     pub fn forget_topics(&mut self, topics: &BTreeSet<String>) -> Vec<Persist> {
         let mut records = Vec::new();
         for group in self.groups.values_mut() {
-            let gone: Vec<TopicPartition> = group
-                .offsets
-                .keys()
+            let gone: Vec<TopicPartition> = partitions_with_offsets(group)
+                .into_iter()
                 .filter(|partition| topics.contains(&partition.topic))
-                .cloned()
                 .collect();
             for partition in &gone {
-                group.offsets.remove(partition);
+                forget_partition(group, partition);
             }
             records.extend(offset_tombstones(group, gone.iter()));
         }
@@ -357,12 +372,13 @@ impl GroupCoordinator {
                 partition,
             } => {
                 if let Some(group) = self.groups.get_mut(&group_id) {
-                    group.offsets.remove(&partition);
+                    forget_partition(group, &partition);
                 }
             }
             Persist::Group(snapshot) => self.replay_group(now_ms, snapshot),
             Persist::GroupDeleted { group_id } => {
                 self.groups.remove(&group_id);
+                self.forget_group_producers(&group_id);
             }
         }
     }
@@ -373,8 +389,12 @@ impl GroupCoordinator {
             .entry(snapshot.group_id.clone())
             .or_insert_with(|| Group::new(&snapshot.group_id, now_ms));
         let offsets = std::mem::take(&mut group.offsets);
+        let record_offsets = std::mem::take(&mut group.offset_record_offsets);
+        let pending = std::mem::take(&mut group.pending_txn_offsets);
         *group = Group::new(&snapshot.group_id, snapshot.state_since_ms);
         group.offsets = offsets;
+        group.offset_record_offsets = record_offsets;
+        group.pending_txn_offsets = pending;
         group.generation = snapshot.generation;
         group.protocol_type = Some(snapshot.protocol_type).filter(|kind| !kind.is_empty());
         group.protocol_name = snapshot.protocol_name;

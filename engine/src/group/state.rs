@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
 
-use crate::types::TopicPartition;
+use crate::types::{ProducerId, TopicPartition};
 
 /// Kafka's group coordinator settings (broker configs), with Kafka's defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -137,6 +137,17 @@ pub struct CommittedOffset {
     pub expire_timestamp_ms: Option<i64>,
 }
 
+/// A transactional offset commit waiting for its transaction's COMMIT or
+/// ABORT marker (Kafka's `pendingTransactionalOffsetCommits`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingTxnOffset {
+    pub offset: CommittedOffset,
+    /// Where its record is in `__consumer_offsets`; `None` while it is being
+    /// written. A commit marker applies it only if it is newer there than
+    /// the committed offset it would replace.
+    pub record_offset: Option<i64>,
+}
+
 /// The rebalance timer of a group in PreparingRebalance.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum JoinTimer {
@@ -169,6 +180,12 @@ pub struct Group {
     /// Member ids given out with MEMBER_ID_REQUIRED, and when they lapse.
     pub pending_members: BTreeMap<String, i64>,
     pub offsets: BTreeMap<TopicPartition, CommittedOffset>,
+    /// Where each committed offset's record is in `__consumer_offsets`, when
+    /// known: decides whether a transactional commit supersedes it.
+    pub offset_record_offsets: BTreeMap<TopicPartition, i64>,
+    /// Transactional offsets by producer, visible once their transaction
+    /// commits (see [`crate::group::txn_offsets`]).
+    pub pending_txn_offsets: BTreeMap<ProducerId, BTreeMap<TopicPartition, PendingTxnOffset>>,
     pub join_timer: Option<JoinTimer>,
     /// In CompletingRebalance: when members that have not sent SyncGroup are
     /// removed (Kafka bounds the sync phase by the rebalance timeout).
@@ -192,6 +209,8 @@ impl Group {
             static_members: HashMap::new(),
             pending_members: BTreeMap::new(),
             offsets: BTreeMap::new(),
+            offset_record_offsets: BTreeMap::new(),
+            pending_txn_offsets: BTreeMap::new(),
             join_timer: None,
             sync_deadline_ms: None,
             persisting_generation: None,
@@ -214,6 +233,14 @@ impl Group {
 
     pub fn is_leader(&self, member_id: &str) -> bool {
         self.leader.as_deref() == Some(member_id)
+    }
+
+    /// Whether any producer has a transactional offset for `partition`
+    /// that its transaction has not completed yet.
+    pub fn has_pending_txn_offset(&self, partition: &TopicPartition) -> bool {
+        self.pending_txn_offsets
+            .values()
+            .any(|pending| pending.contains_key(partition))
     }
 
     /// A static member whose instance id now belongs to another member id.

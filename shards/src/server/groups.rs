@@ -3,6 +3,14 @@
 //! log, running the engine's [`GroupCoordinator`] and performing its actions
 //! (answering waiting JoinGroup/SyncGroup requests, writing records), and
 //! its timers. Lives on its shard; requests reach it over the mesh.
+//!
+//! Transactional offset commits are written as transactional batches of
+//! their producer, so the partition's producer state checks their epoch and
+//! sequence like any producer's: the host keeps each producer's next
+//! sequence per partition ([`SequenceBook`]) and corrects it from the log's
+//! answer when it is wrong (after a restart, say). Loading feeds the
+//! COMMIT/ABORT markers it meets to the coordinator, and
+//! [`on_transaction_marker`] does the same for markers written later.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -15,18 +23,21 @@ use brook_engine::group::coordinator::{
 };
 use brook_engine::group::records::{GroupRecord, OFFSETS_TOPIC_NAME, offsets_partition_for};
 use brook_engine::group::state::Token;
+use brook_engine::group::txn_offsets::{LoggedRecord, TxnProducer};
 use brook_engine::log::builder::{BatchOptions, NewRecord, encode_batch};
+use brook_engine::log::control::{ControlRecordType, MarkerKind};
 use brook_engine::protocol::errors::ErrorCode;
-use brook_engine::types::{TimestampMs, TopicPartition};
+use brook_engine::replica::producer_state::{ProducerEpoch, ProducerError, Sequence};
+use brook_engine::types::{Offset, ProducerId, TimestampMs, TopicPartition};
 use bytes::{Bytes, BytesMut};
 use futures::channel::oneshot;
 use glommio::sync::Semaphore;
-use kafka_protocol::records::RecordBatchDecoder;
+use kafka_protocol::records::{RecordBatchDecoder, RecordSet};
 
 use crate::server::controller::{self, Change, NewTopic};
 use crate::server::handlers::produce::with_timeout;
 use crate::server::shard::{LEADER_EPOCH, Shard, now_ms};
-use crate::storage::{LogData, PartitionLog, ReadOptions};
+use crate::storage::{AppendInfo, LogData, PartitionLog, ReadOptions, StorageError};
 
 /// How long a request waits for its partition to finish loading before it
 /// is told COORDINATOR_LOAD_IN_PROGRESS (the client retries).
@@ -40,6 +51,56 @@ const RECORDS_PER_BATCH_MAX: usize = 1_000;
 
 /// The timer loop sleeps at most this long between checks.
 const TIMER_SLEEP_MAX: Duration = Duration::from_secs(1);
+
+/// Producers whose next sequence the host remembers, over all its
+/// partitions; past this the book starts over (the log corrects it).
+const SEQUENCES_TRACKED_MAX: usize = 100_000;
+
+/// Appends of one transactional batch at most, each after the log said the
+/// sequence was wrong (it names the one it expects, or it already holds a
+/// batch with that sequence).
+const SEQUENCE_ATTEMPTS_MAX: usize = 8;
+
+/// The next sequence of each producer in each `__consumer_offsets`
+/// partition, for its transactional offset batches. Kafka's coordinator
+/// writes them with sequence 0 and its log skips sequence checks for
+/// coordinator appends; Brook's log checks every producer batch, so the
+/// host numbers them as a producer would.
+#[derive(Debug, Default)]
+struct SequenceBook {
+    next: HashMap<(i32, ProducerId), (ProducerEpoch, Sequence)>,
+}
+
+impl SequenceBook {
+    /// The sequence for a batch of `count` records, reserved: the next one
+    /// of the producer's epoch, or 0 for an epoch not seen here.
+    fn reserve(&mut self, partition: i32, producer: TxnProducer, count: i32) -> Sequence {
+        let key = (partition, producer.producer_id);
+        let sequence = match self.next.get(&key) {
+            Some((epoch, next)) if *epoch == producer.producer_epoch => *next,
+            _ => Sequence::ZERO,
+        };
+        self.remember(key, producer.producer_epoch, sequence.increment(count));
+        sequence
+    }
+
+    /// A batch of `count` records was appended at `sequence`.
+    fn appended(&mut self, partition: i32, producer: TxnProducer, sequence: Sequence, count: i32) {
+        let key = (partition, producer.producer_id);
+        self.remember(key, producer.producer_epoch, sequence.increment(count));
+    }
+
+    fn remember(&mut self, key: (i32, ProducerId), epoch: ProducerEpoch, next: Sequence) {
+        if self.next.len() >= SEQUENCES_TRACKED_MAX && !self.next.contains_key(&key) {
+            self.next.clear();
+        }
+        self.next.insert(key, (epoch, next));
+    }
+
+    fn forget_partition(&mut self, partition: i32) {
+        self.next.retain(|(owner, _), _| *owner != partition);
+    }
+}
 
 enum Hosted {
     Loading,
@@ -56,6 +117,7 @@ pub struct GroupHost {
     partitions: RefCell<HashMap<i32, Hosted>>,
     waiters: RefCell<HashMap<Token, Waiter>>,
     next_token: Cell<Token>,
+    sequences: RefCell<SequenceBook>,
     /// Rung when a deadline may have moved earlier.
     bell: Semaphore,
 }
@@ -72,6 +134,7 @@ impl Default for GroupHost {
             partitions: RefCell::new(HashMap::new()),
             waiters: RefCell::new(HashMap::new()),
             next_token: Cell::new(1),
+            sequences: RefCell::new(SequenceBook::default()),
             bell: Semaphore::new(0),
         }
     }
@@ -206,8 +269,15 @@ impl GroupHost {
         let mut coordinator = GroupCoordinator::new(shard.context.config.groups.clone());
         let started = std::time::Instant::now();
         match replay_log(&log, &mut coordinator).await {
-            Ok(records) => {
+            Ok(replayed) => {
+                let records = replayed.records;
                 tracing::info!(partition, records, groups = coordinator.groups.len(), elapsed = ?started.elapsed(), "loaded consumer groups");
+                let mut book = self.sequences.borrow_mut();
+                book.forget_partition(partition);
+                for (producer_id, (epoch, next)) in replayed.next_sequences {
+                    book.remember((partition, producer_id), epoch, next);
+                }
+                drop(book);
                 self.partitions
                     .borrow_mut()
                     .insert(partition, Hosted::Loaded(coordinator));
@@ -300,6 +370,7 @@ impl GroupHost {
     /// Drops a partition's coordinator (its topic was deleted).
     pub fn unload(&self, partition: i32) {
         self.partitions.borrow_mut().remove(&partition);
+        self.sequences.borrow_mut().forget_partition(partition);
     }
 }
 
@@ -309,49 +380,178 @@ pub async fn write_records(
     partition: i32,
     records: &[Persist],
 ) -> Result<(), ErrorCode> {
+    write_records_placed(shard, partition, records, None)
+        .await
+        .map(|_| ())
+}
+
+/// Writes `records` to the partition, as transactional batches of
+/// `producer` when given, and waits until they are durable. Returns each
+/// record's offset in the log, in order.
+pub async fn write_records_placed(
+    shard: &Rc<Shard>,
+    partition: i32,
+    records: &[Persist],
+    producer: Option<TxnProducer>,
+) -> Result<Vec<Offset>, ErrorCode> {
     let Some(log) = shard.log(&offsets_partition(partition)) else {
         return Err(ErrorCode::NOT_COORDINATOR);
     };
     let now = now_ms();
+    let mut offsets = Vec::with_capacity(records.len());
     let mut end = None;
     for chunk in records.chunks(RECORDS_PER_BATCH_MAX) {
-        let mut batch_records = Vec::with_capacity(chunk.len());
-        for record in chunk {
-            let (key, value) = record.to_record().try_encode().map_err(|error| {
-                tracing::warn!(%error, "a group record over Kafka's limits was not written");
-                ErrorCode::INVALID_REQUEST
-            })?;
-            batch_records.push(NewRecord {
-                key: Some(key),
-                value,
-                timestamp: TimestampMs(now),
-                headers: Vec::new(),
-            });
-        }
+        let batch_records = new_records(chunk, now)?;
         if batch_records.is_empty() {
             continue;
         }
-        let batch = encode_batch(&batch_records, &BatchOptions::default());
-        let appended = log
-            .append(&batch, LEADER_EPOCH, now)
-            .await
-            .map_err(|error| {
-                tracing::warn!(partition, %error, "writing group records failed");
-                ErrorCode::COORDINATOR_NOT_AVAILABLE
-            })?;
+        let appended = match producer {
+            None => {
+                let batch = encode_batch(&batch_records, &BatchOptions::default());
+                log.append(&batch, LEADER_EPOCH, now)
+                    .await
+                    .map_err(|error| append_error(partition, &error))?
+            }
+            Some(producer) => {
+                append_transactional(shard, &log, partition, &batch_records, producer).await?
+            }
+        };
+        offsets.extend((0..batch_records.len() as i64).map(|index| appended.base_offset.0 + index));
         end = Some(appended.log_end_offset);
     }
     let Some(end) = end else {
-        return Ok(());
+        return Ok(Vec::new());
     };
     let timeout = Duration::from_millis(shard.context.config.offsets_commit_timeout_ms);
     match with_timeout(timeout, log.wait_durable(end)).await {
-        Ok(Ok(())) => Ok(()),
+        Ok(Ok(())) => Ok(offsets.into_iter().map(Offset).collect()),
         Ok(Err(error)) => {
             tracing::warn!(partition, %error, "syncing group records failed");
             Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
         }
         Err(()) => Err(ErrorCode::REQUEST_TIMED_OUT),
+    }
+}
+
+/// The records of one batch; INVALID_REQUEST for one over Kafka's limits.
+fn new_records(chunk: &[Persist], now: i64) -> Result<Vec<NewRecord>, ErrorCode> {
+    let mut batch_records = Vec::with_capacity(chunk.len());
+    for record in chunk {
+        let (key, value) = record.to_record().try_encode().map_err(|error| {
+            tracing::warn!(%error, "a group record over Kafka's limits was not written");
+            ErrorCode::INVALID_REQUEST
+        })?;
+        batch_records.push(NewRecord {
+            key: Some(key),
+            value,
+            timestamp: TimestampMs(now),
+            headers: Vec::new(),
+        });
+    }
+    Ok(batch_records)
+}
+
+/// The coordinator's answer for a failed append: a producer's fencing
+/// (INVALID_PRODUCER_EPOCH, as Kafka's coordinator passes it on) or
+/// COORDINATOR_NOT_AVAILABLE.
+fn append_error(partition: i32, error: &StorageError) -> ErrorCode {
+    tracing::warn!(partition, %error, "writing group records failed");
+    match error {
+        StorageError::Producer(ProducerError::InvalidProducerEpoch { .. }) => {
+            ErrorCode::INVALID_PRODUCER_EPOCH
+        }
+        StorageError::Producer(ProducerError::InvalidTransactionState { .. }) => {
+            ErrorCode::INVALID_TXN_STATE
+        }
+        _ => ErrorCode::COORDINATOR_NOT_AVAILABLE,
+    }
+}
+
+/// Appends `records` as one transactional batch of `producer`, numbered
+/// from the host's sequence book. When the log knows better (a restart lost
+/// the book, or two commits raced) it says which sequence it expects, or
+/// that it already holds a batch with this one; the batch is numbered again.
+async fn append_transactional(
+    shard: &Rc<Shard>,
+    log: &PartitionLog,
+    partition: i32,
+    records: &[NewRecord],
+    producer: TxnProducer,
+) -> Result<AppendInfo, ErrorCode> {
+    let count = i32::try_from(records.len()).map_err(|_| ErrorCode::INVALID_REQUEST)?;
+    let book = &shard.groups.sequences;
+    let mut sequence = book.borrow_mut().reserve(partition, producer, count);
+    for _ in 0..SEQUENCE_ATTEMPTS_MAX {
+        let options = BatchOptions {
+            producer_id: producer.producer_id.0,
+            producer_epoch: producer.producer_epoch.0,
+            base_sequence: sequence.0,
+            transactional: true,
+            ..BatchOptions::default()
+        };
+        let batch = encode_batch(records, &options);
+        match log.append(&batch, LEADER_EPOCH, now_ms()).await {
+            Ok(appended) if !appended.duplicate => {
+                book.borrow_mut()
+                    .appended(partition, producer, sequence, count);
+                return Ok(appended);
+            }
+            // Another batch of the producer already has these sequences.
+            Ok(_) => sequence = sequence.increment(count),
+            Err(StorageError::Producer(ProducerError::OutOfOrderSequence { expected, .. })) => {
+                sequence = expected;
+            }
+            Err(error) => return Err(append_error(partition, &error)),
+        }
+    }
+    tracing::warn!(
+        partition,
+        producer = producer.producer_id.0,
+        "no sequence the log accepts"
+    );
+    Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+}
+
+/// Applies a COMMIT or ABORT marker of `producer_id` that is durable in
+/// `__consumer_offsets` partition `partition`: the producer's pending
+/// transactional offsets in that partition's groups become committed
+/// offsets or are dropped. Call it on the shard that owns the partition,
+/// and before the marker is reported written to the transaction
+/// coordinator (so the producer's next transaction cannot commit offsets
+/// that this marker would then complete).
+// Called by the transaction marker path, which lands separately.
+#[allow(dead_code)]
+pub async fn on_transaction_marker(
+    shard: &Rc<Shard>,
+    partition: i32,
+    producer_id: ProducerId,
+    result: MarkerKind,
+) {
+    let completed = shard
+        .groups
+        .with(shard, partition, |coordinator| {
+            coordinator.complete_transaction(producer_id, result)
+        })
+        .await;
+    match completed {
+        Ok(applied) => {
+            tracing::debug!(
+                partition,
+                producer_id = producer_id.0,
+                ?result,
+                applied,
+                "transaction completed in groups"
+            );
+        }
+        // A partition not hosted here reads the marker when it loads.
+        Err(error) => {
+            tracing::debug!(
+                partition,
+                producer_id = producer_id.0,
+                ?error,
+                "transaction marker not applied"
+            );
+        }
     }
 }
 
@@ -386,11 +586,23 @@ async fn write_then(
     }
 }
 
-/// Replays every record of `log` into `coordinator`; returns how many.
-async fn replay_log(log: &PartitionLog, coordinator: &mut GroupCoordinator) -> Result<u64, String> {
+/// What loading a partition found besides the coordinator's state.
+#[derive(Debug, Default)]
+struct Replayed {
+    /// Records replayed.
+    records: u64,
+    /// The next sequence of each producer that wrote to the partition.
+    next_sequences: HashMap<ProducerId, (ProducerEpoch, Sequence)>,
+}
+
+/// Replays every record of `log` into `coordinator`.
+async fn replay_log(
+    log: &PartitionLog,
+    coordinator: &mut GroupCoordinator,
+) -> Result<Replayed, String> {
     let mut offset = log.log_start_offset();
     let end = log.log_end_offset();
-    let mut count = 0;
+    let mut replayed = Replayed::default();
     let now = now_ms();
     while offset < end {
         let options = ReadOptions {
@@ -419,26 +631,66 @@ async fn replay_log(log: &PartitionLog, coordinator: &mut GroupCoordinator) -> R
         while !bytes.is_empty() {
             let batch =
                 RecordBatchDecoder::decode(&mut bytes).map_err(|error| error.to_string())?;
-            if batch.records.first().is_some_and(|record| record.control) {
-                continue;
+            replay_batch(batch, coordinator, now, &mut replayed);
+        }
+    }
+    Ok(replayed)
+}
+
+/// Replays one batch: a transaction marker completes its producer's
+/// transaction; records of a transactional batch are pending for its
+/// producer until then.
+fn replay_batch(
+    batch: RecordSet,
+    coordinator: &mut GroupCoordinator,
+    now: i64,
+    replayed: &mut Replayed,
+) {
+    let Some(first) = batch.records.first() else {
+        // Compaction emptied the batch (a marker without records is ignored, as in Kafka).
+        return;
+    };
+    let producer_id = ProducerId(first.producer_id);
+    if first.control {
+        let key = first.key.as_deref().unwrap_or_default();
+        match ControlRecordType::parse_key(key) {
+            Ok(ControlRecordType::Commit) => {
+                coordinator.complete_transaction(producer_id, MarkerKind::Commit);
             }
-            for record in batch.records {
-                let Some(key) = record.key else { continue };
-                match GroupRecord::decode(&key, record.value.as_deref()) {
-                    Ok(decoded) => {
-                        if let Some(persisted) = Persist::from_record(decoded) {
-                            coordinator.replay(now, persisted);
-                        }
-                        count += 1;
-                    }
-                    Err(error) => {
-                        tracing::warn!(offset = record.offset, %error, "skipping an unreadable group record");
-                    }
+            Ok(ControlRecordType::Abort) => {
+                coordinator.complete_transaction(producer_id, MarkerKind::Abort);
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(offset = first.offset, %error, "skipping an unreadable control record")
+            }
+        }
+        return;
+    }
+    let transactional_producer = (first.transactional && producer_id.0 >= 0).then_some(producer_id);
+    if let Some(last) = batch.records.last().filter(|last| last.producer_id >= 0) {
+        let next = Sequence(last.sequence).increment(1);
+        let epoch = ProducerEpoch(last.producer_epoch);
+        replayed.next_sequences.insert(producer_id, (epoch, next));
+    }
+    for record in batch.records {
+        let Some(key) = record.key else { continue };
+        match GroupRecord::decode(&key, record.value.as_deref()) {
+            Ok(decoded) => {
+                if let Some(persisted) = Persist::from_record(decoded) {
+                    let logged = LoggedRecord {
+                        offset: record.offset,
+                        transactional_producer,
+                    };
+                    coordinator.replay_logged(now, persisted, logged);
                 }
+                replayed.records += 1;
+            }
+            Err(error) => {
+                tracing::warn!(offset = record.offset, %error, "skipping an unreadable group record");
             }
         }
     }
-    Ok(count)
 }
 
 /// Runs the coordinators' timers on this shard until it stops: session
@@ -490,5 +742,120 @@ pub async fn run_timers(shard: Rc<Shard>) {
         let timer = std::pin::pin!(glommio::timer::sleep(sleep));
         let bell = std::pin::pin!(shard.groups.bell.acquire(1));
         futures::future::select(timer, bell).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use brook_engine::group::state::{CommittedOffset, GroupSettings};
+    use brook_engine::group::txn_offsets::Stability;
+    use brook_engine::log::control::{EndTxnMarker, encode_end_txn_marker_batch};
+
+    use super::*;
+
+    const PRODUCER: TxnProducer = TxnProducer {
+        producer_id: ProducerId(4),
+        producer_epoch: ProducerEpoch(2),
+    };
+
+    #[test]
+    fn sequences_follow_the_producer_and_restart_with_a_new_epoch() {
+        let mut book = SequenceBook::default();
+        assert_eq!(book.reserve(0, PRODUCER, 3), Sequence(0));
+        assert_eq!(book.reserve(0, PRODUCER, 1), Sequence(3));
+        // Another partition counts on its own.
+        assert_eq!(book.reserve(1, PRODUCER, 1), Sequence(0));
+        let bumped = TxnProducer {
+            producer_epoch: ProducerEpoch(3),
+            ..PRODUCER
+        };
+        assert_eq!(book.reserve(0, bumped, 1), Sequence(0));
+        // The log's correction wins.
+        book.appended(0, bumped, Sequence(40), 2);
+        assert_eq!(book.reserve(0, bumped, 1), Sequence(42));
+        book.forget_partition(0);
+        assert_eq!(book.reserve(0, bumped, 1), Sequence(0));
+    }
+
+    fn offset_batch(producer: Option<TxnProducer>, base_sequence: i32, value: i64) -> Bytes {
+        let record = Persist::Offset {
+            group_id: "g".into(),
+            partition: TopicPartition::new("t", 0),
+            offset: CommittedOffset {
+                offset: value,
+                leader_epoch: -1,
+                metadata: String::new(),
+                commit_timestamp_ms: 1,
+                expire_timestamp_ms: None,
+            },
+        };
+        let records = new_records(&[record], 1).unwrap();
+        let options = match producer {
+            None => BatchOptions::default(),
+            Some(producer) => BatchOptions {
+                producer_id: producer.producer_id.0,
+                producer_epoch: producer.producer_epoch.0,
+                base_sequence,
+                transactional: true,
+                ..BatchOptions::default()
+            },
+        };
+        Bytes::from(encode_batch(&records, &options))
+    }
+
+    fn marker_batch(kind: MarkerKind) -> Bytes {
+        let marker = EndTxnMarker {
+            kind,
+            coordinator_epoch: 0,
+        };
+        let batch = encode_end_txn_marker_batch(
+            PRODUCER.producer_id.0,
+            PRODUCER.producer_epoch.0,
+            TimestampMs(1),
+            marker,
+        );
+        Bytes::from(batch)
+    }
+
+    /// Replays `batches` placed one after another in the log (the base
+    /// offset is outside the CRC, as the append path relies on).
+    fn replay(batches: &[Bytes]) -> (GroupCoordinator, Replayed) {
+        let mut coordinator = GroupCoordinator::new(GroupSettings::default());
+        let mut replayed = Replayed::default();
+        for (offset, bytes) in batches.iter().enumerate() {
+            let mut placed = bytes.to_vec();
+            placed[..8].copy_from_slice(&(offset as i64).to_be_bytes());
+            let batch = RecordBatchDecoder::decode(&mut Bytes::from(placed)).unwrap();
+            replay_batch(batch, &mut coordinator, 1, &mut replayed);
+        }
+        (coordinator, replayed)
+    }
+
+    fn fetched(coordinator: &GroupCoordinator) -> Result<Option<i64>, ErrorCode> {
+        let partitions = [TopicPartition::new("t", 0)];
+        let fetched =
+            coordinator.fetch_offsets_with("g", Some(&partitions), Stability::RequireStable);
+        fetched[0]
+            .1
+            .clone()
+            .map(|offset| offset.map(|offset| offset.offset))
+    }
+
+    #[test]
+    fn loading_completes_transactions_at_their_markers() {
+        let plain = offset_batch(None, -1, 5);
+        let pending = offset_batch(Some(PRODUCER), 7, 10);
+        let (open, replayed) = replay(&[plain.clone(), pending.clone()]);
+        assert_eq!(fetched(&open), Err(ErrorCode::UNSTABLE_OFFSET_COMMIT));
+        let next = replayed.next_sequences[&PRODUCER.producer_id];
+        assert_eq!(next, (PRODUCER.producer_epoch, Sequence(8)));
+        let (committed, _) = replay(&[
+            plain.clone(),
+            pending.clone(),
+            marker_batch(MarkerKind::Commit),
+        ]);
+        assert_eq!(fetched(&committed), Ok(Some(10)));
+        let (aborted, _) = replay(&[plain, pending, marker_batch(MarkerKind::Abort)]);
+        assert_eq!(fetched(&aborted), Ok(Some(5)));
     }
 }

@@ -6,6 +6,7 @@ use std::rc::Rc;
 
 use brook_engine::group::offsets::{CommitPartition, CommitRequest};
 use brook_engine::group::state::{CommittedOffset, GroupState};
+use brook_engine::group::txn_offsets::{FetchedOffset, Stability};
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::frame::{FrameError, Request};
 use brook_engine::types::{PartitionId, TopicPartition};
@@ -29,7 +30,7 @@ use kafka_protocol::messages::{
     OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest, OffsetFetchResponse,
 };
 
-use crate::server::groups::write_records;
+use crate::server::groups::{write_records, write_records_placed};
 use crate::server::handlers::groups::{group_id, on_coordinator};
 use crate::server::handlers::{text, topic_name};
 use crate::server::response::{Response, encode};
@@ -46,7 +47,7 @@ const GROUP_TYPE_CLASSIC: &str = "classic";
 
 /// Groups per-partition answers by topic, keeping the order they came in
 /// (consecutive partitions of one topic share a topic entry).
-fn by_topic<P, T>(
+pub(crate) fn by_topic<P, T>(
     partitions: impl IntoIterator<Item = (TopicPartition, P)>,
     topic_entry: impl Fn(&str, Vec<P>) -> T,
 ) -> Vec<T> {
@@ -104,14 +105,23 @@ pub async fn offset_commit(shard: &Rc<Shard>, request: &Request) -> Result<Respo
             })
             .await??;
         let records = plan.records(&commit.group_id);
-        if let Err(error) = write_records(&owner, partition, &records).await {
-            return Ok(vec![error; plan.errors.len()]);
-        }
+        let positions = match write_records_placed(&owner, partition, &records, None).await {
+            Ok(positions) => positions,
+            Err(error) => return Ok(vec![error; plan.errors.len()]),
+        };
         let errors = plan.errors.clone();
+        // Each offset with its record's place in the log, which decides
+        // whether a transactional commit completing later supersedes it.
+        let placed = plan
+            .offsets
+            .into_iter()
+            .zip(positions)
+            .map(|((partition, offset), position)| (partition, offset, position.0))
+            .collect();
         owner
             .groups
             .with(&owner, partition, |coordinator| {
-                coordinator.offsets_committed(now_ms(), &commit.group_id, plan.offsets)
+                coordinator.offsets_committed_at(now_ms(), &commit.group_id, placed)
             })
             .await?;
         Ok(errors)
@@ -143,33 +153,50 @@ pub async fn offset_commit(shard: &Rc<Shard>, request: &Request) -> Result<Respo
     )
 }
 
-/// One group's committed offsets for OffsetFetch: `(partition, offset)` in
-/// request order (or every committed one), or the group's error.
+/// One group's committed offsets for OffsetFetch: `(partition, offset or
+/// error)` in request order (or every committed one), or the group's error.
+/// With `require_stable` (v7+), a partition with pending transactional
+/// offsets answers UNSTABLE_OFFSET_COMMIT (KIP-447).
 async fn fetch_group(
     shard: &Rc<Shard>,
     group: String,
     partitions: Option<Vec<TopicPartition>>,
-) -> Result<Vec<(TopicPartition, Option<CommittedOffset>)>, ErrorCode> {
+    stability: Stability,
+) -> Result<Vec<FetchedOffset>, ErrorCode> {
     on_coordinator(shard, &group.clone(), move |owner, partition| async move {
         owner
             .groups
             .with(&owner, partition, |coordinator| {
-                coordinator.fetch_offsets(&group, partitions.as_deref())
+                coordinator.fetch_offsets_with(&group, partitions.as_deref(), stability)
             })
             .await
     })
     .await
 }
 
-fn fetched_fields(offset: &Option<CommittedOffset>) -> (i64, i32, String) {
-    match offset {
-        Some(offset) => (offset.offset, offset.leader_epoch, offset.metadata.clone()),
-        None => (-1, -1, String::new()),
+/// Offset, leader epoch, metadata and error code of one fetched partition.
+fn fetched_fields(
+    fetched: &Result<Option<CommittedOffset>, ErrorCode>,
+) -> (i64, i32, String, ErrorCode) {
+    match fetched {
+        Ok(Some(offset)) => (
+            offset.offset,
+            offset.leader_epoch,
+            offset.metadata.clone(),
+            ErrorCode::NONE,
+        ),
+        Ok(None) => (-1, -1, String::new(), ErrorCode::NONE),
+        Err(error) => (-1, -1, String::new(), *error),
     }
 }
 
 pub async fn offset_fetch(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
     let body: OffsetFetchRequest = request.decode_body()?;
+    let stability = if request.api_version >= 7 && body.require_stable {
+        Stability::RequireStable
+    } else {
+        Stability::Latest
+    };
     if request.api_version >= 8 {
         let mut groups = Vec::with_capacity(body.groups.len());
         for group in &body.groups {
@@ -184,7 +211,8 @@ pub async fn offset_fetch(shard: &Rc<Shard>, request: &Request) -> Result<Respon
                     })
                     .collect()
             });
-            let fetched = fetch_group(shard, group.group_id.to_string(), partitions).await;
+            let fetched =
+                fetch_group(shard, group.group_id.to_string(), partitions, stability).await;
             groups.push(fetch_response_group(&group.group_id.to_string(), fetched));
         }
         return encode(request, &OffsetFetchResponse::default().with_groups(groups));
@@ -200,16 +228,18 @@ pub async fn offset_fetch(shard: &Rc<Shard>, request: &Request) -> Result<Respon
             })
             .collect()
     });
-    let response = match fetch_group(shard, body.group_id.to_string(), partitions).await {
+    let fetched = fetch_group(shard, body.group_id.to_string(), partitions, stability).await;
+    let response = match fetched {
         Err(error) => OffsetFetchResponse::default().with_error_code(error.0),
         Ok(fetched) => {
             let answers = fetched.into_iter().map(|(topic_partition, offset)| {
-                let (committed, epoch, metadata) = fetched_fields(&offset);
+                let (committed, epoch, metadata, error) = fetched_fields(&offset);
                 let partition = OffsetFetchResponsePartition::default()
                     .with_partition_index(topic_partition.partition.0)
                     .with_committed_offset(committed)
                     .with_committed_leader_epoch(epoch)
-                    .with_metadata(Some(text(&metadata)));
+                    .with_metadata(Some(text(&metadata)))
+                    .with_error_code(error.0);
                 (topic_partition, partition)
             });
             let topics = by_topic(answers, |topic, partitions| {
@@ -225,7 +255,7 @@ pub async fn offset_fetch(shard: &Rc<Shard>, request: &Request) -> Result<Respon
 
 fn fetch_response_group(
     group: &str,
-    fetched: Result<Vec<(TopicPartition, Option<CommittedOffset>)>, ErrorCode>,
+    fetched: Result<Vec<FetchedOffset>, ErrorCode>,
 ) -> OffsetFetchResponseGroup {
     let fetched = match fetched {
         Ok(fetched) => fetched,
@@ -236,12 +266,13 @@ fn fetch_response_group(
         }
     };
     let answers = fetched.into_iter().map(|(topic_partition, offset)| {
-        let (committed, epoch, metadata) = fetched_fields(&offset);
+        let (committed, epoch, metadata, error) = fetched_fields(&offset);
         let partition = OffsetFetchResponsePartitions::default()
             .with_partition_index(topic_partition.partition.0)
             .with_committed_offset(committed)
             .with_committed_leader_epoch(epoch)
-            .with_metadata(Some(text(&metadata)));
+            .with_metadata(Some(text(&metadata)))
+            .with_error_code(error.0);
         (topic_partition, partition)
     });
     let topics = by_topic(answers, |topic, partitions| {
