@@ -328,6 +328,34 @@ fn sweep_transactions(stream: &mut TcpStream, api_key: ApiKey, version: i16) -> 
             let response: AddOffsetsToTxnResponse = exchange(stream, api_key, version, &request);
             assert_eq!(response.error_code, 0);
         }
+        ApiKey::TxnOffsetCommit => {
+            let producer = init_transactional(stream, &id);
+            let add = AddOffsetsToTxnRequest::default()
+                .with_transactional_id(transactional_id())
+                .with_producer_id(producer.0)
+                .with_producer_epoch(producer.1)
+                .with_group_id(group_id(&id));
+            let added: AddOffsetsToTxnResponse = exchange(stream, ApiKey::AddOffsetsToTxn, 3, &add);
+            assert_eq!(added.error_code, 0);
+            let partition = txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
+                .with_partition_index(0)
+                .with_committed_offset(1);
+            let topic = txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                .with_name(name(TOPIC))
+                .with_partitions(vec![partition]);
+            let request = TxnOffsetCommitRequest::default()
+                .with_transactional_id(transactional_id())
+                .with_group_id(group_id(&id))
+                .with_producer_id(producer.0)
+                .with_producer_epoch(producer.1)
+                .with_generation_id(-1)
+                .with_topics(vec![topic]);
+            let response: TxnOffsetCommitResponse = exchange(stream, api_key, version, &request);
+            assert_eq!(
+                response.topics[0].partitions[0].error_code, 0,
+                "{response:?}"
+            );
+        }
         ApiKey::EndTxn => {
             let producer = init_transactional(stream, &id);
             add_partitions_v3(stream, &id, producer);

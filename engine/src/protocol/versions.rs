@@ -67,6 +67,7 @@ pub const SUPPORTED: &[Supported] = &[
     api(ApiKey::AddPartitionsToTxn, 0, 5),
     api(ApiKey::AddOffsetsToTxn, 0, 4),
     api(ApiKey::EndTxn, 0, 5),
+    api(ApiKey::TxnOffsetCommit, 0, 5),
     api(ApiKey::DescribeTransactions, 0, 0),
     api(ApiKey::ListTransactions, 0, 1),
 ];

@@ -519,8 +519,6 @@ async fn append_transactional(
 /// and before the marker is reported written to the transaction
 /// coordinator (so the producer's next transaction cannot commit offsets
 /// that this marker would then complete).
-// Called by the transaction marker path, which lands separately.
-#[allow(dead_code)]
 pub async fn on_transaction_marker(
     shard: &Rc<Shard>,
     partition: i32,

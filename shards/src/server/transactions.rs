@@ -441,9 +441,12 @@ async fn write_marker(
             log.wait_durable(appended.log_end_offset)
                 .await
                 .map_err(code)?;
+            // Group offsets of the transaction become visible (or are
+            // dropped) before the coordinator hears the marker is written.
             if topic_partition.topic == OFFSETS_TOPIC_NAME {
-                let commit = kind == MarkerKind::Commit;
-                let _ = commit; // HOOK: groups::on_transaction_marker
+                let partition = topic_partition.partition.0;
+                crate::server::groups::on_transaction_marker(&owner, partition, producer_id, kind)
+                    .await;
             }
             Ok(())
         })

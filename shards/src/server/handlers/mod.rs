@@ -13,6 +13,7 @@ mod offsets;
 pub(crate) mod produce;
 mod producers;
 mod transactions;
+mod txn_offsets;
 
 use std::rc::Rc;
 
@@ -73,6 +74,7 @@ async fn handle(shard: &Rc<Shard>, request: Request) -> Response {
         ApiKey::EndTxn => transactions::end_txn(shard, &request).await,
         ApiKey::DescribeTransactions => transactions::describe_transactions(shard, &request).await,
         ApiKey::ListTransactions => transactions::list_transactions(shard, &request).await,
+        ApiKey::TxnOffsetCommit => txn_offsets::txn_offset_commit(shard, &request).await,
         other => Err(FrameError::Malformed {
             api_key: other,
             version: request.api_version,

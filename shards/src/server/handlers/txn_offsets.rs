@@ -34,8 +34,6 @@ use crate::server::shard::{Shard, now_ms};
 /// as Kafka does.
 const LOAD_IN_PROGRESS_VERSION_MIN: i16 = 2;
 
-// Routed by handlers/mod.rs once the transaction work lands there.
-#[allow(dead_code)]
 pub async fn txn_offset_commit(
     shard: &Rc<Shard>,
     request: &Request,
