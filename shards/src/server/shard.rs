@@ -28,6 +28,9 @@ use crate::storage::{
     StoreOptions,
 };
 
+/// Partition logs a shard opens (and recovers) at once.
+const PARTITION_OPENS_IN_FLIGHT_MAX: usize = 8;
+
 /// The only leader epoch a single broker ever has.
 pub const LEADER_EPOCH: LeaderEpoch = LeaderEpoch(0);
 
@@ -138,12 +141,19 @@ impl Shard {
         &self,
         partitions: Vec<(TopicPartition, LogConfig)>,
     ) -> Result<(), StorageError> {
-        for (topic_partition, config) in partitions {
-            let log = self
-                .store
-                .open_partition(&topic_partition, config, now_ms())
-                .await?;
-            log.become_leader(LEADER_EPOCH).await?;
+        use futures::StreamExt;
+        // Several at once: recovery waits on reads, which then overlap.
+        let mut opens = futures::stream::iter(partitions)
+            .map(|(topic_partition, config)| async move {
+                let log = self
+                    .store
+                    .open_partition(&topic_partition, config, now_ms())
+                    .await?;
+                log.become_leader(LEADER_EPOCH).await
+            })
+            .buffer_unordered(PARTITION_OPENS_IN_FLIGHT_MAX);
+        while let Some(opened) = opens.next().await {
+            opened?;
         }
         Ok(())
     }

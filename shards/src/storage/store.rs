@@ -72,9 +72,10 @@ pub struct Store {
     recovery_points: RefCell<HashMap<TopicPartition, Offset>>,
     log_start_offsets: RefCell<HashMap<TopicPartition, Offset>>,
     producer_states: RefCell<HashMap<TopicPartition, Offset>>,
-    /// One open at a time: an open recovers files, so two of the same
-    /// partition must not interleave.
-    opening: glommio::sync::Semaphore,
+    /// Partitions being opened now: a second open of one waits for the
+    /// first instead of opening its files again. Different partitions open
+    /// concurrently.
+    opening: RefCell<std::collections::HashSet<TopicPartition>>,
     logs: RefCell<BTreeMap<TopicPartition, PartitionLog>>,
     maintenance: RefCell<Option<glommio::Task<()>>>,
     pub(crate) cleaner: Cleaner,
@@ -110,7 +111,7 @@ impl Store {
             recovery_points: RefCell::new(recovery_points),
             log_start_offsets: RefCell::new(log_start_offsets),
             producer_states: RefCell::new(producer_states),
-            opening: glommio::sync::Semaphore::new(1),
+            opening: RefCell::new(std::collections::HashSet::new()),
             logs: RefCell::new(BTreeMap::new()),
             maintenance: RefCell::new(None),
             cleaner,
@@ -136,16 +137,25 @@ impl Store {
         if let Some(log) = self.logs.borrow().get(topic_partition) {
             return Ok(log.clone());
         }
-        let _opening = self
-            .opening
-            .acquire_permit(1)
-            .await
-            .map_err(|_| StorageError::Closed {
-                path: self.partition_dir(topic_partition),
-            })?;
-        if let Some(log) = self.logs.borrow().get(topic_partition) {
-            return Ok(log.clone());
+        while self.opening.borrow().contains(topic_partition) {
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+            if let Some(log) = self.logs.borrow().get(topic_partition) {
+                return Ok(log.clone());
+            }
         }
+        self.opening.borrow_mut().insert(topic_partition.clone());
+        let opened = self.open_new(topic_partition, config, now_ms).await;
+        self.opening.borrow_mut().remove(topic_partition);
+        opened
+    }
+
+    /// Opens a log no one else is opening.
+    async fn open_new(
+        &self,
+        topic_partition: &TopicPartition,
+        config: LogConfig,
+        now_ms: i64,
+    ) -> Result<PartitionLog, StorageError> {
         let hints = RecoveryHints {
             clean_shutdown: self.clean_shutdown,
             recovery_point: self.recovery_points.borrow_mut().remove(topic_partition),
