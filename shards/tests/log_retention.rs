@@ -245,6 +245,7 @@ fn shard_maintenance_applies_retention_and_checkpoints_in_the_background() {
             checkpoint_interval: Duration::from_millis(20),
             idle_release_interval: Duration::from_millis(20),
             cleaner: None,
+            ..MaintenanceSchedule::default()
         };
         store.start_maintenance(schedule);
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -449,6 +450,7 @@ fn checkpoints_sync_the_logs_so_recovery_points_keep_up() {
             checkpoint_interval: Duration::from_millis(20),
             idle_release_interval: Duration::from_secs(3600),
             cleaner: None,
+            ..MaintenanceSchedule::default()
         });
         let checkpoint = root.join("recovery-point-offset-checkpoint-0");
         let expected = format!("0\n1\nunsynced 0 {}\n", log.log_end_offset());

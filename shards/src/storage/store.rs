@@ -49,6 +49,9 @@ pub struct MaintenanceSchedule {
     pub idle_release_interval: Duration,
     /// The log cleaner of compacted topics (`None`: `log.cleaner.enable=false`).
     pub cleaner: Option<CleanerSchedule>,
+    /// `producer.id.expiration.check.interval.ms` (10 minutes): how often
+    /// producers idle past `producer.id.expiration.ms` are forgotten.
+    pub producer_expiration_check_interval: Duration,
 }
 
 impl Default for MaintenanceSchedule {
@@ -58,6 +61,7 @@ impl Default for MaintenanceSchedule {
             checkpoint_interval: Duration::from_millis(CHECKPOINT_INTERVAL_MS_DEFAULT),
             idle_release_interval: Duration::from_secs(10),
             cleaner: Some(CleanerSchedule::default()),
+            producer_expiration_check_interval: Duration::from_millis(600_000),
         }
     }
 }
@@ -298,8 +302,12 @@ impl Store {
                 start + schedule.checkpoint_interval,
             );
             let mut next_release = start + schedule.idle_release_interval;
+            let mut next_expiry = start + schedule.producer_expiration_check_interval;
             loop {
-                let due = next_retention.min(next_checkpoint).min(next_release);
+                let due = next_retention
+                    .min(next_checkpoint)
+                    .min(next_release)
+                    .min(next_expiry);
                 glommio::timer::sleep(due.saturating_duration_since(Instant::now())).await;
                 let Some(store) = store.upgrade() else { return };
                 let now = Instant::now();
@@ -314,6 +322,21 @@ impl Store {
                         .partitions()
                         .iter()
                         .for_each(|(_, log)| log.release_idle_memory(idle_since));
+                }
+                if now >= next_expiry {
+                    next_expiry = now + schedule.producer_expiration_check_interval;
+                    let now_ms = wall_clock_ms();
+                    let expired: usize = store
+                        .partitions()
+                        .iter()
+                        .map(|(_, log)| log.remove_expired_producers(now_ms))
+                        .sum();
+                    if expired > 0 {
+                        tracing::info!(
+                            expired,
+                            "forgot producers idle past producer.id.expiration.ms"
+                        );
+                    }
                 }
                 if now >= next_checkpoint {
                     next_checkpoint = now + schedule.checkpoint_interval;
