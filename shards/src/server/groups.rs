@@ -12,8 +12,8 @@
 //! COMMIT/ABORT markers it meets to the coordinator, and
 //! [`on_transaction_marker`] does the same for markers written later.
 
-use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -29,28 +29,18 @@ use brook_engine::log::control::{ControlRecordType, MarkerKind};
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::replica::producer_state::{ProducerEpoch, ProducerError, Sequence};
 use brook_engine::types::{Offset, ProducerId, TimestampMs, TopicPartition};
-use bytes::{Bytes, BytesMut};
 use futures::channel::oneshot;
-use glommio::sync::Semaphore;
-use kafka_protocol::records::{RecordBatchDecoder, RecordSet};
+use kafka_protocol::records::RecordSet;
 
-use crate::server::controller::{self, Change, NewTopic};
+use crate::server::coordinator_host::{
+    Coordinator, CoordinatorHost, Waiters, ensure_internal_topic, locate_in, read_partition_batches,
+};
 use crate::server::handlers::produce::with_timeout;
 use crate::server::shard::{LEADER_EPOCH, Shard, now_ms};
-use crate::storage::{AppendInfo, LogData, PartitionLog, ReadOptions, StorageError};
-
-/// How long a request waits for its partition to finish loading before it
-/// is told COORDINATOR_LOAD_IN_PROGRESS (the client retries).
-const LOAD_WAIT_MAX: Duration = Duration::from_secs(5);
-
-/// Bytes read at a time while loading a partition.
-const LOAD_READ_BYTES: usize = 1 << 20;
+use crate::storage::{AppendInfo, PartitionLog, StorageError};
 
 /// Records written in one batch at most (a group's tombstones can be many).
 const RECORDS_PER_BATCH_MAX: usize = 1_000;
-
-/// The timer loop sleeps at most this long between checks.
-const TIMER_SLEEP_MAX: Duration = Duration::from_secs(1);
 
 /// Producers whose next sequence the host remembers, over all its
 /// partitions; past this the book starts over (the log corrects it).
@@ -100,11 +90,19 @@ impl SequenceBook {
     fn forget_partition(&mut self, partition: i32) {
         self.next.retain(|(owner, _), _| *owner != partition);
     }
-}
 
-enum Hosted {
-    Loading,
-    Loaded(GroupCoordinator),
+    /// The partition was loaded: its producers' next sequences are those
+    /// its log ends with.
+    fn loaded_partition(
+        &mut self,
+        partition: i32,
+        next_sequences: HashMap<ProducerId, (ProducerEpoch, Sequence)>,
+    ) {
+        self.forget_partition(partition);
+        for (producer_id, (epoch, next)) in next_sequences {
+            self.remember((partition, producer_id), epoch, next);
+        }
+    }
 }
 
 enum Waiter {
@@ -112,31 +110,18 @@ enum Waiter {
     Sync(oneshot::Sender<SyncResponse>),
 }
 
-/// The coordinators of one shard's `__consumer_offsets` partitions.
+/// The coordinators of one shard's `__consumer_offsets` partitions. Lives
+/// on its shard.
+#[derive(Default)]
 pub struct GroupHost {
-    partitions: RefCell<HashMap<i32, Hosted>>,
-    waiters: RefCell<HashMap<Token, Waiter>>,
-    next_token: Cell<Token>,
+    coordinators: CoordinatorHost<GroupCoordinator>,
+    waiters: Waiters<Waiter>,
     sequences: RefCell<SequenceBook>,
-    /// Rung when a deadline may have moved earlier.
-    bell: Semaphore,
 }
 
 impl std::fmt::Debug for GroupHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GroupHost").finish_non_exhaustive()
-    }
-}
-
-impl Default for GroupHost {
-    fn default() -> GroupHost {
-        GroupHost {
-            partitions: RefCell::new(HashMap::new()),
-            waiters: RefCell::new(HashMap::new()),
-            next_token: Cell::new(1),
-            sequences: RefCell::new(SequenceBook::default()),
-            bell: Semaphore::new(0),
-        }
     }
 }
 
@@ -147,19 +132,7 @@ pub fn locate(
     shard: &Shard,
     group_id: &str,
 ) -> Result<(i32, brook_engine::cluster::image::ShardId), ErrorCode> {
-    let image = shard.image();
-    let topic = image
-        .topic(OFFSETS_TOPIC_NAME)
-        .ok_or(ErrorCode::NOT_COORDINATOR)?;
-    let count = i32::try_from(topic.partitions.len()).map_err(|_| ErrorCode::NOT_COORDINATOR)?;
-    if count == 0 {
-        return Err(ErrorCode::NOT_COORDINATOR);
-    }
-    let partition = offsets_partition_for(group_id, count);
-    let owner = image
-        .owner(&offsets_partition(partition))
-        .ok_or(ErrorCode::NOT_COORDINATOR)?;
-    Ok((partition, owner))
+    locate_in(shard, OFFSETS_TOPIC_NAME, group_id, offsets_partition_for)
 }
 
 fn offsets_partition(partition: i32) -> TopicPartition {
@@ -169,33 +142,14 @@ fn offsets_partition(partition: i32) -> TopicPartition {
 /// Creates `__consumer_offsets` if it does not exist (compacted, Kafka's
 /// segment size), as Kafka does on the first FindCoordinator.
 pub async fn ensure_offsets_topic(shard: &Rc<Shard>) -> Result<(), ErrorCode> {
-    if shard.image().topic(OFFSETS_TOPIC_NAME).is_some() {
-        return Ok(());
-    }
     let config = &shard.context.config;
-    let configs = BTreeMap::from([
-        ("cleanup.policy".to_owned(), "compact".to_owned()),
-        (
-            "segment.bytes".to_owned(),
-            config.offsets_topic_segment_bytes.to_string(),
-        ),
-    ]);
-    let change = Change::Create {
-        topics: vec![NewTopic {
-            name: OFFSETS_TOPIC_NAME.to_owned(),
-            partitions: config.offsets_topic_partitions,
-            configs,
-        }],
-        validate_only: false,
-    };
-    let outcomes = controller::apply(shard, change).await;
-    match outcomes.first().map(|outcome| outcome.error) {
-        Some(ErrorCode::NONE) | Some(ErrorCode::TOPIC_ALREADY_EXISTS) => Ok(()),
-        other => {
-            tracing::error!(error = ?other, "creating {OFFSETS_TOPIC_NAME} failed");
-            Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
-        }
-    }
+    ensure_internal_topic(
+        shard,
+        OFFSETS_TOPIC_NAME,
+        config.offsets_topic_partitions,
+        config.offsets_topic_segment_bytes,
+    )
+    .await
 }
 
 impl GroupHost {
@@ -206,90 +160,29 @@ impl GroupHost {
         partition: i32,
         decide: impl FnOnce(&mut GroupCoordinator) -> R,
     ) -> Result<R, ErrorCode> {
-        self.loaded(shard, partition).await?;
-        let mut partitions = self.partitions.borrow_mut();
-        match partitions.get_mut(&partition) {
-            Some(Hosted::Loaded(coordinator)) => Ok(decide(coordinator)),
-            Some(Hosted::Loading) => Err(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS),
-            None => Err(ErrorCode::NOT_COORDINATOR),
-        }
+        let on_load = |replayed: Replayed| {
+            let mut book = self.sequences.borrow_mut();
+            book.loaded_partition(partition, replayed.next_sequences);
+        };
+        self.coordinators
+            .with(shard, partition, on_load, decide)
+            .await
     }
 
     /// A token and the receiver its answer will come through.
     pub fn register_join(&self) -> (Token, oneshot::Receiver<JoinResponse>) {
         let (sender, receiver) = oneshot::channel();
-        (self.register(Waiter::Join(sender)), receiver)
+        (self.waiters.register(Waiter::Join(sender)), receiver)
     }
 
     pub fn register_sync(&self) -> (Token, oneshot::Receiver<SyncResponse>) {
         let (sender, receiver) = oneshot::channel();
-        (self.register(Waiter::Sync(sender)), receiver)
-    }
-
-    fn register(&self, waiter: Waiter) -> Token {
-        let token = self.next_token.get();
-        self.next_token.set(token + 1);
-        self.waiters.borrow_mut().insert(token, waiter);
-        token
+        (self.waiters.register(Waiter::Sync(sender)), receiver)
     }
 
     /// Forgets a waiter whose request never reached the coordinator.
     pub fn forget(&self, token: Token) {
-        self.waiters.borrow_mut().remove(&token);
-    }
-
-    /// Waits until `partition` is loaded here, loading it if its log is
-    /// open on this shard and nobody is loading it yet.
-    async fn loaded(&self, shard: &Rc<Shard>, partition: i32) -> Result<(), ErrorCode> {
-        let started = std::time::Instant::now();
-        loop {
-            let loading = match self.partitions.borrow().get(&partition) {
-                Some(Hosted::Loaded(_)) => return Ok(()),
-                Some(Hosted::Loading) => true,
-                None => false,
-            };
-            if !loading {
-                return self.load(shard, partition).await;
-            }
-            if started.elapsed() >= LOAD_WAIT_MAX {
-                return Err(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS);
-            }
-            glommio::timer::sleep(Duration::from_millis(2)).await;
-        }
-    }
-
-    /// Reads the partition's log from its start and replays every record.
-    async fn load(&self, shard: &Rc<Shard>, partition: i32) -> Result<(), ErrorCode> {
-        let Some(log) = shard.log(&offsets_partition(partition)) else {
-            return Err(ErrorCode::NOT_COORDINATOR);
-        };
-        self.partitions
-            .borrow_mut()
-            .insert(partition, Hosted::Loading);
-        let mut coordinator = GroupCoordinator::new(shard.context.config.groups.clone());
-        let started = std::time::Instant::now();
-        match replay_log(&log, &mut coordinator).await {
-            Ok(replayed) => {
-                let records = replayed.records;
-                tracing::info!(partition, records, groups = coordinator.groups.len(), elapsed = ?started.elapsed(), "loaded consumer groups");
-                let mut book = self.sequences.borrow_mut();
-                book.forget_partition(partition);
-                for (producer_id, (epoch, next)) in replayed.next_sequences {
-                    book.remember((partition, producer_id), epoch, next);
-                }
-                drop(book);
-                self.partitions
-                    .borrow_mut()
-                    .insert(partition, Hosted::Loaded(coordinator));
-                self.bell.signal(1);
-                Ok(())
-            }
-            Err(error) => {
-                tracing::error!(partition, %error, "loading consumer groups failed");
-                self.partitions.borrow_mut().remove(&partition);
-                Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
-            }
-        }
+        self.waiters.take(token);
     }
 
     /// Performs a coordinator's actions.
@@ -297,12 +190,12 @@ impl GroupHost {
         for action in actions {
             match action {
                 Action::JoinDone { token, response } => {
-                    if let Some(Waiter::Join(sender)) = self.waiters.borrow_mut().remove(&token) {
+                    if let Some(Waiter::Join(sender)) = self.waiters.take(token) {
                         let _ = sender.send(response);
                     }
                 }
                 Action::SyncDone { token, response } => {
-                    if let Some(Waiter::Sync(sender)) = self.waiters.borrow_mut().remove(&token) {
+                    if let Some(Waiter::Sync(sender)) = self.waiters.take(token) {
                         let _ = sender.send(response);
                     }
                 }
@@ -312,46 +205,18 @@ impl GroupHost {
                 }
             }
         }
-        self.bell.signal(1);
-    }
-
-    /// Partitions loaded here.
-    fn loaded_partitions(&self) -> Vec<i32> {
-        self.partitions
-            .borrow()
-            .iter()
-            .filter(|(_, hosted)| matches!(hosted, Hosted::Loaded(_)))
-            .map(|(partition, _)| *partition)
-            .collect()
-    }
-
-    fn next_deadline_ms(&self) -> Option<i64> {
-        self.partitions
-            .borrow()
-            .values()
-            .filter_map(|hosted| match hosted {
-                Hosted::Loaded(coordinator) => coordinator.next_deadline_ms(),
-                Hosted::Loading => None,
-            })
-            .min()
+        self.coordinators.ring();
     }
 
     /// Every group of every loaded partition, for ListGroups.
-    pub fn each_loaded<R>(&self, mut visit: impl FnMut(&GroupCoordinator) -> R) -> Vec<R> {
-        self.partitions
-            .borrow()
-            .values()
-            .filter_map(|hosted| match hosted {
-                Hosted::Loaded(coordinator) => Some(visit(coordinator)),
-                Hosted::Loading => None,
-            })
-            .collect()
+    pub fn each_loaded<R>(&self, visit: impl FnMut(&GroupCoordinator) -> R) -> Vec<R> {
+        self.coordinators.each_loaded(visit)
     }
 
     /// Forgets committed offsets of deleted topics in every group hosted
     /// here, writing their tombstones.
     pub async fn forget_topics(&self, shard: &Rc<Shard>, topics: &BTreeSet<String>) {
-        for partition in self.loaded_partitions() {
+        for partition in self.coordinators.loaded_partitions() {
             let forgotten = self
                 .with(shard, partition, |coordinator| {
                     coordinator.forget_topics(topics)
@@ -369,7 +234,7 @@ impl GroupHost {
 
     /// Drops a partition's coordinator (its topic was deleted).
     pub fn unload(&self, partition: i32) {
-        self.partitions.borrow_mut().remove(&partition);
+        self.coordinators.unload(partition);
         self.sequences.borrow_mut().forget_partition(partition);
     }
 }
@@ -586,53 +451,40 @@ async fn write_then(
 
 /// What loading a partition found besides the coordinator's state.
 #[derive(Debug, Default)]
-struct Replayed {
+pub struct Replayed {
     /// Records replayed.
     records: u64,
     /// The next sequence of each producer that wrote to the partition.
     next_sequences: HashMap<ProducerId, (ProducerEpoch, Sequence)>,
 }
 
-/// Replays every record of `log` into `coordinator`.
-async fn replay_log(
-    log: &PartitionLog,
-    coordinator: &mut GroupCoordinator,
-) -> Result<Replayed, String> {
-    let mut offset = log.log_start_offset();
-    let end = log.log_end_offset();
-    let mut replayed = Replayed::default();
-    let now = now_ms();
-    while offset < end {
-        let options = ReadOptions {
-            max_bytes: LOAD_READ_BYTES,
-            max_offset: end,
-            allow_file_range: false,
-        };
-        let outcome = log
-            .read(offset, options)
-            .await
-            .map_err(|error| error.to_string())?;
-        let mut bytes = match outcome.data {
-            LogData::Memory(pieces) => {
-                let mut joined = BytesMut::new();
-                for piece in &pieces {
-                    joined.extend_from_slice(piece);
-                }
-                joined.freeze()
-            }
-            LogData::Empty | LogData::File(_) => Bytes::new(),
-        };
-        if outcome.next_offset <= offset {
-            break;
-        }
-        offset = outcome.next_offset;
-        while !bytes.is_empty() {
-            let batch =
-                RecordBatchDecoder::decode(&mut bytes).map_err(|error| error.to_string())?;
-            replay_batch(batch, coordinator, now, &mut replayed);
-        }
+impl Coordinator for GroupCoordinator {
+    const TOPIC: &'static str = OFFSETS_TOPIC_NAME;
+    const STATE: &'static str = "consumer groups";
+    type Found = Replayed;
+
+    /// Replays every record of the partition into a new coordinator.
+    async fn load(
+        shard: &Shard,
+        partition: i32,
+        log: &PartitionLog,
+    ) -> Result<(GroupCoordinator, Replayed), String> {
+        let mut coordinator = GroupCoordinator::new(shard.context.config.groups.clone());
+        let started = std::time::Instant::now();
+        let mut replayed = Replayed::default();
+        let now = now_ms();
+        read_partition_batches(log, |batch| {
+            replay_batch(batch, &mut coordinator, now, &mut replayed);
+        })
+        .await?;
+        let records = replayed.records;
+        tracing::info!(partition, records, groups = coordinator.groups.len(), elapsed = ?started.elapsed(), "loaded consumer groups");
+        Ok((coordinator, replayed))
     }
-    Ok(replayed)
+
+    fn next_deadline_ms(&self) -> Option<i64> {
+        GroupCoordinator::next_deadline_ms(self)
+    }
 }
 
 /// Replays one batch: a transaction marker completes its producer's
@@ -694,14 +546,12 @@ fn replay_batch(
 /// Runs the coordinators' timers on this shard until it stops: session
 /// expiry, rebalance and initial delays, offset retention.
 pub async fn run_timers(shard: Rc<Shard>) {
+    let groups = &shard.groups;
     let expiry_interval_ms = shard.context.config.offsets_retention_check_interval_ms as i64;
     let mut next_expiry_ms = now_ms() + expiry_interval_ms;
     // Groups loaded at start-up: their members' sessions run from now.
-    for (topic_partition, _) in shard.store.partitions() {
-        if topic_partition.topic == OFFSETS_TOPIC_NAME {
-            let partition = topic_partition.partition.0;
-            let _ = shard.groups.with(&shard, partition, |_| ()).await;
-        }
+    for partition in groups.coordinators.held_partitions(&shard) {
+        let _ = groups.with(&shard, partition, |_| ()).await;
     }
     while !shard.is_stopping() {
         let now = now_ms();
@@ -709,9 +559,8 @@ pub async fn run_timers(shard: Rc<Shard>) {
         if expire {
             next_expiry_ms = now + expiry_interval_ms;
         }
-        for partition in shard.groups.loaded_partitions() {
-            let decided = shard
-                .groups
+        for partition in groups.coordinators.loaded_partitions() {
+            let decided = groups
                 .with(&shard, partition, |coordinator| {
                     let mut actions = coordinator.tick(now);
                     if expire {
@@ -727,19 +576,10 @@ pub async fn run_timers(shard: Rc<Shard>) {
                 })
                 .await;
             if let Ok(actions) = decided {
-                shard.groups.apply(&shard, partition, actions);
+                groups.apply(&shard, partition, actions);
             }
         }
-        while shard.groups.bell.try_acquire(1).unwrap_or(false) {}
-        let until_ms = shard
-            .groups
-            .next_deadline_ms()
-            .unwrap_or(i64::MAX)
-            .min(next_expiry_ms);
-        let sleep = Duration::from_millis((until_ms - now_ms()).max(0) as u64).min(TIMER_SLEEP_MAX);
-        let timer = std::pin::pin!(glommio::timer::sleep(sleep));
-        let bell = std::pin::pin!(shard.groups.bell.acquire(1));
-        futures::future::select(timer, bell).await;
+        groups.coordinators.wait_for_timers(next_expiry_ms).await;
     }
 }
 
@@ -748,6 +588,8 @@ mod tests {
     use brook_engine::group::state::{CommittedOffset, GroupSettings};
     use brook_engine::group::txn_offsets::Stability;
     use brook_engine::log::control::{EndTxnMarker, encode_end_txn_marker_batch};
+    use bytes::Bytes;
+    use kafka_protocol::records::RecordBatchDecoder;
 
     use super::*;
 

@@ -9,6 +9,7 @@
 mod connection;
 mod context;
 mod controller;
+mod coordinator_host;
 mod groups;
 mod handlers;
 mod mesh;

@@ -8,8 +8,6 @@
 //! partition on its owner shard (retried until written), answering waiting
 //! requests, and running its timers (transaction timeouts, id expiry).
 
-use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -26,58 +24,34 @@ use brook_engine::txn::{
     coordinator_error_for_append,
 };
 use brook_engine::types::{TimestampMs, TopicPartition};
-use bytes::{Bytes, BytesMut};
 use futures::channel::oneshot;
-use glommio::sync::Semaphore;
-use kafka_protocol::records::RecordBatchDecoder;
 
-use crate::server::controller::{self, Change, NewTopic};
+use crate::server::coordinator_host::{
+    Coordinator, CoordinatorHost, Waiters, ensure_internal_topic, locate_in, read_partition_batches,
+};
 use crate::server::handlers::produce::with_timeout;
 use crate::server::shard::{LEADER_EPOCH, Shard, now_ms};
-use crate::storage::{LogData, PartitionLog, ReadOptions, StorageError};
+use crate::storage::{PartitionLog, StorageError};
 
 /// Kafka's internal topic of transaction state.
 pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
 
-/// How long a request waits for its partition to finish loading.
-const LOAD_WAIT_MAX: Duration = Duration::from_secs(5);
-/// Bytes read per step while loading.
-const LOAD_READ_BYTES: usize = 1 << 20;
-/// Longest sleep of the timer task (it also wakes when actions arrive).
-const TIMER_SLEEP_MAX: Duration = Duration::from_secs(1);
 /// How long a durable write of a state record may take.
 const PERSIST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pause between attempts to write a marker that failed retriably.
 const MARKER_RETRY_BACKOFF: Duration = Duration::from_millis(100);
 
-enum Hosted {
-    Loading,
-    Loaded(TransactionCoordinator),
-}
-
 /// The transaction coordinators of one shard's `__transaction_state`
 /// partitions and the requests waiting on them. Lives on its shard.
+#[derive(Default)]
 pub struct TxnHost {
-    partitions: RefCell<HashMap<i32, Hosted>>,
-    waiters: RefCell<HashMap<Token, oneshot::Sender<Response>>>,
-    next_token: Cell<Token>,
-    bell: Semaphore,
+    coordinators: CoordinatorHost<TransactionCoordinator>,
+    waiters: Waiters<oneshot::Sender<Response>>,
 }
 
 impl std::fmt::Debug for TxnHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TxnHost").finish_non_exhaustive()
-    }
-}
-
-impl Default for TxnHost {
-    fn default() -> TxnHost {
-        TxnHost {
-            partitions: RefCell::new(HashMap::new()),
-            waiters: RefCell::new(HashMap::new()),
-            next_token: Cell::new(1),
-            bell: Semaphore::new(0),
-        }
     }
 }
 
@@ -88,19 +62,12 @@ pub fn transaction_config(shard: &Shard) -> TransactionConfig {
 
 /// The `__transaction_state` partition of `transactional_id` and its shard.
 pub fn locate(shard: &Shard, transactional_id: &str) -> Result<(i32, ShardId), ErrorCode> {
-    let image = shard.image();
-    let topic = image
-        .topic(TRANSACTION_STATE_TOPIC)
-        .ok_or(ErrorCode::NOT_COORDINATOR)?;
-    let count = i32::try_from(topic.partitions.len()).map_err(|_| ErrorCode::NOT_COORDINATOR)?;
-    if count == 0 {
-        return Err(ErrorCode::NOT_COORDINATOR);
-    }
-    let partition = partition_for(transactional_id, count);
-    let owner = image
-        .owner(&state_partition(partition))
-        .ok_or(ErrorCode::NOT_COORDINATOR)?;
-    Ok((partition, owner))
+    locate_in(
+        shard,
+        TRANSACTION_STATE_TOPIC,
+        transactional_id,
+        partition_for,
+    )
 }
 
 fn state_partition(partition: i32) -> TopicPartition {
@@ -110,33 +77,16 @@ fn state_partition(partition: i32) -> TopicPartition {
 /// Creates `__transaction_state` (compacted) if it does not exist yet, as
 /// Kafka does on the first FindCoordinator for a transactional id.
 pub async fn ensure_state_topic(shard: &Rc<Shard>) -> Result<(), ErrorCode> {
-    if shard.image().topic(TRANSACTION_STATE_TOPIC).is_some() {
-        return Ok(());
-    }
     let config = transaction_config(shard);
-    let configs = BTreeMap::from([
-        ("cleanup.policy".to_owned(), "compact".to_owned()),
-        (
-            "segment.bytes".to_owned(),
-            config.state_log_segment_bytes.to_string(),
-        ),
-    ]);
-    let change = Change::Create {
-        topics: vec![NewTopic {
-            name: TRANSACTION_STATE_TOPIC.to_owned(),
-            partitions: config.state_log_num_partitions,
-            configs,
-        }],
-        validate_only: false,
-    };
-    let outcomes = controller::apply(shard, change).await;
-    match outcomes.first().map(|outcome| outcome.error) {
-        Some(ErrorCode::NONE) | Some(ErrorCode::TOPIC_ALREADY_EXISTS) => Ok(()),
-        other => {
-            tracing::error!(error = ?other, "creating {TRANSACTION_STATE_TOPIC} failed");
-            Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
-        }
-    }
+    // Positive: `transaction.state.log.segment.bytes` is parsed as a positive i32.
+    let segment_bytes = u64::from(config.state_log_segment_bytes.unsigned_abs());
+    ensure_internal_topic(
+        shard,
+        TRANSACTION_STATE_TOPIC,
+        config.state_log_num_partitions,
+        segment_bytes,
+    )
+    .await
 }
 
 /// Runs `decide` on `transactional_id`'s coordinator (on its shard) with a
@@ -151,16 +101,14 @@ pub async fn request(
         .on_shard(owner, move |owner| async move {
             let host = &owner.transactions;
             let (sender, receiver) = oneshot::channel();
-            let token = host.next_token.get();
-            host.next_token.set(token + 1);
-            host.waiters.borrow_mut().insert(token, sender);
+            let token = host.waiters.register(sender);
             match host
                 .with(&owner, partition, |coordinator| decide(coordinator, token))
                 .await
             {
                 Ok(actions) => host.apply(&owner, partition, actions),
                 Err(error) => {
-                    host.waiters.borrow_mut().remove(&token);
+                    host.waiters.take(token);
                     return Err(error);
                 }
             }
@@ -173,80 +121,23 @@ pub async fn request(
 }
 
 impl TxnHost {
-    /// Runs `decide` on the partition's coordinator once it is loaded.
+    /// Runs `decide` on the partition's coordinator once it is loaded. A
+    /// coordinator just loaded first performs its `finish_loading` actions.
     pub async fn with<R>(
         &self,
         shard: &Rc<Shard>,
         partition: i32,
         decide: impl FnOnce(&mut TransactionCoordinator) -> R,
     ) -> Result<R, ErrorCode> {
-        self.loaded(shard, partition).await?;
-        let mut partitions = self.partitions.borrow_mut();
-        match partitions.get_mut(&partition) {
-            Some(Hosted::Loaded(coordinator)) => Ok(decide(coordinator)),
-            Some(Hosted::Loading) => Err(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS),
-            None => Err(ErrorCode::NOT_COORDINATOR),
-        }
+        let on_load = |actions| self.apply(shard, partition, actions);
+        self.coordinators
+            .with(shard, partition, on_load, decide)
+            .await
     }
 
     /// Every loaded coordinator, for ListTransactions.
-    pub fn each_loaded<R>(&self, mut visit: impl FnMut(&TransactionCoordinator) -> R) -> Vec<R> {
-        self.partitions
-            .borrow()
-            .values()
-            .filter_map(|hosted| match hosted {
-                Hosted::Loaded(coordinator) => Some(visit(coordinator)),
-                Hosted::Loading => None,
-            })
-            .collect()
-    }
-
-    async fn loaded(&self, shard: &Rc<Shard>, partition: i32) -> Result<(), ErrorCode> {
-        let started = std::time::Instant::now();
-        loop {
-            let loading = match self.partitions.borrow().get(&partition) {
-                Some(Hosted::Loaded(_)) => return Ok(()),
-                Some(Hosted::Loading) => true,
-                None => false,
-            };
-            if !loading {
-                return self.load(shard, partition).await;
-            }
-            if started.elapsed() >= LOAD_WAIT_MAX {
-                return Err(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS);
-            }
-            glommio::timer::sleep(Duration::from_millis(2)).await;
-        }
-    }
-
-    /// Replays the partition's records into a new coordinator; a
-    /// transaction found between its prepare and complete records has its
-    /// markers written again (the coordinator's `finish_loading` actions).
-    async fn load(&self, shard: &Rc<Shard>, partition: i32) -> Result<(), ErrorCode> {
-        let Some(log) = shard.log(&state_partition(partition)) else {
-            return Err(ErrorCode::NOT_COORDINATOR);
-        };
-        self.partitions
-            .borrow_mut()
-            .insert(partition, Hosted::Loading);
-        let mut coordinator =
-            TransactionCoordinator::new(transaction_config(shard), partition, LEADER_EPOCH.0);
-        match replay_log(&log, &mut coordinator).await {
-            Ok(records) => {
-                let actions = coordinator.finish_loading(now_ms());
-                tracing::info!(partition, records, "loaded transaction state");
-                self.partitions
-                    .borrow_mut()
-                    .insert(partition, Hosted::Loaded(coordinator));
-                self.apply(shard, partition, actions);
-                Ok(())
-            }
-            Err(error) => {
-                tracing::error!(partition, %error, "loading transaction state failed");
-                self.partitions.borrow_mut().remove(&partition);
-                Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
-            }
-        }
+    pub fn each_loaded<R>(&self, visit: impl FnMut(&TransactionCoordinator) -> R) -> Vec<R> {
+        self.coordinators.each_loaded(visit)
     }
 
     /// Performs a coordinator's actions.
@@ -254,7 +145,7 @@ impl TxnHost {
         for action in actions {
             match action {
                 Action::Respond { token, response } => {
-                    if let Some(sender) = self.waiters.borrow_mut().remove(&token) {
+                    if let Some(sender) = self.waiters.take(token) {
                         let _ = sender.send(response);
                     }
                 }
@@ -268,32 +159,12 @@ impl TxnHost {
                 }
             }
         }
-        self.bell.signal(1);
-    }
-
-    fn loaded_partitions(&self) -> Vec<i32> {
-        self.partitions
-            .borrow()
-            .iter()
-            .filter(|(_, hosted)| matches!(hosted, Hosted::Loaded(_)))
-            .map(|(partition, _)| *partition)
-            .collect()
-    }
-
-    fn next_deadline_ms(&self) -> Option<i64> {
-        self.partitions
-            .borrow()
-            .values()
-            .filter_map(|hosted| match hosted {
-                Hosted::Loaded(coordinator) => coordinator.next_deadline_ms(),
-                Hosted::Loading => None,
-            })
-            .min()
+        self.coordinators.ring();
     }
 
     /// Drops a partition's coordinator (its topic was deleted).
     pub fn unload(&self, partition: i32) {
-        self.partitions.borrow_mut().remove(&partition);
+        self.coordinators.unload(partition);
     }
 }
 
@@ -454,84 +325,65 @@ async fn write_marker(
         .unwrap_or(Err(ErrorCode::NOT_LEADER_OR_FOLLOWER))
 }
 
-/// Replays every record of `log` into `coordinator`; returns how many.
-async fn replay_log(
-    log: &PartitionLog,
-    coordinator: &mut TransactionCoordinator,
-) -> Result<u64, String> {
-    let mut offset = log.log_start_offset();
-    let end = log.log_end_offset();
-    let mut count = 0;
-    while offset < end {
-        let options = ReadOptions {
-            max_bytes: LOAD_READ_BYTES,
-            max_offset: end,
-            allow_file_range: false,
-        };
-        let outcome = log
-            .read(offset, options)
-            .await
-            .map_err(|error| error.to_string())?;
-        let mut bytes = match outcome.data {
-            LogData::Memory(pieces) => {
-                let mut joined = BytesMut::new();
-                for piece in &pieces {
-                    joined.extend_from_slice(piece);
-                }
-                joined.freeze()
-            }
-            LogData::Empty | LogData::File(_) => Bytes::new(),
-        };
-        if outcome.next_offset <= offset {
-            break;
-        }
-        offset = outcome.next_offset;
-        while !bytes.is_empty() {
-            let batch =
-                RecordBatchDecoder::decode(&mut bytes).map_err(|error| error.to_string())?;
+impl Coordinator for TransactionCoordinator {
+    const TOPIC: &'static str = TRANSACTION_STATE_TOPIC;
+    const STATE: &'static str = "transaction state";
+    /// The `finish_loading` actions: a transaction found between its
+    /// prepare and complete records has its markers written again.
+    type Found = Vec<Action>;
+
+    /// Replays every record of the partition into a new coordinator.
+    async fn load(
+        shard: &Shard,
+        partition: i32,
+        log: &PartitionLog,
+    ) -> Result<(TransactionCoordinator, Vec<Action>), String> {
+        let mut coordinator =
+            TransactionCoordinator::new(transaction_config(shard), partition, LEADER_EPOCH.0);
+        let mut records = 0_u64;
+        read_partition_batches(log, |batch| {
             for record in batch.records {
                 if record.control {
                     continue;
                 }
                 let Some(key) = record.key else { continue };
                 match coordinator.replay(&key, record.value.as_deref()) {
-                    Ok(()) => count += 1,
+                    Ok(()) => records += 1,
                     Err(error) => {
                         tracing::warn!(offset = record.offset, %error, "skipping an unreadable transaction record");
                     }
                 }
             }
-        }
+        })
+        .await?;
+        let actions = coordinator.finish_loading(now_ms());
+        tracing::info!(partition, records, "loaded transaction state");
+        Ok((coordinator, actions))
     }
-    Ok(count)
+
+    fn next_deadline_ms(&self) -> Option<i64> {
+        TransactionCoordinator::next_deadline_ms(self)
+    }
 }
 
 /// Runs the coordinators' timers on this shard until it stops: loads the
 /// partitions this shard hosts (finishing any two-phase commit a crash
 /// interrupted), then aborts timed-out transactions and expires ids.
 pub async fn run_timers(shard: Rc<Shard>) {
-    for (topic_partition, _) in shard.store.partitions() {
-        if topic_partition.topic == TRANSACTION_STATE_TOPIC {
-            let partition = topic_partition.partition.0;
-            let _ = shard.transactions.with(&shard, partition, |_| ()).await;
-        }
+    let transactions = &shard.transactions;
+    for partition in transactions.coordinators.held_partitions(&shard) {
+        let _ = transactions.with(&shard, partition, |_| ()).await;
     }
     while !shard.is_stopping() {
         let now = now_ms();
-        for partition in shard.transactions.loaded_partitions() {
-            let decided = shard
-                .transactions
+        for partition in transactions.coordinators.loaded_partitions() {
+            let decided = transactions
                 .with(&shard, partition, |coordinator| coordinator.tick(now))
                 .await;
             if let Ok(actions) = decided {
-                shard.transactions.apply(&shard, partition, actions);
+                transactions.apply(&shard, partition, actions);
             }
         }
-        while shard.transactions.bell.try_acquire(1).unwrap_or(false) {}
-        let until_ms = shard.transactions.next_deadline_ms().unwrap_or(i64::MAX);
-        let sleep = Duration::from_millis((until_ms - now_ms()).max(0) as u64).min(TIMER_SLEEP_MAX);
-        let timer = std::pin::pin!(glommio::timer::sleep(sleep));
-        let bell = std::pin::pin!(shard.transactions.bell.acquire(1));
-        futures::future::select(timer, bell).await;
+        transactions.coordinators.wait_for_timers(i64::MAX).await;
     }
 }
