@@ -27,7 +27,7 @@
 use bytes::Bytes;
 
 use super::RecordsError;
-use super::wire::{Format, Reader, Writer};
+use crate::protocol::schema_wire::{Format, Reader, Writer};
 
 /// Key version of a group-metadata record (Kafka 4 calls it the record type).
 pub const GROUP_METADATA_KEY_VERSION: i16 = 2;

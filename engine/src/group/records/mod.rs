@@ -43,10 +43,8 @@
 
 pub mod group_metadata;
 pub mod offset_commit;
-mod wire;
 
 use bytes::Bytes;
-use thiserror::Error;
 
 pub use self::group_metadata::{
     GROUP_METADATA_KEY_VERSION, GROUP_METADATA_VALUE_VERSION, GroupMetadataKey, GroupMetadataValue,
@@ -56,8 +54,12 @@ pub use self::offset_commit::{
     OFFSET_COMMIT_KEY_VERSION, OFFSET_COMMIT_KEY_VERSION_LEGACY, OFFSET_COMMIT_VALUE_VERSION,
     OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY, OffsetCommitKey, OffsetCommitValue,
 };
-pub use self::wire::STRING_BYTES_MAX;
-use self::wire::{Format, Reader};
+pub use crate::protocol::schema_wire::STRING_BYTES_MAX;
+use crate::protocol::schema_wire::{Format, Reader};
+
+/// Why a record could not be read or written: the error of the wire module
+/// shared with `__transaction_state`'s records.
+pub use crate::protocol::schema_wire::SchemaError as RecordsError;
 
 /// The internal topic's name.
 pub const OFFSETS_TOPIC_NAME: &str = "__consumer_offsets";
@@ -91,54 +93,6 @@ pub fn offsets_partition_for(group_id: &str, partition_count: i32) -> i32 {
     let partition = absolute % partition_count;
     debug_assert!((0..partition_count).contains(&partition));
     partition
-}
-
-/// Why a record could not be read or written.
-#[derive(Clone, Debug, PartialEq, Eq, Error)]
-pub enum RecordsError {
-    #[error("record truncated at byte {offset}: need {need} bytes, have {have}")]
-    UnexpectedEnd {
-        offset: usize,
-        need: usize,
-        have: usize,
-    },
-    #[error(
-        "{field} at byte {offset} declares {length} elements/bytes but {remaining} bytes remain"
-    )]
-    LengthPastEnd {
-        field: &'static str,
-        offset: usize,
-        length: usize,
-        remaining: usize,
-    },
-    #[error("{field} at byte {offset} has invalid length {length}")]
-    InvalidLength {
-        field: &'static str,
-        offset: usize,
-        length: i64,
-    },
-    #[error("{field} is {length} long; Kafka's limit is {max}")]
-    TooLong {
-        field: &'static str,
-        length: usize,
-        max: usize,
-    },
-    #[error("{field} is null but its schema does not allow null")]
-    UnexpectedNull { field: &'static str },
-    #[error("{field} is not valid UTF-8")]
-    InvalidUtf8 { field: &'static str },
-    #[error("varint at byte {offset} is longer than 5 bytes")]
-    VarintTooLong { offset: usize },
-    #[error("tagged field {tag} has {size} bytes, expected {expected}")]
-    TaggedFieldSize {
-        tag: u32,
-        size: usize,
-        expected: usize,
-    },
-    #[error("{record} version {version} is not one Kafka has written")]
-    UnsupportedValueVersion { record: &'static str, version: i16 },
-    #[error("{count} bytes follow the end of the {record}")]
-    TrailingBytes { record: &'static str, count: usize },
 }
 
 /// One record of `__consumer_offsets`, typed.

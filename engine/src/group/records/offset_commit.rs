@@ -26,8 +26,8 @@
 use bytes::Bytes;
 
 use super::RecordsError;
-use super::wire::{Format, Reader, Writer};
 use crate::cluster::image::TopicId;
+use crate::protocol::schema_wire::{Format, Reader, Writer};
 use crate::types::{LeaderEpoch, Offset, PartitionId};
 
 /// Key version Kafka writes for offset commits.

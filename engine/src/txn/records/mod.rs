@@ -42,17 +42,18 @@
 //! transaction.state.log.num.partitions` ([`partition_for`]): the same rule
 //! as groups in `__consumer_offsets`, so the function is shared.
 
-mod wire;
-
 use bytes::Bytes;
-use thiserror::Error;
 
-pub use self::wire::STRING_BYTES_MAX;
-use self::wire::{Format, Reader, Writer};
 use crate::group::records::offsets_partition_for;
+pub use crate::protocol::schema_wire::STRING_BYTES_MAX;
+use crate::protocol::schema_wire::{Format, Reader, Writer};
 use crate::replica::producer_state::ProducerEpoch;
 use crate::txn::state::TransactionState;
 use crate::types::ProducerId;
+
+/// Why a record could not be read or written: the error of the wire module
+/// shared with `__consumer_offsets`' records.
+pub use crate::protocol::schema_wire::SchemaError as RecordsError;
 
 /// The internal topic's name.
 pub const TRANSACTION_STATE_TOPIC_NAME: &str = "__transaction_state";
@@ -78,58 +79,6 @@ const PARTITIONS_ENTRY_BYTES_MIN: usize = 3;
 /// `transaction.state.log.num.partitions`.
 pub fn partition_for(transactional_id: &str, partitions: i32) -> i32 {
     offsets_partition_for(transactional_id, partitions)
-}
-
-/// Why a record could not be read or written.
-#[derive(Clone, Debug, PartialEq, Eq, Error)]
-pub enum RecordsError {
-    #[error("record truncated at byte {offset}: need {need} bytes, have {have}")]
-    UnexpectedEnd {
-        offset: usize,
-        need: usize,
-        have: usize,
-    },
-    #[error(
-        "{field} at byte {offset} declares {length} elements/bytes but {remaining} bytes remain"
-    )]
-    LengthPastEnd {
-        field: &'static str,
-        offset: usize,
-        length: usize,
-        remaining: usize,
-    },
-    #[error("{field} at byte {offset} has invalid length {length}")]
-    InvalidLength {
-        field: &'static str,
-        offset: usize,
-        length: i64,
-    },
-    #[error("{field} is {length} long; Kafka's limit is {max}")]
-    TooLong {
-        field: &'static str,
-        length: usize,
-        max: usize,
-    },
-    #[error("{field} is null but its schema does not allow null")]
-    UnexpectedNull { field: &'static str },
-    #[error("{field} is not valid UTF-8")]
-    InvalidUtf8 { field: &'static str },
-    #[error("varint at byte {offset} is longer than 5 bytes")]
-    VarintTooLong { offset: usize },
-    #[error("tagged field {tag} has {size} bytes, expected {expected}")]
-    TaggedFieldSize {
-        tag: u32,
-        size: usize,
-        expected: usize,
-    },
-    #[error("transaction log value version {version} is not one Kafka has written")]
-    UnsupportedValueVersion { version: i16 },
-    #[error("transaction status {id} is not a transaction state")]
-    UnknownTransactionState { id: i8 },
-    #[error("{count} bytes follow the end of the {record}")]
-    TrailingBytes { record: &'static str, count: usize },
-    #[error("a record with unknown key version {key_version} carries no bytes to write")]
-    UnknownKeyNotWritable { key_version: i16 },
 }
 
 /// Identifies a transactional id's record.
@@ -346,7 +295,10 @@ fn value_format(version: i16) -> Result<Format, RecordsError> {
     match version {
         TRANSACTION_LOG_VALUE_VERSION_CLASSIC => Ok(Format::Classic),
         TRANSACTION_LOG_VALUE_VERSION_FLEXIBLE => Ok(Format::Flexible),
-        version => Err(RecordsError::UnsupportedValueVersion { version }),
+        version => Err(RecordsError::UnsupportedValueVersion {
+            record: "transaction log value",
+            version,
+        }),
     }
 }
 

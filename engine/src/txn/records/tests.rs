@@ -180,7 +180,10 @@ fn malformed_values_are_structured_errors() {
     );
     assert_eq!(
         TransactionLogValue::decode(&[0, 2, 0]),
-        Err(RecordsError::UnsupportedValueVersion { version: 2 })
+        Err(RecordsError::UnsupportedValueVersion {
+            record: "transaction log value",
+            version: 2
+        })
     );
     let mut wrong_tag_size = vec![0, 1];
     wrong_tag_size.extend(common_fields(true));

@@ -1,5 +1,8 @@
-//! The primitive types of Kafka's generated message code, as the
-//! `__consumer_offsets` schemas use them, in both of Kafka's layouts.
+//! The primitive types of Kafka's generated message code, in both of Kafka's
+//! layouts, for the internal-topic record schemas Brook reads and writes by
+//! hand: `__consumer_offsets` (`group::records`) and `__transaction_state`
+//! (`txn::records`). One reader, one writer and one error type serve both, so
+//! a fix to a length check or a varint reaches every schema at once.
 //!
 //! A *classic* field is fixed-width where Kafka's `STRING`/`BYTES`/`ARRAY` are:
 //! strings carry an `int16` length (`-1` = null), bytes and arrays an `int32`
@@ -14,15 +17,73 @@
 //! layouts) is enforced on both sides.
 
 use bytes::{BufMut, Bytes, BytesMut};
-
-use super::RecordsError;
+use thiserror::Error;
 
 /// Kafka's longest string, in bytes, in either layout.
 pub const STRING_BYTES_MAX: usize = i16::MAX as usize;
-/// Kafka's longest `BYTES` field and largest array count.
+/// Kafka's longest `BYTES` field.
 pub const BYTES_MAX: usize = i32::MAX as usize;
+/// Kafka's largest array count.
+pub const ARRAY_LENGTH_MAX: usize = i32::MAX as usize;
 /// An unsigned varint of a `u32` takes at most this many bytes.
 const VARINT_BYTES_MAX: usize = 5;
+
+/// Why an internal-topic record could not be read or written. The wire
+/// variants come from [`Reader`] and [`Writer`]; the last few from the record
+/// schemas that use them (re-exported there as `RecordsError`).
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum SchemaError {
+    #[error("record truncated at byte {offset}: need {need} bytes, have {have}")]
+    UnexpectedEnd {
+        offset: usize,
+        need: usize,
+        have: usize,
+    },
+    #[error(
+        "{field} at byte {offset} declares {length} elements/bytes but {remaining} bytes remain"
+    )]
+    LengthPastEnd {
+        field: &'static str,
+        offset: usize,
+        length: usize,
+        remaining: usize,
+    },
+    #[error("{field} at byte {offset} has invalid length {length}")]
+    InvalidLength {
+        field: &'static str,
+        offset: usize,
+        length: i64,
+    },
+    #[error("{field} is {length} long; Kafka's limit is {max}")]
+    TooLong {
+        field: &'static str,
+        length: usize,
+        max: usize,
+    },
+    #[error("{field} is null but its schema does not allow null")]
+    UnexpectedNull { field: &'static str },
+    #[error("{field} is not valid UTF-8")]
+    InvalidUtf8 { field: &'static str },
+    #[error("varint at byte {offset} is longer than 5 bytes")]
+    VarintTooLong { offset: usize },
+    #[error("tagged field {tag} has {size} bytes, expected {expected}")]
+    TaggedFieldSize {
+        tag: u32,
+        size: usize,
+        expected: usize,
+    },
+    #[error("{count} bytes follow the end of the {record}")]
+    TrailingBytes { record: &'static str, count: usize },
+    #[error("{record} version {version} is not one Kafka has written")]
+    UnsupportedValueVersion { record: &'static str, version: i16 },
+    /// `__transaction_state`: a status byte that names no transaction state.
+    #[error("transaction status {id} is not a transaction state")]
+    UnknownTransactionState { id: i8 },
+    /// `__transaction_state`: a record read with a key version Brook does not
+    /// know keeps only that version, so it cannot be written back.
+    #[error("a record with unknown key version {key_version} carries no bytes to write")]
+    UnknownKeyNotWritable { key_version: i16 },
+}
 
 /// Which of Kafka's two encodings a schema version uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,6 +93,13 @@ pub enum Format {
     Classic,
     /// Varint length prefixes and a tagged-field section after each struct.
     Flexible,
+}
+
+/// The width of a classic length prefix (flexible ones are all varints).
+#[derive(Clone, Copy, Debug)]
+enum LengthWidth {
+    Int16,
+    Int32,
 }
 
 /// Reads Kafka primitives from a byte slice, never past its end.
@@ -60,9 +128,9 @@ impl<'a> Reader<'a> {
         self.bytes.len() - self.position
     }
 
-    fn take(&mut self, count: usize) -> Result<&'a [u8], RecordsError> {
+    fn take(&mut self, count: usize) -> Result<&'a [u8], SchemaError> {
         if count > self.remaining() {
-            return Err(RecordsError::UnexpectedEnd {
+            return Err(SchemaError::UnexpectedEnd {
                 offset: self.position,
                 need: count,
                 have: self.remaining(),
@@ -70,28 +138,33 @@ impl<'a> Reader<'a> {
         }
         let taken = &self.bytes[self.position..self.position + count];
         self.position += count;
+        debug_assert!(self.position <= self.bytes.len());
         Ok(taken)
     }
 
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], RecordsError> {
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], SchemaError> {
         let mut array = [0u8; N];
         array.copy_from_slice(self.take(N)?);
         Ok(array)
     }
 
-    pub fn int16(&mut self) -> Result<i16, RecordsError> {
+    pub fn int8(&mut self) -> Result<i8, SchemaError> {
+        self.array().map(i8::from_be_bytes)
+    }
+
+    pub fn int16(&mut self) -> Result<i16, SchemaError> {
         self.array().map(i16::from_be_bytes)
     }
 
-    pub fn int32(&mut self) -> Result<i32, RecordsError> {
+    pub fn int32(&mut self) -> Result<i32, SchemaError> {
         self.array().map(i32::from_be_bytes)
     }
 
-    pub fn int64(&mut self) -> Result<i64, RecordsError> {
+    pub fn int64(&mut self) -> Result<i64, SchemaError> {
         self.array().map(i64::from_be_bytes)
     }
 
-    pub fn unsigned_varint(&mut self) -> Result<u32, RecordsError> {
+    pub fn unsigned_varint(&mut self) -> Result<u32, SchemaError> {
         let start = self.position;
         let mut value: u32 = 0;
         for index in 0..VARINT_BYTES_MAX {
@@ -101,7 +174,7 @@ impl<'a> Reader<'a> {
                 return Ok(value);
             }
         }
-        Err(RecordsError::VarintTooLong { offset: start })
+        Err(SchemaError::VarintTooLong { offset: start })
     }
 
     /// A length prefix: `None` for null, else a length checked against
@@ -112,7 +185,7 @@ impl<'a> Reader<'a> {
         width: LengthWidth,
         max: usize,
         element_bytes_min: usize,
-    ) -> Result<Option<usize>, RecordsError> {
+    ) -> Result<Option<usize>, SchemaError> {
         let offset = self.position;
         let declared: i64 = match (self.format, width) {
             (Format::Flexible, _) => i64::from(self.unsigned_varint()?) - 1,
@@ -122,16 +195,16 @@ impl<'a> Reader<'a> {
         if declared == -1 {
             return Ok(None);
         }
-        let length = usize::try_from(declared).map_err(|_| RecordsError::InvalidLength {
+        let length = usize::try_from(declared).map_err(|_| SchemaError::InvalidLength {
             field,
             offset,
             length: declared,
         })?;
         if length > max {
-            return Err(RecordsError::TooLong { field, length, max });
+            return Err(SchemaError::TooLong { field, length, max });
         }
         if length.saturating_mul(element_bytes_min) > self.remaining() {
-            return Err(RecordsError::LengthPastEnd {
+            return Err(SchemaError::LengthPastEnd {
                 field,
                 offset,
                 length,
@@ -141,44 +214,59 @@ impl<'a> Reader<'a> {
         Ok(Some(length))
     }
 
-    pub fn nullable_string(&mut self, field: &'static str) -> Result<Option<String>, RecordsError> {
+    pub fn nullable_string(&mut self, field: &'static str) -> Result<Option<String>, SchemaError> {
         let Some(length) = self.length(field, LengthWidth::Int16, STRING_BYTES_MAX, 1)? else {
             return Ok(None);
         };
         let text = std::str::from_utf8(self.take(length)?)
-            .map_err(|_| RecordsError::InvalidUtf8 { field })?;
+            .map_err(|_| SchemaError::InvalidUtf8 { field })?;
         Ok(Some(text.to_owned()))
     }
 
-    pub fn string(&mut self, field: &'static str) -> Result<String, RecordsError> {
+    pub fn string(&mut self, field: &'static str) -> Result<String, SchemaError> {
         self.nullable_string(field)?
-            .ok_or(RecordsError::UnexpectedNull { field })
+            .ok_or(SchemaError::UnexpectedNull { field })
     }
 
-    pub fn bytes(&mut self, field: &'static str) -> Result<Bytes, RecordsError> {
+    pub fn bytes(&mut self, field: &'static str) -> Result<Bytes, SchemaError> {
         let length = self
             .length(field, LengthWidth::Int32, BYTES_MAX, 1)?
-            .ok_or(RecordsError::UnexpectedNull { field })?;
+            .ok_or(SchemaError::UnexpectedNull { field })?;
         Ok(Bytes::copy_from_slice(self.take(length)?))
     }
 
-    /// A non-nullable array's element count, refused when even the smallest
-    /// elements could not fit in the bytes that remain.
+    /// An array's element count, `None` for a null array; refused when even
+    /// the smallest elements could not fit in the bytes that remain.
+    pub fn nullable_array_length(
+        &mut self,
+        field: &'static str,
+        element_bytes_min: usize,
+    ) -> Result<Option<usize>, SchemaError> {
+        self.length(
+            field,
+            LengthWidth::Int32,
+            ARRAY_LENGTH_MAX,
+            element_bytes_min,
+        )
+    }
+
+    /// A non-nullable array's element count, checked as
+    /// [`Reader::nullable_array_length`] checks it.
     pub fn array_length(
         &mut self,
         field: &'static str,
         element_bytes_min: usize,
-    ) -> Result<usize, RecordsError> {
-        self.length(field, LengthWidth::Int32, BYTES_MAX, element_bytes_min)?
-            .ok_or(RecordsError::UnexpectedNull { field })
+    ) -> Result<usize, SchemaError> {
+        self.nullable_array_length(field, element_bytes_min)?
+            .ok_or(SchemaError::UnexpectedNull { field })
     }
 
     /// Reads a flexible struct's tagged-field section, handing each field's tag
     /// and bytes to `on_field`; in the classic layout there is none.
     pub fn tagged_fields(
         &mut self,
-        mut on_field: impl FnMut(u32, &'a [u8]) -> Result<(), RecordsError>,
-    ) -> Result<(), RecordsError> {
+        mut on_field: impl FnMut(u32, &'a [u8]) -> Result<(), SchemaError>,
+    ) -> Result<(), SchemaError> {
         if self.format == Format::Classic {
             return Ok(());
         }
@@ -193,19 +281,12 @@ impl<'a> Reader<'a> {
 
     /// Ends the read: bytes left over mean the record is not what its version
     /// says it is.
-    pub fn finish(self, record: &'static str) -> Result<(), RecordsError> {
+    pub fn finish(self, record: &'static str) -> Result<(), SchemaError> {
         match self.remaining() {
             0 => Ok(()),
-            count => Err(RecordsError::TrailingBytes { record, count }),
+            count => Err(SchemaError::TrailingBytes { record, count }),
         }
     }
-}
-
-/// The width of a classic length prefix (flexible ones are all varints).
-#[derive(Clone, Copy, Debug)]
-enum LengthWidth {
-    Int16,
-    Int32,
 }
 
 /// Appends Kafka primitives; lengths over Kafka's limits are refused rather
@@ -222,6 +303,10 @@ impl Writer {
             bytes: BytesMut::new(),
             format,
         }
+    }
+
+    pub fn int8(&mut self, value: i8) {
+        self.bytes.put_i8(value);
     }
 
     pub fn int16(&mut self, value: i16) {
@@ -261,7 +346,7 @@ impl Writer {
         &mut self,
         field: &'static str,
         value: Option<&str>,
-    ) -> Result<(), RecordsError> {
+    ) -> Result<(), SchemaError> {
         let length = value.map(str::len);
         check_length(field, length.unwrap_or(0), STRING_BYTES_MAX)?;
         self.length(length, LengthWidth::Int16);
@@ -269,21 +354,30 @@ impl Writer {
         Ok(())
     }
 
-    pub fn string(&mut self, field: &'static str, value: &str) -> Result<(), RecordsError> {
+    pub fn string(&mut self, field: &'static str, value: &str) -> Result<(), SchemaError> {
         self.nullable_string(field, Some(value))
     }
 
-    pub fn bytes(&mut self, field: &'static str, value: &[u8]) -> Result<(), RecordsError> {
+    pub fn bytes(&mut self, field: &'static str, value: &[u8]) -> Result<(), SchemaError> {
         check_length(field, value.len(), BYTES_MAX)?;
         self.length(Some(value.len()), LengthWidth::Int32);
         self.bytes.put_slice(value);
         Ok(())
     }
 
-    pub fn array_length(&mut self, field: &'static str, count: usize) -> Result<(), RecordsError> {
-        check_length(field, count, BYTES_MAX)?;
-        self.length(Some(count), LengthWidth::Int32);
+    /// An array's element count; `None` writes a null array.
+    pub fn nullable_array_length(
+        &mut self,
+        field: &'static str,
+        count: Option<usize>,
+    ) -> Result<(), SchemaError> {
+        check_length(field, count.unwrap_or(0), ARRAY_LENGTH_MAX)?;
+        self.length(count, LengthWidth::Int32);
         Ok(())
+    }
+
+    pub fn array_length(&mut self, field: &'static str, count: usize) -> Result<(), SchemaError> {
+        self.nullable_array_length(field, Some(count))
     }
 
     /// Ends a flexible struct with its tagged fields (in ascending tag order,
@@ -306,9 +400,9 @@ impl Writer {
     }
 }
 
-fn check_length(field: &'static str, length: usize, max: usize) -> Result<(), RecordsError> {
+fn check_length(field: &'static str, length: usize, max: usize) -> Result<(), SchemaError> {
     if length > max {
-        return Err(RecordsError::TooLong { field, length, max });
+        return Err(SchemaError::TooLong { field, length, max });
     }
     Ok(())
 }
@@ -336,7 +430,7 @@ mod tests {
         let mut reader = Reader::new(&bytes, Format::Flexible);
         assert_eq!(
             reader.unsigned_varint(),
-            Err(RecordsError::VarintTooLong { offset: 0 })
+            Err(SchemaError::VarintTooLong { offset: 0 })
         );
     }
 
@@ -366,11 +460,36 @@ mod tests {
     }
 
     #[test]
+    fn int8_and_arrays_in_both_layouts() {
+        let mut classic = Writer::new(Format::Classic);
+        classic.int8(-2);
+        classic.nullable_array_length("a", None).unwrap();
+        classic.array_length("b", 2).unwrap();
+        let classic = classic.finish();
+        assert_eq!(classic[..], [0xfe, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 2]);
+
+        let mut flexible = Writer::new(Format::Flexible);
+        flexible.int8(-2);
+        flexible.nullable_array_length("a", None).unwrap();
+        flexible.array_length("b", 2).unwrap();
+        let flexible = flexible.finish();
+        assert_eq!(flexible[..], [0xfe, 0, 3]);
+
+        for (bytes, format) in [(classic, Format::Classic), (flexible, Format::Flexible)] {
+            let mut reader = Reader::new(&bytes, format);
+            assert_eq!(reader.int8(), Ok(-2));
+            assert_eq!(reader.nullable_array_length("a", 0), Ok(None));
+            assert_eq!(reader.array_length("b", 0), Ok(2));
+            assert_eq!(reader.finish("test"), Ok(()));
+        }
+    }
+
+    #[test]
     fn declared_lengths_past_the_end_are_refused_before_allocating() {
         let string = [0x7f, 0xff, b'a'];
         assert_eq!(
             Reader::new(&string, Format::Classic).string("name"),
-            Err(RecordsError::LengthPastEnd {
+            Err(SchemaError::LengthPastEnd {
                 field: "name",
                 offset: 0,
                 length: 0x7fff,
@@ -380,7 +499,7 @@ mod tests {
         let array = i32::MAX.to_be_bytes();
         assert!(matches!(
             Reader::new(&array, Format::Classic).array_length("members", 1),
-            Err(RecordsError::LengthPastEnd {
+            Err(SchemaError::LengthPastEnd {
                 field: "members",
                 ..
             })
@@ -388,11 +507,22 @@ mod tests {
         let bytes = [0xff, 0xff, 0xff, 0xff, 0x07];
         assert!(matches!(
             Reader::new(&bytes, Format::Flexible).bytes("assignment"),
-            Err(RecordsError::LengthPastEnd {
+            Err(SchemaError::LengthPastEnd {
                 field: "assignment",
                 ..
             })
         ));
+        // Four bytes an element: a count of 2 needs 8 bytes, and 7 remain.
+        let partitions = [0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0];
+        assert_eq!(
+            Reader::new(&partitions, Format::Classic).nullable_array_length("partitions", 4),
+            Err(SchemaError::LengthPastEnd {
+                field: "partitions",
+                offset: 0,
+                length: 2,
+                remaining: 7,
+            })
+        );
     }
 
     #[test]
@@ -400,22 +530,27 @@ mod tests {
         let null = [0xff, 0xff];
         assert_eq!(
             Reader::new(&null, Format::Classic).string("group"),
-            Err(RecordsError::UnexpectedNull { field: "group" })
+            Err(SchemaError::UnexpectedNull { field: "group" })
+        );
+        let null_array = [0];
+        assert_eq!(
+            Reader::new(&null_array, Format::Flexible).array_length("members", 1),
+            Err(SchemaError::UnexpectedNull { field: "members" })
         );
         let negative = [0xff, 0xfe];
         assert!(matches!(
             Reader::new(&negative, Format::Classic).string("group"),
-            Err(RecordsError::InvalidLength { length: -2, .. })
+            Err(SchemaError::InvalidLength { length: -2, .. })
         ));
         let not_utf8 = [0, 1, 0xff];
         assert_eq!(
             Reader::new(&not_utf8, Format::Classic).string("group"),
-            Err(RecordsError::InvalidUtf8 { field: "group" })
+            Err(SchemaError::InvalidUtf8 { field: "group" })
         );
         let compact_too_long = [0x81, 0x80, 0x02];
         assert!(matches!(
             Reader::new(&compact_too_long, Format::Flexible).string("group"),
-            Err(RecordsError::TooLong {
+            Err(SchemaError::TooLong {
                 max: STRING_BYTES_MAX,
                 ..
             })
@@ -428,7 +563,7 @@ mod tests {
         for format in [Format::Classic, Format::Flexible] {
             assert!(matches!(
                 Writer::new(format).string("metadata", &long),
-                Err(RecordsError::TooLong {
+                Err(SchemaError::TooLong {
                     field: "metadata",
                     ..
                 })
@@ -451,9 +586,25 @@ mod tests {
             })
             .unwrap();
         assert_eq!(seen, [(0, vec![1, 2]), (5, vec![])]);
+        assert_eq!(reader.finish("test"), Ok(()));
 
         let mut classic = Writer::new(Format::Classic);
         classic.tagged_fields(&[(0, &[1])]);
         assert!(classic.finish().is_empty());
+    }
+
+    #[test]
+    fn trailing_bytes_are_refused_with_their_count() {
+        let bytes = [0, 1, 2];
+        let mut reader = Reader::new(&bytes, Format::Classic);
+        assert_eq!(reader.int8(), Ok(0));
+        assert_eq!(reader.remaining(), 2);
+        assert_eq!(
+            reader.finish("test record"),
+            Err(SchemaError::TrailingBytes {
+                record: "test record",
+                count: 2,
+            })
+        );
     }
 }
