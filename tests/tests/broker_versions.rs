@@ -328,6 +328,22 @@ fn sweep_transactions(stream: &mut TcpStream, api_key: ApiKey, version: i16) -> 
             let response: AddOffsetsToTxnResponse = exchange(stream, api_key, version, &request);
             assert_eq!(response.error_code, 0);
         }
+        ApiKey::WriteTxnMarkers => {
+            let producer = init_transactional(stream, &id);
+            let topic = write_txn_markers_request::WritableTxnMarkerTopic::default()
+                .with_name(name(TOPIC))
+                .with_partition_indexes(vec![0]);
+            let marker = write_txn_markers_request::WritableTxnMarker::default()
+                .with_producer_id(producer.0)
+                .with_producer_epoch(producer.1)
+                .with_transaction_result(true)
+                .with_topics(vec![topic])
+                .with_coordinator_epoch(0);
+            let request = WriteTxnMarkersRequest::default().with_markers(vec![marker]);
+            let response: WriteTxnMarkersResponse = exchange(stream, api_key, version, &request);
+            let result = &response.markers[0].topics[0].partitions[0];
+            assert_eq!((result.partition_index, result.error_code), (0, 0));
+        }
         ApiKey::TxnOffsetCommit => {
             let producer = init_transactional(stream, &id);
             let add = AddOffsetsToTxnRequest::default()

@@ -68,6 +68,7 @@ pub const SUPPORTED: &[Supported] = &[
     api(ApiKey::AddOffsetsToTxn, 0, 4),
     api(ApiKey::EndTxn, 0, 5),
     api(ApiKey::TxnOffsetCommit, 0, 5),
+    api(ApiKey::WriteTxnMarkers, 1, 1),
     api(ApiKey::DescribeTransactions, 0, 0),
     api(ApiKey::ListTransactions, 0, 1),
 ];

@@ -273,7 +273,7 @@ async fn write_markers(shard: &Rc<Shard>, markers: &MarkerWrite) -> MarkerOutcom
 }
 
 /// One partition's marker, appended and made durable on its owner.
-async fn write_marker(
+pub(crate) async fn write_marker(
     shard: &Rc<Shard>,
     markers: &MarkerWrite,
     topic_partition: &TopicPartition,

@@ -75,6 +75,7 @@ async fn handle(shard: &Rc<Shard>, request: Request) -> Response {
         ApiKey::DescribeTransactions => transactions::describe_transactions(shard, &request).await,
         ApiKey::ListTransactions => transactions::list_transactions(shard, &request).await,
         ApiKey::TxnOffsetCommit => txn_offsets::txn_offset_commit(shard, &request).await,
+        ApiKey::WriteTxnMarkers => transactions::write_txn_markers(shard, &request).await,
         other => Err(FrameError::Malformed {
             api_key: other,
             version: request.api_version,

@@ -1,7 +1,8 @@
 //! The transactional producer's APIs: InitProducerId with a transactional
 //! id, AddPartitionsToTxn (v0–3 from producers, v4+ batched with KIP-890's
-//! verify-only form), AddOffsetsToTxn, EndTxn, and the admin APIs
-//! DescribeTransactions and ListTransactions. Each goes to the shard hosting
+//! verify-only form), AddOffsetsToTxn, EndTxn, the admin APIs
+//! DescribeTransactions and ListTransactions, and the inter-broker
+//! WriteTxnMarkers. Each goes to the shard hosting
 //! the id's coordinator ([`crate::server::transactions`]), which decides;
 //! errors are rewritten for older versions as Kafka's `KafkaApis` does
 //! (PRODUCER_FENCED → INVALID_PRODUCER_EPOCH, KIP-588).
@@ -16,7 +17,7 @@ use brook_engine::txn::coordinator::{
     InitProducerIdRequest as InitRequest,
 };
 use brook_engine::txn::{
-    FencingApi, InitProducerIdResult, Response as TxnResponse, TransactionResult,
+    FencingApi, InitProducerIdResult, MarkerWrite, Response as TxnResponse, TransactionResult,
 };
 use brook_engine::types::{PartitionId, ProducerId, TopicPartition};
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
@@ -27,7 +28,8 @@ use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse, DescribeTransactionsRequest, DescribeTransactionsResponse,
     EndTxnRequest as EndTxnBody, EndTxnResponse, InitProducerIdRequest, ListTransactionsRequest,
-    ListTransactionsResponse, describe_transactions_response, list_transactions_response,
+    ListTransactionsResponse, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+    describe_transactions_response, list_transactions_response, write_txn_markers_response,
 };
 
 use crate::server::groups::{ensure_offsets_topic, locate as locate_group};
@@ -394,4 +396,61 @@ pub async fn list_transactions(
                 .collect(),
         );
     encode(request, &response)
+}
+
+/// WriteTxnMarkers (Kafka's inter-broker API; v1, as Kafka 4 serves it):
+/// the COMMIT or ABORT marker of each entry appended to each partition on
+/// its owner shard, once, with each partition's error. Brook's own
+/// coordinator writes its markers without this request (over the mesh).
+pub async fn write_txn_markers(
+    shard: &Rc<Shard>,
+    request: &Request,
+) -> Result<Response, FrameError> {
+    let body: WriteTxnMarkersRequest = request.decode_body()?;
+    let mut results = Vec::with_capacity(body.markers.len());
+    for marker in &body.markers {
+        let write = MarkerWrite {
+            transactional_id: String::new(),
+            producer_id: ProducerId(marker.producer_id.0),
+            producer_epoch: ProducerEpoch(marker.producer_epoch),
+            coordinator_epoch: marker.coordinator_epoch,
+            result: if marker.transaction_result {
+                TransactionResult::Commit
+            } else {
+                TransactionResult::Abort
+            },
+            partitions: Vec::new(),
+        };
+        let mut topics = Vec::with_capacity(marker.topics.len());
+        for topic in &marker.topics {
+            let name = topic.name.to_string();
+            let mut partitions = Vec::with_capacity(topic.partition_indexes.len());
+            for index in &topic.partition_indexes {
+                let topic_partition = TopicPartition {
+                    topic: name.clone(),
+                    partition: PartitionId(*index),
+                };
+                let written = transactions::write_marker(shard, &write, &topic_partition).await;
+                partitions.push(
+                    write_txn_markers_response::WritableTxnMarkerPartitionResult::default()
+                        .with_partition_index(*index)
+                        .with_error_code(written.err().unwrap_or(ErrorCode::NONE).0),
+                );
+            }
+            topics.push(
+                write_txn_markers_response::WritableTxnMarkerTopicResult::default()
+                    .with_name(topic_name(&name))
+                    .with_partitions(partitions),
+            );
+        }
+        results.push(
+            write_txn_markers_response::WritableTxnMarkerResult::default()
+                .with_producer_id(marker.producer_id)
+                .with_topics(topics),
+        );
+    }
+    encode(
+        request,
+        &WriteTxnMarkersResponse::default().with_markers(results),
+    )
 }
