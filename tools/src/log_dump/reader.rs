@@ -1,0 +1,171 @@
+//! Reads a `.log` batch by batch from a file, holding one batch in memory at
+//! a time (segments are up to `segment.bytes`, 1 GiB by default), and shows
+//! progress on a terminal.
+
+use std::fs::File;
+use std::io::{BufReader, IsTerminal, Read};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use brook_engine::log::batch::{BATCH_LENGTH_MIN, BatchView, LOG_OVERHEAD_BYTES};
+
+use crate::log_dump::DumpError;
+
+/// The largest batch read: a corrupt length must not make the tool allocate
+/// gigabytes. Kafka's `message.max.bytes` defaults to 1 MiB; this leaves room
+/// for brokers configured far above it.
+pub const BATCH_BYTES_MAX: usize = 256 << 20;
+/// Files smaller than this are read without a progress line.
+pub const PROGRESS_FILE_BYTES_MIN: u64 = 64 << 20;
+/// How often the progress line is redrawn.
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
+/// The read buffer in front of the file.
+const READ_BUFFER_BYTES: usize = 1 << 20;
+
+/// The batches of one `.log` file, in order.
+#[derive(Debug)]
+pub struct BatchReader {
+    input: BufReader<File>,
+    file_bytes: u64,
+    /// Where the next batch starts.
+    position: u64,
+    buffer: Vec<u8>,
+    progress: Progress,
+}
+
+impl BatchReader {
+    pub fn open(path: &Path) -> Result<BatchReader, DumpError> {
+        let file = File::open(path).map_err(|source| DumpError::Io {
+            operation: "open",
+            source,
+        })?;
+        let file_bytes = file
+            .metadata()
+            .map_err(|source| DumpError::Io {
+                operation: "stat",
+                source,
+            })?
+            .len();
+        Ok(BatchReader {
+            input: BufReader::with_capacity(READ_BUFFER_BYTES, file),
+            file_bytes,
+            position: 0,
+            buffer: Vec::new(),
+            progress: Progress::new(path, file_bytes),
+        })
+    }
+
+    /// The next batch and its position; `None` at the end of the file. A
+    /// batch cut short or corrupt is an error that names its position.
+    pub fn next_batch(&mut self) -> Result<Option<(u64, BatchView<'_>)>, DumpError> {
+        let position = self.position;
+        if position >= self.file_bytes {
+            self.progress.finish();
+            return Ok(None);
+        }
+        self.progress.update(position);
+        let truncated = |have: u64, need: usize| DumpError::Truncated {
+            position,
+            need,
+            have: have as usize,
+        };
+        let left = self.file_bytes - position;
+        if left < LOG_OVERHEAD_BYTES as u64 {
+            return Err(truncated(left, LOG_OVERHEAD_BYTES));
+        }
+        self.buffer.resize(LOG_OVERHEAD_BYTES, 0);
+        self.read_exact(0)?;
+        let declared = i32::from_be_bytes([
+            self.buffer[8],
+            self.buffer[9],
+            self.buffer[10],
+            self.buffer[11],
+        ]);
+        let size = LOG_OVERHEAD_BYTES + usize::try_from(declared).unwrap_or(0);
+        if declared < BATCH_LENGTH_MIN || size > BATCH_BYTES_MAX {
+            return Err(DumpError::Corrupt {
+                position,
+                reason: format!(
+                    "batch length {declared} is out of bounds ({BATCH_LENGTH_MIN}..={})",
+                    BATCH_BYTES_MAX - LOG_OVERHEAD_BYTES
+                ),
+            });
+        }
+        if (size as u64) > left {
+            return Err(truncated(left, size));
+        }
+        self.buffer.resize(size, 0);
+        self.read_exact(LOG_OVERHEAD_BYTES)?;
+        self.position += size as u64;
+        let batch = BatchView::parse_exact(&self.buffer).map_err(|error| DumpError::Corrupt {
+            position,
+            reason: error.to_string(),
+        })?;
+        Ok(Some((position, batch)))
+    }
+
+    /// Fills the buffer from `from` on.
+    fn read_exact(&mut self, from: usize) -> Result<(), DumpError> {
+        self.input
+            .read_exact(&mut self.buffer[from..])
+            .map_err(|source| DumpError::Io {
+                operation: "read",
+                source,
+            })
+    }
+}
+
+/// A `\r`-redrawn progress line on stderr, only when stderr is a terminal
+/// and the file is large: piped output stays clean. When stdout is the same
+/// terminal the dump itself shows the progress, and a progress line would
+/// only interleave with it, so then there is none either.
+#[derive(Debug)]
+struct Progress {
+    name: String,
+    file_bytes: u64,
+    enabled: bool,
+    last_drawn: Option<Instant>,
+}
+
+impl Progress {
+    fn new(path: &Path, file_bytes: u64) -> Progress {
+        Progress {
+            name: path.display().to_string(),
+            file_bytes,
+            enabled: file_bytes >= PROGRESS_FILE_BYTES_MIN
+                && std::io::stderr().is_terminal()
+                && !std::io::stdout().is_terminal(),
+            last_drawn: None,
+        }
+    }
+
+    fn update(&mut self, position: u64) {
+        if !self.enabled
+            || self
+                .last_drawn
+                .is_some_and(|drawn| drawn.elapsed() < PROGRESS_INTERVAL)
+        {
+            return;
+        }
+        self.last_drawn = Some(Instant::now());
+        let percent = position * 100 / self.file_bytes.max(1);
+        eprint!(
+            "\r{}: {percent}% ({position} of {} bytes)",
+            self.name, self.file_bytes
+        );
+    }
+
+    fn finish(&mut self) {
+        if self.enabled && self.last_drawn.is_some() {
+            // Erase the progress line so the terminal shows only the output.
+            eprint!("\r\x1b[2K");
+            self.last_drawn = None;
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
