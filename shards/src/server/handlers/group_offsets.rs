@@ -64,30 +64,42 @@ pub(crate) fn by_topic<P, T>(
         .collect()
 }
 
-pub async fn offset_commit(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
-    let body: OffsetCommitRequest = request.decode_body()?;
+/// The commits of partitions whose topic exists, and every partition in
+/// request order with whether it does (the others are answered
+/// UNKNOWN_TOPIC_OR_PARTITION).
+pub(crate) fn split_by_existence(
+    shard: &Shard,
+    commits: impl Iterator<Item = CommitPartition>,
+) -> (Vec<CommitPartition>, Vec<(TopicPartition, bool)>) {
     let image = shard.image();
     let mut known = Vec::new();
     let mut order = Vec::new();
-    for topic in &body.topics {
-        for partition in &topic.partitions {
-            let topic_partition =
-                TopicPartition::new(topic.name.to_string(), partition.partition_index);
-            let exists = image.owner(&topic_partition).is_some();
-            order.push((topic_partition.clone(), exists));
-            if exists {
-                known.push(CommitPartition {
-                    partition: topic_partition,
-                    offset: partition.committed_offset,
-                    leader_epoch: partition.committed_leader_epoch,
-                    metadata: partition
-                        .committed_metadata
-                        .as_ref()
-                        .map(ToString::to_string),
-                });
-            }
+    for commit in commits {
+        let exists = image.owner(&commit.partition).is_some();
+        order.push((commit.partition.clone(), exists));
+        if exists {
+            known.push(commit);
         }
     }
+    (known, order)
+}
+
+pub async fn offset_commit(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
+    let body: OffsetCommitRequest = request.decode_body()?;
+    let (known, order) = split_by_existence(
+        shard,
+        body.topics.iter().flat_map(|topic| {
+            topic.partitions.iter().map(|partition| CommitPartition {
+                partition: TopicPartition::new(topic.name.to_string(), partition.partition_index),
+                offset: partition.committed_offset,
+                leader_epoch: partition.committed_leader_epoch,
+                metadata: partition
+                    .committed_metadata
+                    .as_ref()
+                    .map(ToString::to_string),
+            })
+        }),
+    );
     let commit = CommitRequest {
         group_id: body.group_id.to_string(),
         member_id: body.member_id.to_string(),

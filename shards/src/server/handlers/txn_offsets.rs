@@ -23,7 +23,7 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 
 use crate::server::groups::write_records_placed;
-use crate::server::handlers::group_offsets::by_topic;
+use crate::server::handlers::group_offsets::{by_topic, split_by_existence};
 use crate::server::handlers::groups::on_coordinator;
 use crate::server::handlers::topic_name;
 use crate::server::response::{Response, encode};
@@ -87,28 +87,20 @@ fn commit_request(
     shard: &Shard,
     body: &TxnOffsetCommitRequest,
 ) -> (TxnCommitRequest, Vec<(TopicPartition, bool)>) {
-    let image = shard.image();
-    let mut known = Vec::new();
-    let mut order = Vec::new();
-    for topic in &body.topics {
-        for partition in &topic.partitions {
-            let topic_partition =
-                TopicPartition::new(topic.name.to_string(), partition.partition_index);
-            let exists = image.owner(&topic_partition).is_some();
-            order.push((topic_partition.clone(), exists));
-            if exists {
-                known.push(CommitPartition {
-                    partition: topic_partition,
-                    offset: partition.committed_offset,
-                    leader_epoch: partition.committed_leader_epoch,
-                    metadata: partition
-                        .committed_metadata
-                        .as_ref()
-                        .map(ToString::to_string),
-                });
-            }
-        }
-    }
+    let (known, order) = split_by_existence(
+        shard,
+        body.topics.iter().flat_map(|topic| {
+            topic.partitions.iter().map(|partition| CommitPartition {
+                partition: TopicPartition::new(topic.name.to_string(), partition.partition_index),
+                offset: partition.committed_offset,
+                leader_epoch: partition.committed_leader_epoch,
+                metadata: partition
+                    .committed_metadata
+                    .as_ref()
+                    .map(ToString::to_string),
+            })
+        }),
+    );
     let commit = TxnCommitRequest {
         transactional_id: body.transactional_id.0.to_string(),
         group_id: body.group_id.to_string(),
