@@ -1,6 +1,7 @@
 //! Helpers shared by the end-to-end tests and the processes they drive.
 
 pub mod broker;
+pub mod clients;
 pub mod deliveries;
 pub mod groups;
 pub mod raw;

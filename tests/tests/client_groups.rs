@@ -16,52 +16,17 @@
 //! response it sends and gets).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
 use brook_tests::broker::Broker;
+use brook_tests::clients::{Report, node_path, python_path, run, script};
 
 const BROOK: &str = env!("CARGO_BIN_EXE_brook-e2e");
-/// The longest a client process may run before the test fails (the
-/// scripts give up on any one step after 60 s by themselves).
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(150);
-/// How often a running client is checked for having exited.
-const CLIENT_POLL: Duration = Duration::from_millis(50);
 /// The topics the scripts create have this many partitions.
 const PARTITIONS: i32 = 4;
 /// Records produced in each batch by the kafka-python and kafkajs scripts.
 const SCRIPT_RECORDS: usize = 400;
-
-fn clients_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-clients")
-}
-
-fn script(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("clients")
-        .join(name)
-}
-
-fn python_path() -> PathBuf {
-    let python = clients_dir().join("python");
-    assert!(
-        python.join("kafka").exists(),
-        "kafka-python is missing: run tests/run (it installs the test clients)"
-    );
-    python
-}
-
-fn node_path() -> PathBuf {
-    let node_modules = clients_dir().join("node/node_modules");
-    assert!(
-        node_modules.join("kafkajs").exists(),
-        "kafkajs is missing: run tests/run (it installs the test clients)"
-    );
-    node_modules
-}
 
 /// A broker whose groups start as soon as their first member joins
 /// (Kafka waits 3 s by default for more to come), with `extra` settings.
@@ -69,87 +34,6 @@ fn start_broker(dir: &std::path::Path, extra: &[&str]) -> Broker {
     let mut arguments = vec!["--set", "group.initial.rebalance.delay.ms=0"];
     arguments.extend_from_slice(extra);
     Broker::start(BROOK, dir, 2, &arguments)
-}
-
-/// Runs a client to its end with `input` on its stdin and returns its
-/// stdout; fails if it exits non-zero or runs past [`CLIENT_TIMEOUT`]
-/// (then it is killed), with its output and the broker's log.
-fn run(command: &mut Command, input: Option<&str>, broker: &Broker) -> String {
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|error| panic!("starting {command:?} (tests/run installs it): {error}"));
-    let mut stdin = child.stdin.take().unwrap();
-    if let Some(input) = input {
-        stdin.write_all(input.as_bytes()).unwrap();
-    }
-    drop(stdin);
-    let read_all = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            pipe.read_to_string(&mut text).map(|_| text)
-        })
-    };
-    let stdout = read_all(Box::new(child.stdout.take().unwrap()));
-    let stderr = read_all(Box::new(child.stderr.take().unwrap()));
-    let deadline = Instant::now() + CLIENT_TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            break None;
-        }
-        std::thread::sleep(CLIENT_POLL);
-    };
-    let stdout = stdout.join().unwrap().unwrap();
-    let stderr = stderr.join().unwrap().unwrap();
-    match status {
-        Some(status) if status.success() => stdout,
-        _ => panic!(
-            "{command:?} {}:\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n--- broker log\n{}",
-            status.map_or(format!("ran past {CLIENT_TIMEOUT:?}"), |s| s.to_string()),
-            broker.log()
-        ),
-    }
-}
-
-/// A script's `name value` lines.
-#[derive(Debug, Clone)]
-struct Report {
-    lines: Vec<(String, String)>,
-}
-
-impl Report {
-    fn parse(output: &str) -> Report {
-        let lines = output
-            .lines()
-            .filter_map(|line| line.split_once(' '))
-            .map(|(name, value)| (name.to_owned(), value.to_owned()))
-            .collect();
-        Report { lines }
-    }
-
-    /// Every value named `name`, in order.
-    fn all(&self, name: &str) -> Vec<&str> {
-        self.lines
-            .iter()
-            .filter(|(line_name, _)| line_name == name)
-            .map(|(_, value)| value.as_str())
-            .collect()
-    }
-
-    /// The one value named `name`.
-    fn one(&self, name: &str) -> &str {
-        match self.all(name).as_slice() {
-            [value] => value,
-            values => panic!("{name}: expected one line, got {values:?} in {self:#?}"),
-        }
-    }
 }
 
 /// `<member> <partitions, comma-separated>` lines as member → partitions.
