@@ -120,3 +120,34 @@ fn an_abort_marker_indexes_the_transaction_and_a_commit_does_not() {
         log.close().await.unwrap();
     });
 }
+
+#[test]
+fn a_segment_roll_snapshots_the_producer_state_at_the_new_base() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("roll-0");
+    block_on(async move {
+        let log = open(&dir, small_segments(1024), crashed()).await;
+        let now = now_ms();
+        let mut sequence = 0;
+        while segment_bases(&dir).len() < 2 {
+            log.append(&producer_batch(3, sequence, now, false), EPOCH, now)
+                .await
+                .unwrap();
+            sequence += 1;
+        }
+        let base = *segment_bases(&dir).last().unwrap();
+        let snapshot = dir.join(format!("{:020}.snapshot", base.0));
+        assert!(snapshot.exists(), "{} after the roll", snapshot.display());
+        log.flush().await.unwrap();
+        // A copy opened as after a crash with no checkpoint line: the
+        // snapshot is loaded and only the batches after it are replayed;
+        // the last batch is still known.
+        let crashed_copy = root.path().join("roll-copy-0");
+        copy_dir(&dir, &crashed_copy);
+        let reopened = open(&crashed_copy, small_segments(1024), crashed()).await;
+        let retry = producer_batch(3, sequence - 1, now, false);
+        assert!(reopened.append(&retry, EPOCH, now).await.unwrap().duplicate);
+        reopened.close().await.unwrap();
+        log.close().await.unwrap();
+    });
+}

@@ -265,6 +265,7 @@ impl PartitionLog {
         sync_directory(&dir).await?;
         self.inner.state.borrow_mut().push_segment(segment);
         ring(&self.inner.writer_bell);
+        self.snapshot_at_roll().await;
         Ok(())
     }
 

@@ -5,8 +5,9 @@
 //!
 //! Kafka snapshots producer state at segment roll and clean shutdown, and
 //! after a crash replays the log from the newest snapshot: with large
-//! segments that is a rescan of whole segments. Brook records the state at
-//! every checkpoint round instead, once everything below it is durable:
+//! segments that is a rescan of whole segments. Brook snapshots at roll and
+//! clean shutdown too, and also records the state at every checkpoint round,
+//! once everything below it is durable:
 //!
 //! * when the state changed since its last snapshot, a new snapshot file
 //!   named by the log end (written atomically, before anything refers to it);
@@ -205,27 +206,51 @@ impl PartitionLog {
     ) -> Result<(), StorageError> {
         debug_assert!(self.durable_offset() >= checkpoint.at);
         if let Some((snapshot, fingerprint)) = checkpoint.snapshot {
-            let dir = self.dir();
-            let bytes = snapshot.encode().map_err(|error| StorageError::Corrupt {
-                path: dir.clone(),
-                reason: format!("encoding a producer snapshot: {error}"),
-            })?;
-            write_atomically(&dir.join(snapshot_file_name(snapshot.offset)), &bytes).await?;
-            let stale = {
-                let mut producers = self.inner.producers.borrow_mut();
-                producers.snapshot_files.push(snapshot.offset);
-                producers.snapshot_files.sort_unstable();
-                producers.snapshot_files.dedup();
-                producers.snapshotted = Some(fingerprint);
-                let excess = producers
-                    .snapshot_files
-                    .len()
-                    .saturating_sub(SNAPSHOT_FILES_KEPT);
-                producers.snapshot_files.drain(..excess).collect::<Vec<_>>()
-            };
-            remove_snapshot_files(&dir, &stale);
+            self.write_snapshot_file(snapshot, fingerprint).await?;
         }
         self.inner.producers.borrow_mut().checkpointed_at = Some(checkpoint.at);
+        Ok(())
+    }
+
+    /// Snapshots the producer state at a segment roll, as Kafka does (the
+    /// new segment's base is the log end). No checkpoint line refers to it:
+    /// it is loaded only if the log still reaches its offset after a crash,
+    /// and then every batch below it survived, so it is the state there.
+    /// A failed write is logged; the checkpoint rounds cover the state.
+    pub(crate) async fn snapshot_at_roll(&self) {
+        let checkpoint = self.begin_producer_checkpoint();
+        if let Some((snapshot, fingerprint)) = checkpoint.snapshot
+            && let Err(error) = self.write_snapshot_file(snapshot, fingerprint).await
+        {
+            tracing::warn!(log = %self.inner.name, %error, "writing a producer snapshot at roll failed");
+        }
+    }
+
+    /// Writes a snapshot file and keeps the newest [`SNAPSHOT_FILES_KEPT`].
+    async fn write_snapshot_file(
+        &self,
+        snapshot: ProducerSnapshot,
+        fingerprint: Fingerprint,
+    ) -> Result<(), StorageError> {
+        let dir = self.dir();
+        let bytes = snapshot.encode().map_err(|error| StorageError::Corrupt {
+            path: dir.clone(),
+            reason: format!("encoding a producer snapshot: {error}"),
+        })?;
+        write_atomically(&dir.join(snapshot_file_name(snapshot.offset)), &bytes).await?;
+        let stale = {
+            let mut producers = self.inner.producers.borrow_mut();
+            producers.snapshot_files.push(snapshot.offset);
+            producers.snapshot_files.sort_unstable();
+            producers.snapshot_files.dedup();
+            producers.snapshotted = Some(fingerprint);
+            let excess = producers
+                .snapshot_files
+                .len()
+                .saturating_sub(SNAPSHOT_FILES_KEPT);
+            producers.snapshot_files.drain(..excess).collect::<Vec<_>>()
+        };
+        remove_snapshot_files(&dir, &stale);
         Ok(())
     }
 
