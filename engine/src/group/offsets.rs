@@ -48,16 +48,57 @@ pub struct CommitPlan {
 }
 
 impl CommitPlan {
-    pub fn records(&self, group_id: &str) -> Vec<Persist> {
-        self.offsets
-            .iter()
-            .map(|(partition, offset)| Persist::Offset {
-                group_id: group_id.to_owned(),
-                partition: partition.clone(),
-                offset: offset.clone(),
-            })
-            .collect()
+    /// Each partition's answer and, for those that pass, the offset to
+    /// write: metadata over `offset.metadata.max.bytes` fails only its own
+    /// partition. Shared by OffsetCommit and TxnOffsetCommit.
+    pub(crate) fn new(
+        partitions: &[CommitPartition],
+        metadata_max: usize,
+        now_ms: i64,
+        expire_timestamp_ms: Option<i64>,
+    ) -> CommitPlan {
+        let mut plan = CommitPlan {
+            errors: Vec::with_capacity(partitions.len()),
+            offsets: Vec::new(),
+        };
+        for partition in partitions {
+            let metadata = partition.metadata.clone().unwrap_or_default();
+            if metadata.len() > metadata_max {
+                plan.errors.push(ErrorCode::OFFSET_METADATA_TOO_LARGE);
+                continue;
+            }
+            plan.errors.push(ErrorCode::NONE);
+            let offset = CommittedOffset {
+                offset: partition.offset,
+                leader_epoch: partition.leader_epoch,
+                metadata,
+                commit_timestamp_ms: now_ms,
+                expire_timestamp_ms,
+            };
+            plan.offsets.push((partition.partition.clone(), offset));
+        }
+        plan
     }
+
+    /// The records to write, in the order of [`CommitPlan::offsets`].
+    pub fn records(&self, group_id: &str) -> Vec<Persist> {
+        offset_records(group_id, &self.offsets)
+    }
+}
+
+/// One offset record per (partition, offset) of `group_id`.
+pub(crate) fn offset_records(
+    group_id: &str,
+    offsets: &[(TopicPartition, CommittedOffset)],
+) -> Vec<Persist> {
+    offsets
+        .iter()
+        .map(|(partition, offset)| Persist::Offset {
+            group_id: group_id.to_owned(),
+            partition: partition.clone(),
+            offset: offset.clone(),
+        })
+        .collect()
 }
 
 /// DescribeGroups' view of one group.
@@ -109,27 +150,13 @@ impl GroupCoordinator {
         };
         check_commit(group, request)?;
         let metadata_max = self.settings.offset_metadata_bytes_max;
-        let mut plan = CommitPlan {
-            errors: Vec::with_capacity(request.partitions.len()),
-            offsets: Vec::new(),
-        };
-        for partition in &request.partitions {
-            let metadata = partition.metadata.clone().unwrap_or_default();
-            if metadata.len() > metadata_max {
-                plan.errors.push(ErrorCode::OFFSET_METADATA_TOO_LARGE);
-                continue;
-            }
-            plan.errors.push(ErrorCode::NONE);
-            let offset = CommittedOffset {
-                offset: partition.offset,
-                leader_epoch: partition.leader_epoch,
-                metadata,
-                commit_timestamp_ms: now_ms,
-                expire_timestamp_ms: request.retention_ms.map(|retention| now_ms + retention),
-            };
-            plan.offsets.push((partition.partition.clone(), offset));
-        }
-        Ok(plan)
+        let expire_timestamp_ms = request.retention_ms.map(|retention| now_ms + retention);
+        Ok(CommitPlan::new(
+            &request.partitions,
+            metadata_max,
+            now_ms,
+            expire_timestamp_ms,
+        ))
     }
 
     /// Applies written commits.

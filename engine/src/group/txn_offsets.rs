@@ -31,6 +31,7 @@
 //! drops its pending transactional offsets too, as Kafka's replay of one does;
 //! expiry skips partitions with pending offsets and keeps their group.
 
+use crate::group::offsets::{CommitPlan, offset_records};
 use std::collections::BTreeSet;
 
 use crate::group::Persist;
@@ -77,14 +78,7 @@ pub struct TxnCommitPlan {
 impl TxnCommitPlan {
     /// The records to write, in the order of [`TxnCommitPlan::offsets`].
     pub fn records(&self, group_id: &str) -> Vec<Persist> {
-        self.offsets
-            .iter()
-            .map(|(partition, offset)| Persist::Offset {
-                group_id: group_id.to_owned(),
-                partition: partition.clone(),
-                offset: offset.clone(),
-            })
-            .collect()
+        offset_records(group_id, &self.offsets)
     }
 }
 
@@ -146,32 +140,17 @@ impl GroupCoordinator {
 
     fn txn_plan(&self, now_ms: i64, request: &TxnCommitRequest) -> TxnCommitPlan {
         let metadata_max = self.settings.offset_metadata_bytes_max;
-        let mut plan = TxnCommitPlan {
+        // Transactional commits never carry their own expiry (Kafka).
+        let CommitPlan { errors, offsets } =
+            CommitPlan::new(&request.partitions, metadata_max, now_ms, None);
+        TxnCommitPlan {
             producer: TxnProducer {
                 producer_id: request.producer_id,
                 producer_epoch: request.producer_epoch,
             },
-            errors: Vec::with_capacity(request.partitions.len()),
-            offsets: Vec::new(),
-        };
-        for partition in &request.partitions {
-            let metadata = partition.metadata.clone().unwrap_or_default();
-            if metadata.len() > metadata_max {
-                plan.errors.push(ErrorCode::OFFSET_METADATA_TOO_LARGE);
-                continue;
-            }
-            plan.errors.push(ErrorCode::NONE);
-            // Transactional commits never carry their own expiry (Kafka).
-            let offset = CommittedOffset {
-                offset: partition.offset,
-                leader_epoch: partition.leader_epoch,
-                metadata,
-                commit_timestamp_ms: now_ms,
-                expire_timestamp_ms: None,
-            };
-            plan.offsets.push((partition.partition.clone(), offset));
+            errors,
+            offsets,
         }
-        plan
     }
 
     fn register_pending(&mut self, group_id: &str, plan: &TxnCommitPlan) {
