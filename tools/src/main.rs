@@ -2,7 +2,13 @@
 //! to the crate that does the work, so every subcommand stays usable (and
 //! testable) as a library call.
 
+mod cli;
+mod consume;
+mod group;
 mod log_dump;
+mod offsets;
+mod produce;
+mod topic;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -44,6 +50,16 @@ enum Command {
     /// Read partition log files directly, with no broker.
     #[command(subcommand)]
     Log(LogCommand),
+    /// Create, list, describe, configure, grow and delete topics.
+    Topic(topic::TopicArgs),
+    /// Produce records read from stdin or a file, one per line.
+    Produce(produce::ProduceArgs),
+    /// Print a topic's records (alone, or as a member of a consumer group).
+    Consume(consume::ConsumeArgs),
+    /// Each partition's offset at a time: `topic:partition:offset` lines.
+    Offsets(offsets::OffsetsArgs),
+    /// List, describe, reset and delete consumer groups.
+    Group(group::GroupArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -190,6 +206,11 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Run(args)) => bench_run(args),
         Command::Bench(BenchCommand::Workload(args)) => bench_workload(args),
         Command::Log(LogCommand::Dump(args)) => log_dump(args),
+        Command::Topic(args) => topic::run(args),
+        Command::Produce(args) => produce::run(args),
+        Command::Consume(args) => consume::run(args),
+        Command::Offsets(args) => offsets::run(args),
+        Command::Group(args) => group::run(args),
     }
 }
 

@@ -18,7 +18,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
-const BROOK: &str = env!("CARGO_BIN_EXE_brook-e2e");
+use crate::common::BROOK;
 const TIMEOUT: Duration = Duration::from_secs(30);
 const PLAIN: &str = "dump-plain";
 const COMPRESSED: &str = "dump-lz4";

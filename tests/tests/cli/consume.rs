@@ -1,0 +1,1 @@
+//! `brook consume` tests: to be written.

@@ -1,0 +1,1 @@
+//! `brook errors` tests: to be written.

@@ -1,0 +1,1 @@
+//! `brook group` tests: to be written.

@@ -1,0 +1,12 @@
+//! The `brook` CLI, run as the real binary against a real `brook serve`
+//! (issue 7): one test binary with a module per subcommand, sharing
+//! [`common`]'s broker and process helpers.
+
+mod common;
+mod consume;
+mod errors;
+mod group;
+mod log_dump;
+mod offsets;
+mod produce;
+mod topic;

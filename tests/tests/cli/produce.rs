@@ -1,0 +1,1 @@
+//! `brook produce` tests: to be written.

@@ -1,0 +1,1 @@
+//! `brook topic` tests: to be written.
