@@ -1,1 +1,67 @@
-//! `brook errors` tests: to be written.
+//! The CLI's failures (acceptance check 6): an unknown topic, a broker
+//! that refuses or never answers, a bad `--time` — each exits non-zero
+//! with one clear line on stderr, within the timeout, and no panic.
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use crate::common::{Run, brook, brook_alone, start_broker};
+
+/// One line on stderr, starting `brook <subcommand>:` and containing `needle`.
+fn one_line_error(run: &Run, subcommand: &str, needle: &str) {
+    assert!(!run.status.success(), "should fail: {run:?}");
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line on stderr: {run:?}");
+    assert!(
+        lines[0].starts_with(&format!("brook {subcommand}: ")) && lines[0].contains(needle),
+        "{needle:?} in {:?}",
+        lines[0]
+    );
+    assert!(!run.stderr.contains("panicked"), "{run:?}");
+}
+
+#[test]
+fn unknown_topic_is_named_with_kafkas_error() {
+    let (_dir, broker) = start_broker();
+    let run = brook(&broker, &["offsets", "no-such-topic"]);
+    one_line_error(&run, "offsets", "UNKNOWN_TOPIC_OR_PARTITION (3)");
+    assert!(run.stderr.contains("no-such-topic"), "{run:?}");
+}
+
+#[test]
+fn invalid_time_is_refused_before_connecting() {
+    let run = brook_alone(
+        &["offsets", "t", "--time", "yesterday", "--brokers", "127.0.0.1:1"],
+        None,
+    );
+    assert_eq!(run.status.code(), Some(2), "a usage error: {run:?}");
+    assert!(run.stderr.contains("'yesterday' is not -1 (latest)"), "{run:?}");
+    assert!(!run.stderr.contains("panicked"), "{run:?}");
+}
+
+#[test]
+fn a_refused_connection_fails_at_once_with_one_line() {
+    let port = {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let address = format!("127.0.0.1:{port}");
+    let run = brook_alone(&["offsets", "t", "--brokers", &address], None);
+    one_line_error(&run, "offsets", &address);
+}
+
+#[test]
+fn a_silent_broker_fails_within_the_timeout() {
+    // The kernel completes the handshake into the backlog; nobody answers.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let started = Instant::now();
+    let run = brook_alone(
+        &["offsets", "t", "--brokers", &address, "--timeout", "1s"],
+        None,
+    );
+    let took = started.elapsed();
+    one_line_error(&run, "offsets", "within 1s");
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    drop(listener);
+}
