@@ -31,11 +31,21 @@ fn unknown_topic_is_named_with_kafkas_error() {
 #[test]
 fn invalid_time_is_refused_before_connecting() {
     let run = brook_alone(
-        &["offsets", "t", "--time", "yesterday", "--brokers", "127.0.0.1:1"],
+        &[
+            "offsets",
+            "t",
+            "--time",
+            "yesterday",
+            "--brokers",
+            "127.0.0.1:1",
+        ],
         None,
     );
     assert_eq!(run.status.code(), Some(2), "a usage error: {run:?}");
-    assert!(run.stderr.contains("'yesterday' is not -1 (latest)"), "{run:?}");
+    assert!(
+        run.stderr.contains("'yesterday' is not -1 (latest)"),
+        "{run:?}"
+    );
     assert!(!run.stderr.contains("panicked"), "{run:?}");
 }
 
