@@ -3,12 +3,42 @@
 //! encoder builds a `Record` per record, too slow for a million records a
 //! second), and a walker over fetched batches that borrows every field from
 //! the response bytes. Compression and decompression are kafka-protocol's.
+//!
+//! `brook produce` writes through the same builder: records with headers
+//! ([`BatchBuilder::push_with_headers`]) and idempotent batches
+//! ([`BatchBuilder::finish_as`] with a [`BatchProducer`]).
 
 use brook_engine::log::batch::{BATCH_HEADER_BYTES, BatchView, Compression};
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::compression::{Compressor, Decompressor, Lz4, Zstd};
+use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy, Zstd};
 
 use crate::client::ClientError;
+
+/// Who wrote a batch, in its header: an idempotent producer's id and epoch
+/// and the sequence number of the batch's first record (Kafka's v2 batch
+/// fields `producerId`, `producerEpoch`, `baseSequence`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchProducer {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+}
+
+impl BatchProducer {
+    /// No producer: what a non-idempotent client writes (-1, -1, -1).
+    pub const NONE: BatchProducer = BatchProducer {
+        producer_id: -1,
+        producer_epoch: -1,
+        base_sequence: -1,
+    };
+}
+
+/// One record header: a key and a value (`None`: null).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordHeader<'a> {
+    pub key: &'a [u8],
+    pub value: Option<&'a [u8]>,
+}
 
 /// Writes one batch at a time; `finish` hands it out and starts the next.
 #[derive(Debug)]
@@ -45,6 +75,19 @@ impl BatchBuilder {
     /// Adds a record whose value is `value_parts` back to back (so a
     /// per-record stamp and a shared payload need no copy into one value).
     pub fn push(&mut self, timestamp_ms: i64, key: Option<&[u8]>, value_parts: &[&[u8]]) {
+        self.push_with_headers(timestamp_ms, key, value_parts, &[]);
+    }
+
+    /// As [`push`](Self::push), with `headers` after the value (Kafka's v2
+    /// record: a varint count, then per header a varint key length, the
+    /// key, a varint value length (-1: null) and the value).
+    pub fn push_with_headers(
+        &mut self,
+        timestamp_ms: i64,
+        key: Option<&[u8]>,
+        value_parts: &[&[u8]],
+        headers: &[RecordHeader<'_>],
+    ) {
         if self.count == 0 {
             self.base_timestamp = timestamp_ms;
             self.max_timestamp = timestamp_ms;
@@ -54,6 +97,7 @@ impl BatchBuilder {
         let timestamp_delta = timestamp_ms - self.base_timestamp;
         let offset_delta = i64::from(self.count);
         let key_len = key.map_or(-1, |key| key.len() as i64);
+        let headers_len: usize = headers.iter().map(header_len).sum();
         let body_len = 1
             + varint_len(timestamp_delta)
             + varint_len(offset_delta)
@@ -61,9 +105,11 @@ impl BatchBuilder {
             + key.map_or(0, <[u8]>::len)
             + varint_len(value_len as i64)
             + value_len
-            + varint_len(0);
+            + varint_len(headers.len() as i64)
+            + headers_len;
         let records = &mut self.records;
         put_varint(records, body_len as i64);
+        let body_start = records.len();
         records.put_u8(0);
         put_varint(records, timestamp_delta);
         put_varint(records, offset_delta);
@@ -75,13 +121,33 @@ impl BatchBuilder {
         for part in value_parts {
             records.put_slice(part);
         }
-        put_varint(records, 0);
+        put_varint(records, headers.len() as i64);
+        for header in headers {
+            put_varint(records, header.key.len() as i64);
+            records.put_slice(header.key);
+            put_varint(records, header.value.map_or(-1, |value| value.len() as i64));
+            if let Some(value) = header.value {
+                records.put_slice(value);
+            }
+        }
+        debug_assert_eq!(records.len() - body_start, body_len, "record length");
         self.count += 1;
     }
 
     /// The finished batch (base offset 0, no producer id), compressed as
     /// asked; the builder is empty again.
     pub fn finish(&mut self, compression: Compression) -> Result<Bytes, ClientError> {
+        self.finish_as(compression, BatchProducer::NONE)
+    }
+
+    /// As [`finish`](Self::finish), with `producer`'s id, epoch and base
+    /// sequence in the header (covered by the CRC like every field from the
+    /// attributes on).
+    pub fn finish_as(
+        &mut self,
+        compression: Compression,
+        producer: BatchProducer,
+    ) -> Result<Bytes, ClientError> {
         let mut batch = BytesMut::with_capacity(BATCH_HEADER_BYTES + self.records.len());
         batch.put_i64(0); // base offset
         batch.put_i32(0); // length, below
@@ -102,9 +168,9 @@ impl BatchBuilder {
         batch.put_i32(self.count - 1); // last offset delta
         batch.put_i64(self.base_timestamp);
         batch.put_i64(self.max_timestamp);
-        batch.put_i64(-1); // producer id
-        batch.put_i16(-1); // producer epoch
-        batch.put_i32(-1); // base sequence
+        batch.put_i64(producer.producer_id);
+        batch.put_i16(producer.producer_epoch);
+        batch.put_i32(producer.base_sequence);
         batch.put_i32(self.count);
         let records = &self.records;
         let copy = |out: &mut BytesMut| {
@@ -116,6 +182,8 @@ impl BatchBuilder {
                 batch.put_slice(records);
                 Ok(())
             }
+            Compression::Gzip => Gzip::compress(&mut batch, copy),
+            Compression::Snappy => Snappy::compress(&mut batch, copy),
             Compression::Lz4 => Lz4::compress(&mut batch, copy),
             Compression::Zstd => Zstd::compress(&mut batch, copy),
             other => Err(anyhow_unsupported(other)),
@@ -131,8 +199,17 @@ impl BatchBuilder {
     }
 }
 
+/// A header's bytes in a record.
+fn header_len(header: &RecordHeader<'_>) -> usize {
+    let value_len = header.value.map_or(-1, |value| value.len() as i64);
+    varint_len(header.key.len() as i64)
+        + header.key.len()
+        + varint_len(value_len)
+        + header.value.map_or(0, <[u8]>::len)
+}
+
 fn anyhow_unsupported(compression: Compression) -> anyhow::Error {
-    anyhow::anyhow!("the load generator does not write {compression:?}")
+    anyhow::anyhow!("the client does not write {compression:?}")
 }
 
 /// One record of a fetched batch, borrowed from the response.
@@ -189,6 +266,8 @@ fn decompress(compression: Compression, records: &[u8]) -> Result<Bytes, ClientE
     let mut input = Bytes::copy_from_slice(records);
     let take = |bytes: &mut Bytes| Ok(std::mem::take(bytes));
     let result = match compression {
+        Compression::Gzip => Gzip::decompress(&mut input, take),
+        Compression::Snappy => Snappy::decompress(&mut input, take),
         Compression::Lz4 => Lz4::decompress(&mut input, take),
         Compression::Zstd => Zstd::decompress(&mut input, take),
         other => Err(anyhow_unsupported(other)),
@@ -325,7 +404,13 @@ mod tests {
 
     #[test]
     fn compressed_batches_walk_back_to_their_records() {
-        for compression in [Compression::None, Compression::Lz4, Compression::Zstd] {
+        for compression in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
             let mut builder = BatchBuilder::new(1024);
             for index in 0..10u8 {
                 builder.push(5, None, &[&[index; 3], &[7; 100]]);
@@ -349,6 +434,73 @@ mod tests {
             // A partial batch at the end is left for the next fetch.
             let cut = bytes.slice(..bytes.len() - 5);
             assert_eq!(for_each_record(&cut, 0, |_| {}).unwrap(), 10);
+        }
+    }
+
+    /// Headers and an idempotent producer's fields come out as
+    /// kafka-protocol writes them, CRC included.
+    #[test]
+    fn headers_and_producer_fields_match_kafka_protocols_encoding() {
+        let producer = BatchProducer {
+            producer_id: 4242,
+            producer_epoch: 3,
+            base_sequence: 17,
+        };
+        for compression in [Compression::None, Compression::Gzip, Compression::Snappy] {
+            let mut builder = BatchBuilder::new(1024);
+            let headers = [
+                RecordHeader {
+                    key: b"trace",
+                    value: Some(b"abc"),
+                },
+                RecordHeader {
+                    key: b"empty",
+                    value: None,
+                },
+            ];
+            builder.push_with_headers(2000, Some(b"k"), &[b"value"], &headers);
+            builder.push_with_headers(2001, None, &[b""], &[]);
+            let ours = builder.finish_as(compression, producer).unwrap();
+            let theirs = encode_batch(
+                &[
+                    NewRecord {
+                        key: Some(Bytes::from_static(b"k")),
+                        value: Some(Bytes::from_static(b"value")),
+                        timestamp: TimestampMs(2000),
+                        headers: vec![
+                            ("trace".to_owned(), Some(Bytes::from_static(b"abc"))),
+                            ("empty".to_owned(), None),
+                        ],
+                    },
+                    NewRecord::value(&b""[..], TimestampMs(2001)),
+                ],
+                &BatchOptions {
+                    compression,
+                    producer_id: 4242,
+                    producer_epoch: 3,
+                    base_sequence: 17,
+                    transactional: false,
+                },
+            );
+            if compression == Compression::None {
+                assert_eq!(&ours[..], &theirs[..]);
+            }
+            let batch = BatchView::parse_exact(&ours).unwrap();
+            assert_eq!(
+                batch.validate_for_append(Offset(0)),
+                Ok(()),
+                "{compression:?}"
+            );
+            assert_eq!(batch.producer_id(), 4242);
+            assert_eq!(batch.producer_epoch(), 3);
+            assert_eq!(batch.base_sequence(), 17);
+            assert_eq!(batch.attributes().compression(), compression);
+            let mut values = Vec::new();
+            for_each_record(&ours, 0, |record| {
+                values.push(record.value.map(<[u8]>::to_vec))
+            })
+            .unwrap();
+            assert_eq!(values, [Some(b"value".to_vec()), Some(Vec::new())]);
         }
     }
 
