@@ -69,9 +69,7 @@ pub struct ProduceArgs {
     /// Write every record to this partition.
     #[arg(long, value_parser = clap::value_parser!(i32).range(0..))]
     pub partition: Option<i32>,
-    /// murmur2: keyed records by the key's murmur2 (as Kafka and
-    /// librdkafka's murmur2_random), unkeyed sticky; round-robin: every
-    /// record in turn; sticky: every record sticky, keys ignored.
+    /// How records are placed when --partition is not given.
     #[arg(long, value_enum, default_value_t = Strategy::Murmur2)]
     pub partitioner: Strategy,
     /// 0, 1 or all (-1); anything but all needs --no-idempotence.
