@@ -11,7 +11,7 @@
 
 use std::collections::BTreeSet;
 
-use brook_engine::log::batch::{BatchError, BatchView, Batches};
+use brook_engine::log::batch::{BatchError, BatchView, Batches, TimestampType};
 use bytes::Bytes;
 use kafka_protocol::records::RecordBatchDecoder;
 
@@ -167,13 +167,17 @@ fn records_of(
         base_offset: batch.base_offset().0,
         reason: error.to_string(),
     })?;
+    // Log-append-time batches keep the broker's time in the header only
+    // (Kafka's DefaultRecordBatch gives every record the max timestamp).
+    let log_append_time = (batch.attributes().timestamp_type() == TimestampType::LogAppendTime)
+        .then(|| batch.max_timestamp().0);
     Ok(set
         .records
         .into_iter()
         .map(|record| ConsumedRecord {
             partition,
             offset: record.offset,
-            timestamp: record.timestamp,
+            timestamp: log_append_time.unwrap_or(record.timestamp),
             key: record.key,
             value: record.value,
             headers: record
@@ -202,6 +206,8 @@ fn control_type(
 
 #[cfg(test)]
 mod tests {
+    use brook_engine::log::batch::{BATCH_HEADER_BYTES, set_log_append_time};
+    use brook_engine::types::TimestampMs;
     use bytes::BytesMut;
     use kafka_protocol::protocol::StrBytes;
     use kafka_protocol::records::{
@@ -220,7 +226,9 @@ mod tests {
             producer_epoch: -1,
             timestamp_type: TimestampType::Creation,
             offset,
-            sequence: -1,
+            // kafka-protocol's encoder keeps records in one batch while
+            // offset - sequence stays the same.
+            sequence: offset as i32 - 1,
             timestamp: 1_000 + offset,
             key: Some(Bytes::from(format!("k{offset}"))),
             value: Some(Bytes::copy_from_slice(value.as_bytes())),
@@ -297,7 +305,27 @@ mod tests {
     }
 
     #[test]
+    fn log_append_time_batches_give_every_record_the_batch_time() {
+        let written = batches(&[vec![record(0, "a"), record(1, "b")]], Compression::None);
+        let mut bytes = BytesMut::from(&written[..]);
+        // As a broker with message.timestamp.type=LogAppendTime stores it.
+        let (header, records) = bytes.split_at_mut(BATCH_HEADER_BYTES);
+        set_log_append_time(header, records, TimestampMs(5_000)).unwrap();
+        let decoded =
+            decode_partition(0, &bytes.freeze(), 0, &[], Isolation::ReadUncommitted).unwrap();
+        let times: Vec<i64> = decoded.records.iter().map(|r| r.timestamp).collect();
+        assert_eq!(times, [5_000, 5_000]);
+    }
+
+    #[test]
     fn records_below_the_fetch_offset_are_skipped() {
+        let bytes = batches(
+            &[vec![record(0, "a"), record(1, "b"), record(2, "c")]],
+            Compression::Snappy,
+        );
+        assert_eq!(Batches::new(&bytes).count(), 1, "one batch");
+        let decoded = decode_partition(0, &bytes, 1, &[], Isolation::ReadUncommitted).unwrap();
+        assert_eq!(values(&decoded), ["b", "c"]);
         let bytes = batches(
             &[
                 vec![record(0, "a"), record(1, "b")],

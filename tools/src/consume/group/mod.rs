@@ -7,30 +7,26 @@
 //! A rebalance is noticed by the heartbeat (REBALANCE_IN_PROGRESS and the
 //! like) or a commit, and sets a flag the fetch loop reads: it commits
 //! what it printed and joins again. The pure parts (codecs, assignor,
-//! start) are in [`super::assign`].
+//! start) are in [`super::assign`]; [`offsets`] fetches and commits,
+//! [`heartbeat`] beats.
+
+mod heartbeat;
+mod offsets;
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use brook_bench::client::cluster::topic_name;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
-use kafka_protocol::messages::offset_commit_request::{
-    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
-};
-use kafka_protocol::messages::offset_fetch_request::{
-    OffsetFetchRequestGroup, OffsetFetchRequestTopics,
-};
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    ApiKey, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
-    LeaveGroupRequest, LeaveGroupResponse, OffsetCommitRequest, OffsetCommitResponse,
-    OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse,
+    ApiKey, GroupId, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    LeaveGroupResponse, SyncGroupRequest, SyncGroupResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -43,10 +39,7 @@ use crate::consume::assign::{
 /// Versions sent (Brook serves them; so does every Kafka 3.x and 4.x).
 const JOIN_GROUP_VERSION: i16 = 9;
 const SYNC_GROUP_VERSION: i16 = 5;
-const HEARTBEAT_VERSION: i16 = 4;
 const LEAVE_GROUP_VERSION: i16 = 5;
-const OFFSET_FETCH_VERSION: i16 = 8;
-const OFFSET_COMMIT_VERSION: i16 = 8;
 
 /// The member's session: the coordinator drops it after this long silent.
 const SESSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -292,123 +285,6 @@ impl Member {
         Ok(())
     }
 
-    /// The committed offset of each of `partitions` (-1: none).
-    pub async fn committed(&mut self, partitions: &[i32]) -> Result<BTreeMap<i32, i64>, CliError> {
-        let request = OffsetFetchRequest::default()
-            .with_groups(vec![
-                OffsetFetchRequestGroup::default()
-                    .with_group_id(GroupId(text(&self.group)))
-                    .with_topics(Some(vec![
-                        OffsetFetchRequestTopics::default()
-                            .with_name(topic_name(&self.topic))
-                            .with_partition_indexes(partitions.to_vec()),
-                    ])),
-            ])
-            // Wait out transactional commits still pending (KIP-447).
-            .with_require_stable(true);
-        let started = Instant::now();
-        loop {
-            let response: OffsetFetchResponse = self
-                .session
-                .request(
-                    self.coordinator,
-                    ApiKey::OffsetFetch,
-                    OFFSET_FETCH_VERSION,
-                    &request,
-                )
-                .await?;
-            let group = response.groups.into_iter().next().ok_or_else(|| {
-                CliError::Failed(format!(
-                    "OffsetFetch gave no answer for group {}",
-                    self.group
-                ))
-            })?;
-            let partitions: Vec<_> = group
-                .topics
-                .into_iter()
-                .flat_map(|t| t.partitions)
-                .collect();
-            let code = std::iter::once(group.error_code)
-                .chain(partitions.iter().map(|partition| partition.error_code))
-                .find(|code| *code != 0)
-                .unwrap_or(0);
-            let retriable = code == UNSTABLE_OFFSET_COMMIT || COORDINATOR_MOVED.contains(&code);
-            if code == 0 {
-                return Ok(partitions
-                    .iter()
-                    .map(|partition| (partition.partition_index, partition.committed_offset))
-                    .collect());
-            } else if !retriable || started.elapsed() > self.session.timeout() {
-                return Err(CliError::Kafka {
-                    what: format!("the committed offsets of group {}", self.group),
-                    code,
-                });
-            }
-            self.rediscover().await?;
-        }
-    }
-
-    /// Commits `positions` (the next offset to read, per partition) in the
-    /// current generation. `false` when the generation is over: nothing was
-    /// committed and the member must join again.
-    pub async fn commit(&mut self, positions: &BTreeMap<i32, i64>) -> Result<bool, CliError> {
-        let partitions = positions
-            .iter()
-            .map(|(partition, offset)| {
-                OffsetCommitRequestPartition::default()
-                    .with_partition_index(*partition)
-                    .with_committed_offset(*offset)
-                    .with_committed_leader_epoch(-1)
-                    .with_committed_metadata(Some(text("")))
-            })
-            .collect();
-        let request = OffsetCommitRequest::default()
-            .with_group_id(GroupId(text(&self.group)))
-            .with_generation_id_or_member_epoch(self.generation.generation_id)
-            .with_member_id(text(&self.generation.member_id))
-            .with_topics(vec![
-                OffsetCommitRequestTopic::default()
-                    .with_name(topic_name(&self.topic))
-                    .with_partitions(partitions),
-            ]);
-        for _ in 0..COORDINATOR_ATTEMPTS_MAX {
-            let response: OffsetCommitResponse = self
-                .session
-                .request(
-                    self.coordinator,
-                    ApiKey::OffsetCommit,
-                    OFFSET_COMMIT_VERSION,
-                    &request,
-                )
-                .await?;
-            let code = response
-                .topics
-                .iter()
-                .flat_map(|topic| &topic.partitions)
-                .map(|partition| partition.error_code)
-                .find(|code| *code != 0)
-                .unwrap_or(0);
-            match code {
-                0 => return Ok(true),
-                code if GENERATION_OVER.contains(&code) => {
-                    self.rejoin.set(true);
-                    return Ok(false);
-                }
-                code if COORDINATOR_MOVED.contains(&code) => self.rediscover().await?,
-                code => {
-                    return Err(CliError::Kafka {
-                        what: format!("committing offsets of group {}", self.group),
-                        code,
-                    });
-                }
-            }
-        }
-        Err(CliError::Failed(format!(
-            "committing offsets of group {}: the coordinator kept moving",
-            self.group
-        )))
-    }
-
     /// Leaves the group so the others get its partitions at once (best
     /// effort: without it the session times out).
     pub async fn leave(mut self) {
@@ -435,7 +311,7 @@ impl Member {
     }
 
     fn start_heartbeat(&mut self) {
-        let beat = Heartbeat {
+        let beat = heartbeat::Heartbeat {
             session: self.session.clone(),
             coordinator: self.coordinator,
             request: HeartbeatRequest::default()
@@ -450,37 +326,6 @@ impl Member {
     async fn stop_heartbeat(&mut self) {
         if let Some(task) = self.heartbeat.take() {
             task.cancel().await;
-        }
-    }
-}
-
-/// The heartbeat task of one generation.
-struct Heartbeat {
-    session: Rc<Session>,
-    coordinator: SocketAddr,
-    request: HeartbeatRequest,
-    rejoin: Rc<Cell<bool>>,
-}
-
-impl Heartbeat {
-    /// Beats until the generation is over. A failed beat is tried again at
-    /// the next: a session that lapsed meanwhile shows as UNKNOWN_MEMBER_ID.
-    async fn run(self) {
-        loop {
-            glommio::timer::sleep(HEARTBEAT_INTERVAL).await;
-            let answer: Result<HeartbeatResponse, CliError> = self
-                .session
-                .request(
-                    self.coordinator,
-                    ApiKey::Heartbeat,
-                    HEARTBEAT_VERSION,
-                    &self.request,
-                )
-                .await;
-            if answer.is_ok_and(|response| GENERATION_OVER.contains(&response.error_code)) {
-                self.rejoin.set(true);
-                return;
-            }
         }
     }
 }
