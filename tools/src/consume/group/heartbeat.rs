@@ -1,7 +1,7 @@
 //! The heartbeat of one generation: a task beating every third of the
-//! session, ended by the member before it joins again (or when the
-//! coordinator says the generation is over, which it reports in the flag
-//! the fetch loop reads).
+//! session, ended by the member before it joins again, or by itself when
+//! the coordinator says the generation is over or that it moved, which it
+//! reports in the flag the fetch loop reads.
 
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -9,7 +9,7 @@ use std::rc::Rc;
 
 use kafka_protocol::messages::{ApiKey, HeartbeatRequest, HeartbeatResponse};
 
-use super::{GENERATION_OVER, HEARTBEAT_INTERVAL};
+use super::{COORDINATOR_MOVED, GENERATION_OVER, HEARTBEAT_INTERVAL};
 use crate::cli::{CliError, Session};
 
 const HEARTBEAT_VERSION: i16 = 4;
@@ -23,7 +23,8 @@ pub(super) struct Heartbeat {
 }
 
 impl Heartbeat {
-    /// Beats until the generation is over. A failed beat is tried again at
+    /// Beats until the generation is over, or the coordinator moved (the
+    /// join finds the new one). A beat that got no answer is tried again at
     /// the next: a session that lapsed meanwhile shows as UNKNOWN_MEMBER_ID.
     pub async fn run(self) {
         loop {
@@ -37,7 +38,9 @@ impl Heartbeat {
                     &self.request,
                 )
                 .await;
-            if answer.is_ok_and(|response| GENERATION_OVER.contains(&response.error_code)) {
+            let over =
+                |code: i16| GENERATION_OVER.contains(&code) || COORDINATOR_MOVED.contains(&code);
+            if answer.is_ok_and(|response| over(response.error_code)) {
                 self.rejoin.set(true);
                 return;
             }
