@@ -10,6 +10,7 @@ use brook_engine::log::builder::BatchOptions;
 use brook_engine::log::config::LogConfig;
 use brook_engine::types::{Offset, TimestampMs};
 use brook_shards::runtime::block_on;
+use brook_shards::storage::ReadOptions;
 use common::*;
 use proptest::prelude::*;
 
@@ -57,6 +58,16 @@ impl Model {
             bytes.extend_from_slice(batch);
         }
         bytes
+    }
+
+    /// The batches from the one holding `offset` to the one ending right
+    /// before `next_offset`, back to back.
+    fn batches_between(&self, offset: Offset, next_offset: Offset) -> Vec<u8> {
+        self.batches
+            .iter()
+            .filter(|(base, count, _)| offset.0 < base.0 + *count as i64 && base.0 < next_offset.0)
+            .flat_map(|(_, _, bytes)| bytes.iter().copied())
+            .collect()
     }
 
     fn all(&self) -> Vec<u8> {
@@ -117,6 +128,18 @@ proptest! {
             log.close().await.unwrap();
             let log = open(&path, config.clone(), clean()).await;
             assert_bytes_eq(&read_all(&log, Offset(0), 1 << 20, true).await.unwrap(), &model.all(), "after reopening, with file ranges");
+            // Zero-copy reads from anywhere, after that pass left each sealed
+            // segment a remembered batch to read on from: whole batches
+            // from the one holding the offset, whether remembered or found.
+            for (batch_index, record_index, max_bytes) in &probes {
+                let (base, count, _) = &model.batches[batch_index.index(model.batches.len())];
+                let offset = Offset(base.0 + record_index.index(*count) as i64);
+                let options = ReadOptions { allow_file_range: true, ..read_options(*max_bytes) };
+                let outcome = log.read(offset, options).await.unwrap();
+                assert!(outcome.next_offset > offset, "offset {offset}: progress");
+                let expected = model.batches_between(offset, outcome.next_offset);
+                assert_bytes_eq(&materialize(&outcome.data), &expected, &format!("file range at {offset} max {max_bytes}"));
+            }
             log.close().await.unwrap();
             let log = open(&path, config, crashed()).await;
             assert_bytes_eq(&read_all(&log, Offset(0), 100_000, false).await.unwrap(), &model.all(), "after a full recovery scan");

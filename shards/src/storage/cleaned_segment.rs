@@ -228,6 +228,7 @@ impl CleanedSegment {
             },
             by_position: BlockSummary::of_by(&self.offset_entries, position_key),
             plain_log: std::cell::RefCell::new(None),
+            read_on: std::cell::Cell::new(None),
         };
         Segment {
             base_offset: self.base_offset,

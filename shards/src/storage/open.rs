@@ -371,6 +371,7 @@ async fn into_segment(
             },
             by_position: BlockSummary::of_by(&scan.offset_entries, position_key),
             plain_log: std::cell::RefCell::new(None),
+            read_on: std::cell::Cell::new(None),
         }))
     };
     Ok(Segment {

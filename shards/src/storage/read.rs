@@ -22,7 +22,7 @@ use crate::storage::bytes::LogBytes;
 use crate::storage::error::StorageError;
 use crate::storage::files::read_exact;
 use crate::storage::partition_log::{LogInner, PartitionLog};
-use crate::storage::segment::{BlockRead, Segment, SegmentState};
+use crate::storage::segment::{BatchAt, BlockRead, IndexLookup, Segment, SegmentState};
 use crate::storage::state::LogState;
 
 /// Smallest read issued while walking batches (amortises small batches).
@@ -101,6 +101,8 @@ struct SealedView {
     plain_log: Rc<std::fs::File>,
     next_offset: Offset,
     log_bytes: u64,
+    /// The batch holding the offset, when the last range ended right at it.
+    read_on: Option<BatchAt>,
 }
 
 /// What a walk needs from a batch header, copied out of its window.
@@ -298,15 +300,23 @@ impl PartitionLog {
                 })
                 .unwrap_or(count - 1);
             let segment = &state.segments[slot];
-            let lookup = segment.index_lookup(offset.max(segment.base_offset));
+            let mut lookup = segment.index_lookup(offset.max(segment.base_offset));
             let sealed_whole = match &segment.state {
                 SegmentState::Sealed(sealed)
                     if options.allow_file_range && segment.next_offset <= end_offset =>
                 {
+                    let read_on = sealed
+                        .read_on
+                        .get()
+                        .filter(|batch| batch.base_offset <= offset && offset <= batch.last_offset);
+                    if let Some(batch) = read_on {
+                        lookup = IndexLookup::Known(batch.position);
+                    }
                     Some(SealedView {
                         plain_log: sealed.plain_log(&segment.log_path)?,
                         next_offset: segment.next_offset,
                         log_bytes: segment.log_bytes,
+                        read_on,
                     })
                 }
                 _ => None,
@@ -343,7 +353,8 @@ impl PartitionLog {
     }
 
     /// Finds the target batch by its header, then extends the range to the
-    /// last batch boundary the position index knows within `max_bytes`.
+    /// last batch boundary the position index knows within `max_bytes`, and
+    /// remembers the batch there for the consumer's next read.
     async fn file_range(
         &self,
         walk: &mut Walk<'_>,
@@ -351,10 +362,10 @@ impl PartitionLog {
         offset: Offset,
         max_bytes: usize,
     ) -> Result<Option<(LogData, Offset)>, StorageError> {
-        while let Some(header) = walk.header(PROBE_BYTES).await? {
-            let size = header.size;
-            if header.last_offset < offset {
-                walk.position += size;
+        let mut known = sealed.read_on;
+        while let Some(batch) = batch_at(walk, &mut known).await? {
+            if batch.last_offset < offset {
+                walk.position += batch.size;
                 continue;
             }
             let start = walk.position;
@@ -363,17 +374,18 @@ impl PartitionLog {
                 (sealed.log_bytes, sealed.next_offset)
             } else {
                 match self.boundary_before(walk.view, limit).await? {
-                    Some(boundary) if boundary > start + size => {
+                    Some(boundary) if boundary > start + batch.size => {
                         walk.position = boundary;
                         // The boundary is at most `limit`, below the log's
                         // end, as long as the index block read from disk is
                         // sorted; a damaged one is an error, not a panic.
-                        let next = walk.header(PROBE_BYTES).await?.ok_or_else(|| {
+                        let next = batch_at(walk, &mut None).await?.ok_or_else(|| {
                             walk.corrupt("the position index points past the written end")
                         })?;
+                        self.remember_read_on(walk.view, next);
                         (boundary, next.base_offset)
                     }
-                    _ => (start + size, header.last_offset.next()),
+                    _ => (start + batch.size, batch.last_offset.next()),
                 }
             };
             let range = FileRange {
@@ -384,6 +396,17 @@ impl PartitionLog {
             return Ok(Some((LogData::File(range), next_offset)));
         }
         Ok(None)
+    }
+
+    /// Records `batch` as where reading `view`'s segment goes on, if the
+    /// segment is still the one read (a cleaned copy may have replaced it).
+    fn remember_read_on(&self, view: &SegmentView, batch: BatchAt) {
+        let state = self.inner.state.borrow();
+        if let Some(slot) = slot_of(&state, view)
+            && let SegmentState::Sealed(sealed) = &state.segments[slot].state
+        {
+            sealed.read_on.set(Some(batch));
+        }
     }
 
     /// The position of the last indexed batch starting at or before `limit`.
@@ -586,6 +609,24 @@ const SEGMENT_REPLACEMENTS_MAX: usize = 8;
 /// log. Segments are matched by base offset *and* file: a cleaned segment
 /// replaces its first source under the same base offset, with other
 /// positions, so one's index must never be used with the other's file.
+/// The batch at the walk's position: `known` when it is that batch (taken),
+/// else read from its header; `None` at the end of the readable bytes.
+async fn batch_at(
+    walk: &mut Walk<'_>,
+    known: &mut Option<BatchAt>,
+) -> Result<Option<BatchAt>, StorageError> {
+    if let Some(batch) = known.take().filter(|batch| batch.position == walk.position) {
+        return Ok(Some(batch));
+    }
+    let position = walk.position;
+    Ok(walk.header(PROBE_BYTES).await?.map(|header| BatchAt {
+        position,
+        base_offset: header.base_offset,
+        last_offset: header.last_offset,
+        size: header.size,
+    }))
+}
+
 fn slot_of(state: &LogState, view: &SegmentView) -> Option<usize> {
     state
         .segment_slot(view.base_offset)

@@ -6,7 +6,7 @@
 //! nothing here awaits while borrowed; async lookups first copy out what they
 //! need (an `Rc<DmaFile>` and a block range).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -103,6 +103,19 @@ pub(crate) struct SealedIndexes {
     /// A plain (page-cache) descriptor of the `.log` for sendfile/splice,
     /// opened on first use.
     pub plain_log: RefCell<Option<Rc<std::fs::File>>>,
+    /// The batch right after the last file range handed out: where a
+    /// consumer reading on asks next, found then without an index block or
+    /// header read (the segment never changes once sealed).
+    pub read_on: Cell<Option<BatchAt>>,
+}
+
+/// A batch of a sealed segment: its position and header facts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BatchAt {
+    pub position: u64,
+    pub base_offset: Offset,
+    pub last_offset: Offset,
+    pub size: u64,
 }
 
 /// One sealed index file and the first key of each of its blocks.
@@ -399,6 +412,7 @@ impl Segment {
             },
             by_position: BlockSummary::of_by(&active.offset_entries, position_key),
             plain_log: RefCell::new(None),
+            read_on: Cell::new(None),
         };
         self.state = SegmentState::Sealed(Box::new(sealed));
     }
