@@ -32,7 +32,7 @@ use crate::storage::error::{StorageError, io_error};
 use crate::storage::files::{segment_path, sync_directory, write_atomically};
 use crate::storage::open::{self, EPOCH_CHECKPOINT_FILE};
 use crate::storage::producers::{Checked, Origin, PartitionProducers, ProducerCheck};
-use crate::storage::segment::Segment;
+use crate::storage::segment::{IndexBlock, Segment};
 use crate::storage::state::{AppendInfo, LogState, LogStats};
 use crate::storage::writer::{ring, run_syncer, run_writer};
 
@@ -69,6 +69,10 @@ pub(crate) struct LogInner {
     pub append_lock: Semaphore,
     pub writer_bell: Semaphore,
     pub syncer_bell: Semaphore,
+    /// The last offset-index block a zero-copy read looked up by position
+    /// (one per partition: a consumer reading on looks up the same block
+    /// fetch after fetch).
+    pub position_block: RefCell<Option<IndexBlock>>,
     tasks: RefCell<Vec<Task<()>>>,
 }
 
@@ -115,6 +119,7 @@ impl PartitionLog {
             append_lock: Semaphore::new(1),
             writer_bell: Semaphore::new(0),
             syncer_bell: Semaphore::new(0),
+            position_block: RefCell::new(None),
             tasks: RefCell::new(Vec::new()),
         });
         let log = PartitionLog { inner };

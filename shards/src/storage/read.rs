@@ -427,10 +427,14 @@ impl PartitionLog {
             }
         };
         let Some(block) = block else { return Ok(None) };
-        let entry = block
-            .floor_by::<OffsetIndexEntry>(limit as i64, position_key)
-            .await?;
-        Ok(entry.map(|entry| u64::from(entry.position.get())))
+        let cached = self.inner.position_block.borrow_mut().take();
+        let block = match cached {
+            Some(cached) if block.is_in(&cached) => cached,
+            _ => block.read::<OffsetIndexEntry>().await?,
+        };
+        let entry = block.floor_by::<OffsetIndexEntry>(limit as i64, position_key);
+        *self.inner.position_block.borrow_mut() = Some(block);
+        Ok(entry?.map(|entry| u64::from(entry.position.get())))
     }
 
     /// The first record with a timestamp ≥ `target` at or after the log

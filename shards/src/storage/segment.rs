@@ -141,13 +141,56 @@ impl BlockRead {
         key: i64,
         key_of: impl Fn(&E) -> i64,
     ) -> Result<Option<E>, StorageError> {
+        self.read::<E>().await?.floor_by(key, key_of)
+    }
+
+    /// Reads the block's bytes (entries of type `E`).
+    pub async fn read<E: IndexEntry>(self) -> Result<IndexBlock, StorageError> {
         let start = (self.entries.start * E::BYTES) as u64;
         let len = self.entries.len() * E::BYTES;
         let bytes = read_exact(&self.file, &self.path, start, len).await?;
-        let entries = entries_from_bytes::<E>(&bytes).map_err(|error| StorageError::Corrupt {
-            path: self.path.clone(),
-            reason: error.to_string(),
-        })?;
+        Ok(IndexBlock {
+            file: Rc::downgrade(&self.file),
+            path: self.path,
+            entries: self.entries,
+            bytes: bytes.to_vec(),
+        })
+    }
+
+    /// Whether `block` holds this block's bytes (the same file, the same
+    /// entries).
+    pub fn is_in(&self, block: &IndexBlock) -> bool {
+        block.entries == self.entries
+            && block
+                .file
+                .upgrade()
+                .is_some_and(|file| Rc::ptr_eq(&file, &self.file))
+    }
+}
+
+/// An index block read from a sealed segment, kept so the next
+/// lookup in the same block needs no read. Holds no descriptor: a segment
+/// deleted meanwhile is simply not matched any more.
+#[derive(Debug)]
+pub(crate) struct IndexBlock {
+    file: std::rc::Weak<DmaFile>,
+    path: PathBuf,
+    entries: Range<usize>,
+    bytes: Vec<u8>,
+}
+
+impl IndexBlock {
+    /// The block's floor entry for `key`.
+    pub fn floor_by<E: IndexEntry>(
+        &self,
+        key: i64,
+        key_of: impl Fn(&E) -> i64,
+    ) -> Result<Option<E>, StorageError> {
+        let entries =
+            entries_from_bytes::<E>(&self.bytes).map_err(|error| StorageError::Corrupt {
+                path: self.path.clone(),
+                reason: error.to_string(),
+            })?;
         Ok(floor_by(entries, key, key_of).map(|(_, entry)| entry))
     }
 }
