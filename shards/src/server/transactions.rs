@@ -17,7 +17,9 @@ use brook_engine::log::builder::{BatchOptions, NewRecord, encode_batch};
 use brook_engine::log::control::MarkerKind;
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::txn::config::TransactionConfig;
-use brook_engine::txn::coordinator::TransactionCoordinator;
+use brook_engine::txn::coordinator::{
+    AddPartitionsRequest, BatchedAddPartitions, TransactionCoordinator,
+};
 use brook_engine::txn::records::{TransactionRecord, partition_for};
 use brook_engine::txn::{
     Action, MarkerOutcome, MarkerWrite, Response, Token, TransactionResult, WriteId,
@@ -118,6 +120,55 @@ pub async fn request(
         })
         .await
         .unwrap_or(Err(ErrorCode::COORDINATOR_NOT_AVAILABLE))
+}
+
+/// The coordinator's answer to one transaction's AddPartitionsToTxn.
+#[derive(Debug)]
+pub enum PartitionsAnswer {
+    /// Adding: one outcome for every partition.
+    All(ErrorCode),
+    /// Verifying (KIP-890): each partition's outcome.
+    Each(Vec<(TopicPartition, ErrorCode)>),
+}
+
+impl PartitionsAnswer {
+    /// The outcome for `partition`; one the coordinator did not mention is
+    /// not in the transaction (TRANSACTION_ABORTABLE, as Kafka answers).
+    pub fn code_of(&self, partition: &TopicPartition) -> ErrorCode {
+        match self {
+            PartitionsAnswer::All(code) => *code,
+            PartitionsAnswer::Each(results) => results
+                .iter()
+                .find(|(verified, _)| verified == partition)
+                .map_or(ErrorCode::TRANSACTION_ABORTABLE, |(_, code)| *code),
+        }
+    }
+}
+
+/// One transaction's AddPartitionsToTxn at its coordinator: adds the
+/// partitions, or with `verify_only` checks that they are in the open
+/// transaction (what a partition leader asks before the first
+/// transactional append, KIP-890).
+pub async fn add_partitions(
+    shard: &Rc<Shard>,
+    request: AddPartitionsRequest,
+    verify_only: bool,
+) -> Result<PartitionsAnswer, ErrorCode> {
+    let transactional_id = request.transactional_id.clone();
+    let answer = self::request(shard, &transactional_id, move |coordinator, token| {
+        let batch = [BatchedAddPartitions {
+            token,
+            request,
+            verify_only,
+        }];
+        coordinator.add_partitions_batch(now_ms(), &batch)
+    })
+    .await?;
+    match answer {
+        Response::AddPartitions(code) => Ok(PartitionsAnswer::All(code)),
+        Response::Verified(results) => Ok(PartitionsAnswer::Each(results)),
+        _ => Err(ErrorCode::UNKNOWN_SERVER_ERROR),
+    }
 }
 
 impl TxnHost {

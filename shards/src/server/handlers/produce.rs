@@ -27,8 +27,7 @@ use crate::storage::{PartitionLog, StorageError};
 use brook_engine::replica::producer_state::{
     BatchKind, ProducerBatch, ProducerOfBatch, VerificationGuard, produce_error_for_verification,
 };
-use brook_engine::txn::Response as TxnResponse;
-use brook_engine::txn::coordinator::{AddPartitionsRequest, BatchedAddPartitions};
+use brook_engine::txn::coordinator::AddPartitionsRequest;
 
 /// One partition's result.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -212,21 +211,8 @@ async fn verify(
         producer_epoch: batch.producer_epoch,
         partitions: vec![topic_partition.clone()],
     };
-    let answer = transactions::request(shard, &transactional_id, move |coordinator, token| {
-        let batch = [BatchedAddPartitions {
-            token,
-            request,
-            verify_only: true,
-        }];
-        coordinator.add_partitions_batch(now_ms(), &batch)
-    })
-    .await;
-    let code = match answer {
-        Ok(TxnResponse::Verified(results)) => results
-            .iter()
-            .find(|(partition, _)| partition == topic_partition)
-            .map_or(ErrorCode::TRANSACTION_ABORTABLE, |(_, code)| *code),
-        Ok(_) => ErrorCode::UNKNOWN_SERVER_ERROR,
+    let code = match transactions::add_partitions(shard, request, true).await {
+        Ok(answer) => answer.code_of(topic_partition),
         Err(error) => error,
     };
     if code.is_error() {

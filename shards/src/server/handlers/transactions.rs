@@ -13,8 +13,7 @@ use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::frame::{FrameError, Request};
 use brook_engine::replica::producer_state::ProducerEpoch;
 use brook_engine::txn::coordinator::{
-    AddOffsetsRequest, AddPartitionsRequest, BatchedAddPartitions, EndTxnRequest,
-    InitProducerIdRequest as InitRequest,
+    AddOffsetsRequest, AddPartitionsRequest, EndTxnRequest, InitProducerIdRequest as InitRequest,
 };
 use brook_engine::txn::{
     FencingApi, InitProducerIdResult, MarkerWrite, Response as TxnResponse, TransactionResult,
@@ -37,7 +36,7 @@ use crate::server::handlers::producers::allocate_producer_id;
 use crate::server::handlers::{text, topic_name};
 use crate::server::response::{Response, encode};
 use crate::server::shard::{Shard, now_ms};
-use crate::server::transactions::{self, request as coordinator_request};
+use crate::server::transactions::{self, PartitionsAnswer, request as coordinator_request};
 
 /// InitProducerId for a transactional producer.
 pub async fn init_transactional(
@@ -152,26 +151,10 @@ async fn add_partitions(
             }
         });
     }
-    let transactional_id = request.transactional_id.clone();
-    let answer = coordinator_request(shard, &transactional_id, move |coordinator, token| {
-        let batch = [BatchedAddPartitions {
-            token,
-            request,
-            verify_only,
-        }];
-        coordinator.add_partitions_batch(now_ms(), &batch)
-    })
-    .await;
     let fenced = |error| FencingApi::AddPartitionsToTxn.error_for_version(version, error);
-    match answer {
-        Ok(TxnResponse::AddPartitions(error)) => topic_results(topics, |_| fenced(error)),
-        Ok(TxnResponse::Verified(results)) => topic_results(topics, |partition| {
-            results
-                .iter()
-                .find(|(verified, _)| verified == partition)
-                .map_or(ErrorCode::TRANSACTION_ABORTABLE, |(_, code)| *code)
-        }),
-        Ok(_) => topic_results(topics, |_| ErrorCode::UNKNOWN_SERVER_ERROR),
+    match transactions::add_partitions(shard, request, verify_only).await {
+        Ok(PartitionsAnswer::All(error)) => topic_results(topics, |_| fenced(error)),
+        Ok(answer) => topic_results(topics, |partition| answer.code_of(partition)),
         Err(error) => topic_results(topics, |_| error),
     }
 }
