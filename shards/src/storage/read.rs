@@ -206,18 +206,38 @@ impl<'a> Walk<'a> {
     /// end of the readable bytes. Parsed once here, so callers never re-parse
     /// bytes that came from disk.
     async fn header(&mut self, read_ahead: usize) -> Result<Option<HeaderFacts>, StorageError> {
-        if self.position >= self.view.readable_bytes {
+        if !self.header_fits()? {
             return Ok(None);
-        }
-        if self.view.readable_bytes - self.position < BATCH_HEADER_BYTES as u64 {
-            return self.partly_written("a batch header runs past the written end");
         }
         self.fetch(self.position, BATCH_HEADER_BYTES, read_ahead)
             .await?;
         let mut header = [0u8; BATCH_HEADER_BYTES];
         self.copy_out(self.position, &mut header);
+        self.facts(&header)
+    }
+
+    /// Whether a header can be read at the current position: false at the
+    /// end of the readable bytes, an error (or false while a write is in
+    /// flight) when only part of one is there.
+    fn header_fits(&self) -> Result<bool, StorageError> {
+        if self.position >= self.view.readable_bytes {
+            return Ok(false);
+        }
+        if self.view.readable_bytes - self.position < BATCH_HEADER_BYTES as u64 {
+            return Ok(self
+                .partly_written::<()>("a batch header runs past the written end")?
+                .is_some());
+        }
+        Ok(true)
+    }
+
+    /// The facts of the header bytes of the batch at the current position.
+    fn facts(
+        &self,
+        header: &[u8; BATCH_HEADER_BYTES],
+    ) -> Result<Option<HeaderFacts>, StorageError> {
         let parsed =
-            BatchHeader::parse(&header).map_err(|error| self.corrupt(&error.to_string()))?;
+            BatchHeader::parse(header).map_err(|error| self.corrupt(&error.to_string()))?;
         let facts = HeaderFacts {
             size: parsed.size_bytes() as u64,
             base_offset: parsed.base_offset(),
@@ -363,7 +383,7 @@ impl PartitionLog {
         max_bytes: usize,
     ) -> Result<Option<(LogData, Offset)>, StorageError> {
         let mut known = sealed.read_on;
-        while let Some(batch) = batch_at(walk, &mut known).await? {
+        while let Some(batch) = batch_at(walk, &mut known, &sealed.plain_log).await? {
             if batch.last_offset < offset {
                 walk.position += batch.size;
                 continue;
@@ -379,9 +399,11 @@ impl PartitionLog {
                         // The boundary is at most `limit`, below the log's
                         // end, as long as the index block read from disk is
                         // sorted; a damaged one is an error, not a panic.
-                        let next = batch_at(walk, &mut None).await?.ok_or_else(|| {
-                            walk.corrupt("the position index points past the written end")
-                        })?;
+                        let next = batch_at(walk, &mut None, &sealed.plain_log)
+                            .await?
+                            .ok_or_else(|| {
+                                walk.corrupt("the position index points past the written end")
+                            })?;
                         self.remember_read_on(walk.view, next);
                         (boundary, next.base_offset)
                     }
@@ -613,22 +635,50 @@ const SEGMENT_REPLACEMENTS_MAX: usize = 8;
 /// log. Segments are matched by base offset *and* file: a cleaned segment
 /// replaces its first source under the same base offset, with other
 /// positions, so one's index must never be used with the other's file.
-/// The batch at the walk's position: `known` when it is that batch (taken),
-/// else read from its header; `None` at the end of the readable bytes.
+/// The batch at the walk's position in a sealed segment: `known` when it is
+/// that batch (taken), else from its header — read from the page cache when
+/// it is there (the bytes sendfile is about to send usually are), from the
+/// disk otherwise; `None` at the end of the segment.
 async fn batch_at(
     walk: &mut Walk<'_>,
     known: &mut Option<BatchAt>,
+    plain_log: &std::fs::File,
 ) -> Result<Option<BatchAt>, StorageError> {
     if let Some(batch) = known.take().filter(|batch| batch.position == walk.position) {
         return Ok(Some(batch));
     }
     let position = walk.position;
-    Ok(walk.header(PROBE_BYTES).await?.map(|header| BatchAt {
+    let cached = match walk.header_fits()? {
+        true => header_from_page_cache(plain_log, position),
+        false => return Ok(None),
+    };
+    let facts = match cached {
+        Some(header) => walk.facts(&header)?,
+        None => walk.header(PROBE_BYTES).await?,
+    };
+    Ok(facts.map(|header| BatchAt {
         position,
         base_offset: header.base_offset,
         last_offset: header.last_offset,
         size: header.size,
     }))
+}
+
+/// The batch header at `position` of `file` if the page cache holds it:
+/// `preadv2` with `RWF_NOWAIT` copies from the cache and never waits for
+/// the disk (it fails instead), so the shard is never blocked.
+fn header_from_page_cache(file: &std::fs::File, position: u64) -> Option<[u8; BATCH_HEADER_BYTES]> {
+    use std::os::fd::AsRawFd;
+    let mut header = [0u8; BATCH_HEADER_BYTES];
+    let vector = libc::iovec {
+        iov_base: header.as_mut_ptr().cast(),
+        iov_len: header.len(),
+    };
+    let position = i64::try_from(position).ok()?;
+    // SAFETY: one iovec over a live, writable local buffer of exactly its
+    // stated length; the descriptor stays open while `file` is borrowed.
+    let read = unsafe { libc::preadv2(file.as_raw_fd(), &vector, 1, position, libc::RWF_NOWAIT) };
+    (read == BATCH_HEADER_BYTES as isize).then_some(header)
 }
 
 fn slot_of(state: &LogState, view: &SegmentView) -> Option<usize> {
