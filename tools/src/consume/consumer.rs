@@ -124,7 +124,11 @@ impl<'a> Consumer<'a> {
             .collect();
         self.uncommitted = false;
         let leaders = self.fetcher.leaders();
-        position::resolve(&self.session, &self.plan.topic, leaders, &starts).await
+        let positions = position::resolve(&self.session, &self.plan.topic, leaders, &starts).await;
+        // `--idle-exit` counts from when there is something to read: a
+        // join (the group's rebalance delay included) is not idleness.
+        self.last_record_at = Instant::now();
+        positions
     }
 
     async fn step(&mut self) -> Result<(), CliError> {
