@@ -23,7 +23,8 @@ impl Progress {
         Progress::with_terminal(label, std::io::stderr().is_terminal())
     }
 
-    /// A progress line shown when `enabled` (tests, and `new`).
+    /// A progress line shown when `enabled` (tests, `new`, and callers that
+    /// show it on a narrower condition).
     pub fn with_terminal(label: &str, enabled: bool) -> Progress {
         Progress {
             label: label.to_owned(),
@@ -35,22 +36,42 @@ impl Progress {
 
     /// Shows `done` (of `total` when known), if it is time to redraw.
     pub fn update(&mut self, done: u64, total: Option<u64>) {
-        if !self.enabled {
+        if !self.due() {
             return;
         }
+        match total {
+            Some(total) => self.draw(&format!("{done}/{total}")),
+            None => self.draw(&done.to_string()),
+        }
+    }
+
+    /// Shows `done` of `total` bytes, with the percentage, if it is time to
+    /// redraw.
+    pub fn update_bytes(&mut self, done: u64, total: u64) {
+        if self.due() {
+            let percent = done.saturating_mul(100) / total.max(1);
+            self.draw(&format!("{percent}% ({done} of {total} bytes)"));
+        }
+    }
+
+    /// Whether the line is shown and was last drawn long enough ago.
+    fn due(&mut self) -> bool {
         let now = Instant::now();
-        if self
-            .last_drawn
-            .is_some_and(|last| now.duration_since(last) < REDRAW_EVERY)
+        if !self.enabled
+            || self
+                .last_drawn
+                .is_some_and(|last| now.duration_since(last) < REDRAW_EVERY)
         {
-            return;
+            return false;
         }
         self.last_drawn = Some(now);
+        true
+    }
+
+    /// Redraws the line as the label and `counts`.
+    fn draw(&mut self, counts: &str) {
         self.drawn = true;
-        let line = match total {
-            Some(total) => format!("\r{}: {done}/{total}", self.label),
-            None => format!("\r{}: {done}", self.label),
-        };
+        let line = format!("\r{}: {counts}", self.label);
         let mut stderr = std::io::stderr().lock();
         let _ = stderr.write_all(line.as_bytes());
         let _ = stderr.write_all(b"\x1b[K");

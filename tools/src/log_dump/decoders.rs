@@ -6,8 +6,7 @@
 
 use brook_engine::group::records::{GroupMetadataValue, GroupRecord, OffsetCommitKey};
 use brook_engine::txn::records::{TransactionLogValue, TransactionRecord};
-
-use crate::log_dump::json::{JsonObject, array, quote};
+use serde::Serialize;
 
 /// Which decoder reads the records' keys and values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -25,7 +24,82 @@ pub enum RecordDecoder {
 #[derive(Debug)]
 pub struct Decoded {
     pub text: String,
-    pub json: JsonObject,
+    pub json: DecodedJson,
+}
+
+/// A decoded record in JSON: `{"kind":"offset_commit",…}` and so on.
+#[derive(Debug, Serialize)]
+#[serde(
+    tag = "kind",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase"
+)]
+pub enum DecodedJson {
+    OffsetCommit {
+        #[serde(flatten)]
+        key: OffsetKeyJson,
+        offset: i64,
+        leader_epoch: i32,
+        metadata: String,
+        commit_timestamp: i64,
+        expire_timestamp: i64,
+    },
+    OffsetTombstone {
+        #[serde(flatten)]
+        key: OffsetKeyJson,
+    },
+    GroupMetadata {
+        group: String,
+        protocol_type: String,
+        generation: i32,
+        protocol: Option<String>,
+        leader: Option<String>,
+        current_state_timestamp: i64,
+        members: Vec<MemberJson>,
+    },
+    GroupTombstone {
+        group: String,
+    },
+    Transaction {
+        transactional_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        state: &'static str,
+        partitions: Vec<String>,
+        timeout_ms: i32,
+        start_timestamp: i64,
+        last_update_timestamp: i64,
+    },
+    TransactionTombstone {
+        transactional_id: String,
+    },
+    /// A key version neither Kafka nor Brook has defined.
+    Unknown {
+        key_version: i16,
+    },
+}
+
+/// An offset commit's group, topic and partition.
+#[derive(Debug, Serialize)]
+pub struct OffsetKeyJson {
+    group: String,
+    topic: String,
+    partition: i32,
+}
+
+/// A group member in a decoded `GroupMetadata`: its assignment and
+/// subscription as their sizes.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberJson {
+    member_id: String,
+    group_instance_id: Option<String>,
+    client_id: String,
+    client_host: String,
+    session_timeout_ms: i32,
+    rebalance_timeout_ms: i32,
+    subscription_bytes: usize,
+    assignment_bytes: usize,
 }
 
 /// Reads a record with `decoder` (not [`RecordDecoder::Raw`]); the error is
@@ -63,17 +137,21 @@ fn group_record(record: &GroupRecord) -> Decoded {
                 value.offset.0,
                 value.commit_timestamp_ms
             );
-            let json = offset_key_json(key, "offset_commit")
-                .integer("offset", value.offset.0)
-                .integer("leaderEpoch", value.leader_epoch.0)
-                .string("metadata", &value.metadata)
-                .integer("commitTimestamp", value.commit_timestamp_ms)
-                .integer("expireTimestamp", expiration);
+            let json = DecodedJson::OffsetCommit {
+                key: offset_key_json(key),
+                offset: value.offset.0,
+                leader_epoch: value.leader_epoch.0,
+                metadata: value.metadata.clone(),
+                commit_timestamp: value.commit_timestamp_ms,
+                expire_timestamp: expiration,
+            };
             Decoded { text, json }
         }
         GroupRecord::OffsetTombstone(key) => Decoded {
             text: format!("{}::NULL", offset_key_text(key)),
-            json: offset_key_json(key, "offset_tombstone"),
+            json: DecodedJson::OffsetTombstone {
+                key: offset_key_json(key),
+            },
         },
         GroupRecord::GroupMetadata { key, value } => Decoded {
             text: format!("[{}]::{}", key.group, group_metadata_text(value)),
@@ -81,15 +159,15 @@ fn group_record(record: &GroupRecord) -> Decoded {
         },
         GroupRecord::GroupTombstone(key) => Decoded {
             text: format!("[{}]::NULL", key.group),
-            json: JsonObject::new()
-                .string("kind", "group_tombstone")
-                .string("group", &key.group),
+            json: DecodedJson::GroupTombstone {
+                group: key.group.clone(),
+            },
         },
         GroupRecord::Unknown { key_version, .. } => Decoded {
             text: format!("unknown record type {key_version}"),
-            json: JsonObject::new()
-                .string("kind", "unknown")
-                .integer("keyVersion", *key_version),
+            json: DecodedJson::Unknown {
+                key_version: *key_version,
+            },
         },
     }
 }
@@ -98,12 +176,12 @@ fn offset_key_text(key: &OffsetCommitKey) -> String {
     format!("[{},{},{}]", key.group, key.topic, key.partition.0)
 }
 
-fn offset_key_json(key: &OffsetCommitKey, kind: &str) -> JsonObject {
-    JsonObject::new()
-        .string("kind", kind)
-        .string("group", &key.group)
-        .string("topic", &key.topic)
-        .integer("partition", key.partition.0)
+fn offset_key_json(key: &OffsetCommitKey) -> OffsetKeyJson {
+    OffsetKeyJson {
+        group: key.group.clone(),
+        topic: key.topic.clone(),
+        partition: key.partition.0,
+    }
 }
 
 fn group_metadata_text(value: &GroupMetadataValue) -> String {
@@ -132,31 +210,30 @@ fn group_metadata_text(value: &GroupMetadataValue) -> String {
     )
 }
 
-fn group_metadata_json(group: &str, value: &GroupMetadataValue) -> JsonObject {
-    let members = value.members.iter().map(|member| {
-        JsonObject::new()
-            .string("memberId", &member.member_id)
-            .optional_string("groupInstanceId", member.group_instance_id.as_deref())
-            .string("clientId", &member.client_id)
-            .string("clientHost", &member.client_host)
-            .integer("sessionTimeoutMs", member.session_timeout_ms)
-            .integer("rebalanceTimeoutMs", member.rebalance_timeout_ms)
-            .unsigned("subscriptionBytes", member.subscription.len() as u64)
-            .unsigned("assignmentBytes", member.assignment.len() as u64)
-            .render()
-    });
-    JsonObject::new()
-        .string("kind", "group_metadata")
-        .string("group", group)
-        .string("protocolType", &value.protocol_type)
-        .integer("generation", value.generation)
-        .optional_string("protocol", value.protocol.as_deref())
-        .optional_string("leader", value.leader.as_deref())
-        .integer(
-            "currentStateTimestamp",
-            value.current_state_timestamp_ms.unwrap_or(-1),
-        )
-        .raw("members", &array(members))
+fn group_metadata_json(group: &str, value: &GroupMetadataValue) -> DecodedJson {
+    let members = value
+        .members
+        .iter()
+        .map(|member| MemberJson {
+            member_id: member.member_id.clone(),
+            group_instance_id: member.group_instance_id.clone(),
+            client_id: member.client_id.clone(),
+            client_host: member.client_host.clone(),
+            session_timeout_ms: member.session_timeout_ms,
+            rebalance_timeout_ms: member.rebalance_timeout_ms,
+            subscription_bytes: member.subscription.len(),
+            assignment_bytes: member.assignment.len(),
+        })
+        .collect();
+    DecodedJson::GroupMetadata {
+        group: group.to_owned(),
+        protocol_type: value.protocol_type.clone(),
+        generation: value.generation,
+        protocol: value.protocol.clone(),
+        leader: value.leader.clone(),
+        current_state_timestamp: value.current_state_timestamp_ms.unwrap_or(-1),
+        members,
+    }
 }
 
 /// A `__transaction_state` record.
@@ -168,15 +245,15 @@ fn transaction_record(record: &TransactionRecord) -> Decoded {
         },
         TransactionRecord::Tombstone(key) => Decoded {
             text: format!("[{}]::NULL", key.transactional_id),
-            json: JsonObject::new()
-                .string("kind", "transaction_tombstone")
-                .string("transactionalId", &key.transactional_id),
+            json: DecodedJson::TransactionTombstone {
+                transactional_id: key.transactional_id.clone(),
+            },
         },
         TransactionRecord::UnknownKey { key_version } => Decoded {
             text: format!("unknown key version {key_version}"),
-            json: JsonObject::new()
-                .string("kind", "unknown")
-                .integer("keyVersion", *key_version),
+            json: DecodedJson::Unknown {
+                key_version: *key_version,
+            },
         },
     }
 }
@@ -209,18 +286,17 @@ fn transaction_text(value: &TransactionLogValue) -> String {
     )
 }
 
-fn transaction_json(transactional_id: &str, value: &TransactionLogValue) -> JsonObject {
-    let partitions = partition_names(value).into_iter().map(|name| quote(&name));
-    JsonObject::new()
-        .string("kind", "transaction")
-        .string("transactionalId", transactional_id)
-        .integer("producerId", value.producer_id.0)
-        .integer("producerEpoch", value.producer_epoch.0)
-        .string("state", value.state.name())
-        .raw("partitions", &array(partitions))
-        .integer("timeoutMs", value.timeout_ms)
-        .integer("startTimestamp", value.start_timestamp_ms)
-        .integer("lastUpdateTimestamp", value.last_update_timestamp_ms)
+fn transaction_json(transactional_id: &str, value: &TransactionLogValue) -> DecodedJson {
+    DecodedJson::Transaction {
+        transactional_id: transactional_id.to_owned(),
+        producer_id: value.producer_id.0,
+        producer_epoch: value.producer_epoch.0,
+        state: value.state.name(),
+        partitions: partition_names(value),
+        timeout_ms: value.timeout_ms,
+        start_timestamp: value.start_timestamp_ms,
+        last_update_timestamp: value.last_update_timestamp_ms,
+    }
 }
 
 #[cfg(test)]
@@ -259,7 +335,7 @@ mod tests {
             decoded.text,
             "[g1,orders,3]::[OffsetMetadata[42,NO_METADATA],CommitTime 1700000000000,ExpirationTime -1]"
         );
-        let json = decoded.json.render();
+        let json = serde_json::to_string(&decoded.json).unwrap();
         assert!(
             json.contains(r#""group":"g1","topic":"orders","partition":3,"offset":42"#),
             "{json}"
@@ -290,6 +366,11 @@ mod tests {
             ),
             "{}",
             decoded.text
+        );
+        let json = serde_json::to_string(&decoded.json).unwrap();
+        assert_eq!(
+            json,
+            r#"{"kind":"group_metadata","group":"g1","protocolType":"consumer","generation":2,"protocol":"range","leader":null,"currentStateTimestamp":-1,"members":[]}"#
         );
     }
 
@@ -323,7 +404,7 @@ mod tests {
             decoded.text,
             "[tx-1]::TransactionMetadata[producerId 1000,producerEpoch 2,state Ongoing,partitions [orders-0,orders-3],timeoutMs 60000,startTimestamp 10,lastUpdateTimestamp 20]"
         );
-        let json = decoded.json.render();
+        let json = serde_json::to_string(&decoded.json).unwrap();
         assert!(
             json.contains(r#""state":"Ongoing","partitions":["orders-0","orders-3"]"#),
             "{json}"

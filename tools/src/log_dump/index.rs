@@ -15,10 +15,12 @@ use std::path::{Path, PathBuf};
 use brook_engine::log::file_name::SegmentFileKind;
 use brook_engine::log::index::{IndexEntry, OffsetIndexEntry, TimeIndexEntry, entries_from_bytes};
 use brook_engine::types::Offset;
+use serde::Serialize;
 
-use crate::log_dump::json::JsonObject;
 use crate::log_dump::reader::BatchReader;
-use crate::log_dump::{DumpError, DumpOptions, FileReport, OutputFormat, write_line};
+use crate::log_dump::{
+    DumpError, DumpOptions, FileReport, OutputFormat, write_json_line, write_line,
+};
 
 /// The largest index file read (Kafka's `segment.index.bytes` is 10 MiB).
 pub const INDEX_BYTES_MAX: u64 = 1 << 30;
@@ -32,11 +34,39 @@ pub struct BatchSpan {
     pub max_timestamp: i64,
 }
 
-/// An index entry that does not fit the log.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// An index entry that does not fit the log; in JSON, a line of its own.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename = "mismatch")]
 pub struct Mismatch {
     pub entry: usize,
     pub reason: String,
+}
+
+/// The other lines of an index's dump in JSON.
+#[derive(Debug, Serialize)]
+#[serde(
+    tag = "type",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase"
+)]
+enum IndexLine {
+    IndexEntry {
+        entry: usize,
+        offset: i64,
+        relative_offset: u32,
+        position: u32,
+    },
+    TimeIndexEntry {
+        entry: usize,
+        timestamp: i64,
+        offset: i64,
+        relative_offset: u32,
+    },
+    Verified {
+        log: String,
+        entries: usize,
+        mismatches: usize,
+    },
 }
 
 /// Prints (or with `--verify`, checks) the index at `path`, of a segment
@@ -60,7 +90,7 @@ pub fn dump_index(
 /// What the dump needs of either kind of entry.
 trait DumpedEntry: IndexEntry {
     fn text(&self, base_offset: Offset) -> String;
-    fn json(&self, slot: usize, base_offset: Offset) -> JsonObject;
+    fn json(&self, slot: usize, base_offset: Offset) -> IndexLine;
     fn verify(entries: &[Self], base_offset: Offset, batches: &[BatchSpan]) -> Vec<Mismatch>;
 }
 
@@ -89,11 +119,10 @@ fn dump_entries<E: DumpedEntry>(
         write_mismatches(&mismatches, &log_path, entries.len(), options.format, out)?;
     } else {
         for (slot, entry) in entries.iter().enumerate() {
-            let line = match options.format {
-                OutputFormat::Text => entry.text(base_offset),
-                OutputFormat::Json => entry.json(slot, base_offset).render(),
-            };
-            write_line(out, &line)?;
+            match options.format {
+                OutputFormat::Text => write_line(out, &entry.text(base_offset))?,
+                OutputFormat::Json => write_json_line(out, &entry.json(slot, base_offset))?,
+            }
         }
     }
     if whole != bytes.len() {
@@ -161,33 +190,33 @@ fn write_mismatches(
     out: &mut dyn Write,
 ) -> Result<(), DumpError> {
     for mismatch in mismatches {
-        let line = match format {
-            OutputFormat::Text => {
-                format!("mismatch: entry {}: {}", mismatch.entry, mismatch.reason)
-            }
-            OutputFormat::Json => JsonObject::new()
-                .string("type", "mismatch")
-                .unsigned("entry", mismatch.entry as u64)
-                .string("reason", &mismatch.reason)
-                .render(),
-        };
-        write_line(out, &line)?;
+        match format {
+            OutputFormat::Text => write_line(
+                out,
+                &format!("mismatch: entry {}: {}", mismatch.entry, mismatch.reason),
+            )?,
+            OutputFormat::Json => write_json_line(out, mismatch)?,
+        }
     }
-    let line = match format {
-        OutputFormat::Text => format!(
-            "verified {entries} entries against {}: {} mismatch{}",
-            log_path.display(),
-            mismatches.len(),
-            if mismatches.len() == 1 { "" } else { "es" }
+    match format {
+        OutputFormat::Text => write_line(
+            out,
+            &format!(
+                "verified {entries} entries against {}: {} mismatch{}",
+                log_path.display(),
+                mismatches.len(),
+                if mismatches.len() == 1 { "" } else { "es" }
+            ),
         ),
-        OutputFormat::Json => JsonObject::new()
-            .string("type", "verified")
-            .string("log", &log_path.display().to_string())
-            .unsigned("entries", entries as u64)
-            .unsigned("mismatches", mismatches.len() as u64)
-            .render(),
-    };
-    write_line(out, &line)
+        OutputFormat::Json => write_json_line(
+            out,
+            &IndexLine::Verified {
+                log: log_path.display().to_string(),
+                entries,
+                mismatches: mismatches.len(),
+            },
+        ),
+    }
 }
 
 impl DumpedEntry for OffsetIndexEntry {
@@ -200,13 +229,13 @@ impl DumpedEntry for OffsetIndexEntry {
         )
     }
 
-    fn json(&self, slot: usize, base_offset: Offset) -> JsonObject {
-        JsonObject::new()
-            .string("type", "index_entry")
-            .unsigned("entry", slot as u64)
-            .integer("offset", self.offset(base_offset).0)
-            .unsigned("relativeOffset", u64::from(self.relative_offset.get()))
-            .unsigned("position", u64::from(self.position.get()))
+    fn json(&self, slot: usize, base_offset: Offset) -> IndexLine {
+        IndexLine::IndexEntry {
+            entry: slot,
+            offset: self.offset(base_offset).0,
+            relative_offset: self.relative_offset.get(),
+            position: self.position.get(),
+        }
     }
 
     fn verify(entries: &[Self], base_offset: Offset, batches: &[BatchSpan]) -> Vec<Mismatch> {
@@ -255,13 +284,13 @@ impl DumpedEntry for TimeIndexEntry {
         )
     }
 
-    fn json(&self, slot: usize, base_offset: Offset) -> JsonObject {
-        JsonObject::new()
-            .string("type", "time_index_entry")
-            .unsigned("entry", slot as u64)
-            .integer("timestamp", self.timestamp().0)
-            .integer("offset", self.offset(base_offset).0)
-            .unsigned("relativeOffset", u64::from(self.relative_offset.get()))
+    fn json(&self, slot: usize, base_offset: Offset) -> IndexLine {
+        IndexLine::TimeIndexEntry {
+            entry: slot,
+            timestamp: self.timestamp().0,
+            offset: self.offset(base_offset).0,
+            relative_offset: self.relative_offset.get(),
+        }
     }
 
     fn verify(entries: &[Self], base_offset: Offset, batches: &[BatchSpan]) -> Vec<Mismatch> {

@@ -19,7 +19,6 @@
 
 pub mod decoders;
 pub mod index;
-pub mod json;
 pub mod reader;
 pub mod record;
 pub mod segment;
@@ -29,9 +28,10 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use brook_engine::log::file_name::{SegmentFileKind, parse_segment_file_name};
+use serde::Serialize;
+use serde_json::ser::{CharEscape, CompactFormatter, Formatter};
 
 pub use self::decoders::RecordDecoder;
-use self::json::JsonObject;
 
 /// How the dump is printed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -132,6 +132,73 @@ pub fn write_line(out: &mut dyn Write, line: &str) -> Result<(), DumpError> {
     writeln!(out, "{line}").map_err(DumpError::Output)
 }
 
+/// Writes `value` as one line of JSON.
+pub fn write_json_line(out: &mut dyn Write, value: &impl Serialize) -> Result<(), DumpError> {
+    write_json(&mut *out, value).map_err(|error| DumpError::Output(io::Error::from(error)))?;
+    write_line(out, "")
+}
+
+/// `value` as a JSON string literal; the text output quotes keys and values
+/// this way too.
+pub fn quote(value: &str) -> String {
+    let mut quoted = Vec::with_capacity(value.len() + 2);
+    // Writing a string into a `Vec` cannot fail, and JSON text is UTF-8.
+    write_json(&mut quoted, value).expect("a string serialises into memory");
+    String::from_utf8(quoted).expect("serde_json writes UTF-8")
+}
+
+/// `value` as JSON on `out`, as [`OneLineFormatter`] writes it.
+fn write_json(out: impl Write, value: &(impl Serialize + ?Sized)) -> serde_json::Result<()> {
+    value.serialize(&mut serde_json::Serializer::with_formatter(
+        out,
+        OneLineFormatter,
+    ))
+}
+
+/// serde_json's compact output, but for what it leaves raw that some
+/// readers take as a line break (U+2028 and U+2029 in JavaScript and
+/// Python's `str.splitlines`) or cannot show (DEL), so every line of a dump
+/// is one line to any reader; and `\b` and `\f` as `\u00XX`, as the dump
+/// has always written them.
+#[derive(Debug)]
+struct OneLineFormatter;
+
+impl Formatter for OneLineFormatter {
+    fn write_string_fragment<W>(&mut self, writer: &mut W, fragment: &str) -> io::Result<()>
+    where
+        W: ?Sized + Write,
+    {
+        let mut start = 0;
+        for (at, character) in fragment.char_indices() {
+            if matches!(character, '\u{7f}' | '\u{2028}' | '\u{2029}') {
+                writer.write_all(&fragment.as_bytes()[start..at])?;
+                write!(writer, "\\u{:04x}", u32::from(character))?;
+                start = at + character.len_utf8();
+            }
+        }
+        writer.write_all(&fragment.as_bytes()[start..])
+    }
+
+    fn write_char_escape<W>(&mut self, writer: &mut W, escape: CharEscape) -> io::Result<()>
+    where
+        W: ?Sized + Write,
+    {
+        let escape = match escape {
+            CharEscape::Backspace => CharEscape::AsciiControl(0x08),
+            CharEscape::FormFeed => CharEscape::AsciiControl(0x0c),
+            other => other,
+        };
+        CompactFormatter.write_char_escape(writer, escape)
+    }
+}
+
+/// The line that starts each file's dump in JSON.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename = "file")]
+struct FileLine {
+    file: String,
+}
+
 /// Dumps each of `files` to `out`, reporting errors on `errors` as one line
 /// each. Returns whether every file was read whole (and verified clean).
 pub fn run(
@@ -188,14 +255,15 @@ fn dump_file(
         operation: "open",
         source,
     })?;
-    let header = match options.format {
-        OutputFormat::Text => format!("Dumping {}", path.display()),
-        OutputFormat::Json => JsonObject::new()
-            .string("type", "file")
-            .string("file", &path.display().to_string())
-            .render(),
-    };
-    write_line(out, &header)?;
+    match options.format {
+        OutputFormat::Text => write_line(out, &format!("Dumping {}", path.display()))?,
+        OutputFormat::Json => write_json_line(
+            out,
+            &FileLine {
+                file: path.display().to_string(),
+            },
+        )?,
+    }
     match kind {
         SegmentFileKind::Log => segment::dump_log(path, options, out),
         SegmentFileKind::Index | SegmentFileKind::TimeIndex => {

@@ -5,10 +5,10 @@
 use std::fs::File;
 use std::io::{BufReader, IsTerminal, Read};
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use brook_engine::log::batch::{BATCH_LENGTH_MIN, BatchView, LOG_OVERHEAD_BYTES};
 
+use crate::cli::progress::Progress;
 use crate::log_dump::DumpError;
 
 /// The largest batch read: a corrupt length must not make the tool allocate
@@ -17,8 +17,6 @@ use crate::log_dump::DumpError;
 pub const BATCH_BYTES_MAX: usize = 256 << 20;
 /// Files smaller than this are read without a progress line.
 pub const PROGRESS_FILE_BYTES_MIN: u64 = 64 << 20;
-/// How often the progress line is redrawn.
-const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
 /// The read buffer in front of the file.
 const READ_BUFFER_BYTES: usize = 1 << 20;
 
@@ -51,7 +49,7 @@ impl BatchReader {
             file_bytes,
             position: 0,
             buffer: Vec::new(),
-            progress: Progress::new(path, file_bytes),
+            progress: progress(path, file_bytes),
         })
     }
 
@@ -63,7 +61,7 @@ impl BatchReader {
             self.progress.finish();
             return Ok(None);
         }
-        self.progress.update(position);
+        self.progress.update_bytes(position, self.file_bytes);
         let truncated = |have: u64, need: usize| DumpError::Truncated {
             position,
             need,
@@ -115,57 +113,13 @@ impl BatchReader {
     }
 }
 
-/// A `\r`-redrawn progress line on stderr, only when stderr is a terminal
-/// and the file is large: piped output stays clean. When stdout is the same
-/// terminal the dump itself shows the progress, and a progress line would
-/// only interleave with it, so then there is none either.
-#[derive(Debug)]
-struct Progress {
-    name: String,
-    file_bytes: u64,
-    enabled: bool,
-    last_drawn: Option<Instant>,
-}
-
-impl Progress {
-    fn new(path: &Path, file_bytes: u64) -> Progress {
-        Progress {
-            name: path.display().to_string(),
-            file_bytes,
-            enabled: file_bytes >= PROGRESS_FILE_BYTES_MIN
-                && std::io::stderr().is_terminal()
-                && !std::io::stdout().is_terminal(),
-            last_drawn: None,
-        }
-    }
-
-    fn update(&mut self, position: u64) {
-        if !self.enabled
-            || self
-                .last_drawn
-                .is_some_and(|drawn| drawn.elapsed() < PROGRESS_INTERVAL)
-        {
-            return;
-        }
-        self.last_drawn = Some(Instant::now());
-        let percent = position * 100 / self.file_bytes.max(1);
-        eprint!(
-            "\r{}: {percent}% ({position} of {} bytes)",
-            self.name, self.file_bytes
-        );
-    }
-
-    fn finish(&mut self) {
-        if self.enabled && self.last_drawn.is_some() {
-            // Erase the progress line so the terminal shows only the output.
-            eprint!("\r\x1b[2K");
-            self.last_drawn = None;
-        }
-    }
-}
-
-impl Drop for Progress {
-    fn drop(&mut self) {
-        self.finish();
-    }
+/// A progress line on stderr only when stderr is a terminal and the file
+/// is large: piped output stays clean. When stdout is the same terminal the
+/// dump itself shows the progress, and a progress line would only
+/// interleave with it, so then there is none either.
+fn progress(path: &Path, file_bytes: u64) -> Progress {
+    let shown = file_bytes >= PROGRESS_FILE_BYTES_MIN
+        && std::io::stderr().is_terminal()
+        && !std::io::stdout().is_terminal();
+    Progress::with_terminal(&path.display().to_string(), shown)
 }

@@ -15,8 +15,9 @@ use std::fmt::Write;
 
 use brook_engine::log::batch::{BatchView, TimestampType};
 use brook_engine::log::compaction::record_parts::records_section;
+use serde::ser::{Serialize, SerializeStruct, Serializer};
 
-use crate::log_dump::json::{JsonObject, quote};
+use crate::log_dump::quote;
 
 /// One record of a batch, borrowed from the (decompressed) records section.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -158,13 +159,22 @@ pub fn bytes_text(bytes: Option<&[u8]>) -> String {
 
 /// Bytes as a JSON value: a string when they are UTF-8, else
 /// `{"hex":"…"}`; `null` for a null field.
-pub fn bytes_json(bytes: Option<&[u8]>) -> String {
-    match bytes {
-        None => "null".to_owned(),
-        Some(bytes) => match std::str::from_utf8(bytes) {
-            Ok(text) => quote(text),
-            Err(_) => JsonObject::new().string("hex", &hex(bytes)).render(),
-        },
+#[derive(Clone, Copy, Debug)]
+pub struct BytesJson<'a>(pub Option<&'a [u8]>);
+
+impl Serialize for BytesJson<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let Some(bytes) = self.0 else {
+            return serializer.serialize_none();
+        };
+        match std::str::from_utf8(bytes) {
+            Ok(text) => serializer.serialize_str(text),
+            Err(_) => {
+                let mut object = serializer.serialize_struct("Hex", 1)?;
+                object.serialize_field("hex", &hex(bytes))?;
+                object.end()
+            }
+        }
     }
 }
 
@@ -253,7 +263,11 @@ mod tests {
         assert_eq!(bytes_text(Some(b"hi \"x\"")), r#""hi \"x\"""#);
         assert_eq!(bytes_text(Some(&[0xff, 0x01])), "0xff01");
         assert_eq!(bytes_text(None), "null");
-        assert_eq!(bytes_json(Some(&[0xff])), r#"{"hex":"ff"}"#);
-        assert_eq!(bytes_json(Some(b"")), r#""""#);
+        fn json(bytes: Option<&[u8]>) -> String {
+            serde_json::to_string(&BytesJson(bytes)).unwrap()
+        }
+        assert_eq!(json(Some(&[0xff])), r#"{"hex":"ff"}"#);
+        assert_eq!(json(Some(b"")), r#""""#);
+        assert_eq!(json(None), "null");
     }
 }

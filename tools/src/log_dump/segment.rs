@@ -8,12 +8,14 @@ use std::path::Path;
 
 use brook_engine::log::batch::{BatchView, Compression, TimestampType};
 use brook_engine::log::control::{ControlRecordType, EndTxnMarker, MarkerKind};
+use serde::Serialize;
 
-use crate::log_dump::decoders::{RecordDecoder, decode};
-use crate::log_dump::json::{JsonObject, array, quote};
+use crate::log_dump::decoders::{DecodedJson, RecordDecoder, decode};
 use crate::log_dump::reader::BatchReader;
-use crate::log_dump::record::{Record, bytes_json, bytes_text, parse_records, section_of};
-use crate::log_dump::{DumpError, DumpOptions, FileReport, OutputFormat, write_line};
+use crate::log_dump::record::{BytesJson, Record, bytes_text, parse_records, section_of};
+use crate::log_dump::{
+    DumpError, DumpOptions, FileReport, OutputFormat, write_json_line, write_line,
+};
 
 /// Prints every batch of the `.log` at `path`. With `--verify`, a batch whose
 /// CRC does not match counts as a mismatch.
@@ -26,28 +28,23 @@ pub fn dump_log(
     let mut report = FileReport::default();
     while let Some((position, batch)) = reader.next_batch()? {
         report.entries += 1;
-        let crc_valid = batch.crc_stored() == batch.crc_computed();
-        if options.verify && !crc_valid {
+        if options.verify && batch.crc_stored() != batch.crc_computed() {
             report.mismatches += 1;
         }
         if !options.prints_records() {
-            write_line(out, &batch_line(&batch, position, None, options.format))?;
+            write_batch(out, &batch, position, None, options)?;
             continue;
         }
-        let lines = section_of(&batch).and_then(|section| {
-            let records = parse_records(&batch, &section)?;
-            Ok(records_lines(&batch, &records, options))
-        });
-        match lines {
-            Ok(lines) => {
-                write_line(
-                    out,
-                    &batch_line(&batch, position, Some(lines), options.format),
-                )?;
-            }
+        let section = section_of(&batch);
+        let records = match &section {
+            Ok(section) => parse_records(&batch, section),
+            Err(reason) => Err(reason.clone()),
+        };
+        match records {
+            Ok(records) => write_batch(out, &batch, position, Some(&records), options)?,
             Err(reason) => {
                 // The header was readable: show it before the error stops the file.
-                write_line(out, &batch_line(&batch, position, None, options.format))?;
+                write_batch(out, &batch, position, None, options)?;
                 return Err(DumpError::Corrupt { position, reason });
             }
         }
@@ -56,29 +53,139 @@ pub fn dump_log(
 }
 
 /// The batch's line, followed (in text) or completed (in JSON) by its
-/// records' lines.
-fn batch_line(
+/// records'.
+fn write_batch(
+    out: &mut dyn Write,
     batch: &BatchView<'_>,
     position: u64,
-    records: Option<Vec<String>>,
-    format: OutputFormat,
-) -> String {
-    match format {
+    records: Option<&[Record<'_>]>,
+    options: &DumpOptions,
+) -> Result<(), DumpError> {
+    let control = batch.attributes().is_control();
+    match options.format {
         OutputFormat::Text => {
-            let mut text = batch_text(batch, position);
-            for line in records.into_iter().flatten() {
-                text.push('\n');
-                text.push_str(&line);
+            write_line(out, &BatchLine::new(batch, position, None).text())?;
+            for record in records.unwrap_or_default() {
+                let content = Content::of(record, control, options.decoder);
+                let text = format!(
+                    "| offset: {} timestamp: {} sequence: {} {}",
+                    record.offset, record.timestamp, record.sequence, content.text
+                );
+                write_line(out, &text)?;
             }
-            text
+            Ok(())
         }
         OutputFormat::Json => {
-            let mut object = batch_json(batch, position);
-            if let Some(records) = records {
-                object = object.raw("records", &array(records));
-            }
-            object.render()
+            let records = records.map(|records| {
+                records
+                    .iter()
+                    .map(|record| RecordJson {
+                        offset: record.offset,
+                        timestamp: record.timestamp,
+                        sequence: record.sequence,
+                        content: Content::of(record, control, options.decoder).json,
+                    })
+                    .collect()
+            });
+            write_json_line(out, &BatchLine::new(batch, position, records))
         }
+    }
+}
+
+/// A batch's header fields, printed as a line of text or a JSON object.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename = "batch", rename_all = "camelCase")]
+struct BatchLine<'a> {
+    base_offset: i64,
+    last_offset: i64,
+    count: i32,
+    base_sequence: i32,
+    last_sequence: i64,
+    producer_id: i64,
+    producer_epoch: i16,
+    partition_leader_epoch: i32,
+    is_transactional: bool,
+    is_control: bool,
+    position: u64,
+    first_timestamp: i64,
+    max_timestamp: i64,
+    timestamp_type: &'static str,
+    size: usize,
+    compression: String,
+    crc: u32,
+    crc_computed: u32,
+    crc_valid: bool,
+    /// In JSON only, and only when the records are printed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    records: Option<Vec<RecordJson<'a>>>,
+}
+
+impl<'a> BatchLine<'a> {
+    fn new(
+        batch: &BatchView<'_>,
+        position: u64,
+        records: Option<Vec<RecordJson<'a>>>,
+    ) -> BatchLine<'a> {
+        let attributes = batch.attributes();
+        let (crc, crc_computed) = (batch.crc_stored(), batch.crc_computed());
+        BatchLine {
+            base_offset: batch.base_offset().0,
+            last_offset: batch.last_offset().0,
+            count: batch.records_count(),
+            base_sequence: batch.base_sequence(),
+            last_sequence: last_sequence(batch),
+            producer_id: batch.producer_id(),
+            producer_epoch: batch.producer_epoch(),
+            partition_leader_epoch: batch.partition_leader_epoch().0,
+            is_transactional: attributes.is_transactional(),
+            is_control: attributes.is_control(),
+            position,
+            first_timestamp: batch.base_timestamp().0,
+            max_timestamp: batch.max_timestamp().0,
+            timestamp_type: match attributes.timestamp_type() {
+                TimestampType::CreateTime => "CreateTime",
+                TimestampType::LogAppendTime => "LogAppendTime",
+            },
+            size: batch.size_bytes(),
+            compression: compression_name(attributes.compression()),
+            crc,
+            crc_computed,
+            crc_valid: crc == crc_computed,
+            records,
+        }
+    }
+
+    fn text(&self) -> String {
+        let crc = if self.crc_valid {
+            format!("crc: {:#010x} isvalid: true", self.crc)
+        } else {
+            format!(
+                "crc: {:#010x} (computed {:#010x}) isvalid: false",
+                self.crc, self.crc_computed
+            )
+        };
+        format!(
+            "baseOffset: {} lastOffset: {} count: {} baseSequence: {} lastSequence: {} \
+             producerId: {} producerEpoch: {} partitionLeaderEpoch: {} isTransactional: {} \
+             isControl: {} position: {} firstTimestamp: {} maxTimestamp: {} \
+             timestampType: {} size: {} compresscodec: {} {crc}",
+            self.base_offset,
+            self.last_offset,
+            self.count,
+            self.base_sequence,
+            self.last_sequence,
+            self.producer_id,
+            self.producer_epoch,
+            self.partition_leader_epoch,
+            self.is_transactional,
+            self.is_control,
+            self.position,
+            self.first_timestamp,
+            self.max_timestamp,
+            self.timestamp_type,
+            self.size,
+            self.compression,
+        )
     }
 }
 
@@ -102,118 +209,71 @@ pub fn compression_name(compression: Compression) -> String {
     }
 }
 
-fn timestamp_type_name(batch: &BatchView<'_>) -> &'static str {
-    match batch.attributes().timestamp_type() {
-        TimestampType::CreateTime => "CreateTime",
-        TimestampType::LogAppendTime => "LogAppendTime",
-    }
+/// A record in a batch's JSON `records`.
+#[derive(Debug, Serialize)]
+struct RecordJson<'a> {
+    offset: i64,
+    timestamp: i64,
+    sequence: i64,
+    #[serde(flatten)]
+    content: ContentJson<'a>,
 }
 
-fn batch_text(batch: &BatchView<'_>, position: u64) -> String {
-    let attributes = batch.attributes();
-    let (stored, computed) = (batch.crc_stored(), batch.crc_computed());
-    let crc = if stored == computed {
-        format!("crc: {stored:#010x} isvalid: true")
-    } else {
-        format!("crc: {stored:#010x} (computed {computed:#010x}) isvalid: false")
-    };
-    format!(
-        "baseOffset: {} lastOffset: {} count: {} baseSequence: {} lastSequence: {} \
-         producerId: {} producerEpoch: {} partitionLeaderEpoch: {} isTransactional: {} \
-         isControl: {} position: {position} firstTimestamp: {} maxTimestamp: {} \
-         timestampType: {} size: {} compresscodec: {} {crc}",
-        batch.base_offset().0,
-        batch.last_offset().0,
-        batch.records_count(),
-        batch.base_sequence(),
-        last_sequence(batch),
-        batch.producer_id(),
-        batch.producer_epoch(),
-        batch.partition_leader_epoch().0,
-        attributes.is_transactional(),
-        attributes.is_control(),
-        batch.base_timestamp().0,
-        batch.max_timestamp().0,
-        timestamp_type_name(batch),
-        batch.size_bytes(),
-        compression_name(attributes.compression()),
-    )
+/// What a record holds, as the fields that follow its offset, timestamp
+/// and sequence.
+#[derive(Debug, Serialize)]
+#[serde(untagged, rename_all_fields = "camelCase")]
+enum ContentJson<'a> {
+    EndTxnMarker {
+        end_txn_marker: &'static str,
+        coordinator_epoch: i32,
+    },
+    Control {
+        control_type: String,
+    },
+    Decoded {
+        decoded: DecodedJson,
+    },
+    /// Key, value and headers as they are; for a record a decoder could not
+    /// read, after the reason.
+    Raw {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        decode_error: Option<String>,
+        key: BytesJson<'a>,
+        value: BytesJson<'a>,
+        headers: Vec<HeaderJson<'a>>,
+    },
 }
 
-fn batch_json(batch: &BatchView<'_>, position: u64) -> JsonObject {
-    let attributes = batch.attributes();
-    let (stored, computed) = (batch.crc_stored(), batch.crc_computed());
-    JsonObject::new()
-        .string("type", "batch")
-        .integer("baseOffset", batch.base_offset().0)
-        .integer("lastOffset", batch.last_offset().0)
-        .integer("count", batch.records_count())
-        .integer("baseSequence", batch.base_sequence())
-        .integer("lastSequence", last_sequence(batch))
-        .integer("producerId", batch.producer_id())
-        .integer("producerEpoch", batch.producer_epoch())
-        .integer("partitionLeaderEpoch", batch.partition_leader_epoch().0)
-        .boolean("isTransactional", attributes.is_transactional())
-        .boolean("isControl", attributes.is_control())
-        .unsigned("position", position)
-        .integer("firstTimestamp", batch.base_timestamp().0)
-        .integer("maxTimestamp", batch.max_timestamp().0)
-        .string("timestampType", timestamp_type_name(batch))
-        .unsigned("size", batch.size_bytes() as u64)
-        .string("compression", &compression_name(attributes.compression()))
-        .unsigned("crc", u64::from(stored))
-        .unsigned("crcComputed", u64::from(computed))
-        .boolean("crcValid", stored == computed)
+#[derive(Debug, Serialize)]
+struct HeaderJson<'a> {
+    key: BytesJson<'a>,
+    value: BytesJson<'a>,
 }
 
-/// Each record's line (text) or object (JSON).
-fn records_lines(
-    batch: &BatchView<'_>,
-    records: &[Record<'_>],
-    options: &DumpOptions,
-) -> Vec<String> {
-    let control = batch.attributes().is_control();
-    records
-        .iter()
-        .map(|record| {
-            let content = if control {
-                control_content(record)
-            } else {
-                data_content(record, options.decoder)
-            };
-            match options.format {
-                OutputFormat::Text => format!(
-                    "| offset: {} timestamp: {} sequence: {} {}",
-                    record.offset, record.timestamp, record.sequence, content.text
-                ),
-                OutputFormat::Json => {
-                    let mut object = JsonObject::new()
-                        .integer("offset", record.offset)
-                        .integer("timestamp", record.timestamp)
-                        .integer("sequence", record.sequence);
-                    for (key, value) in content.json {
-                        object = object.raw(key, &value);
-                    }
-                    object.render()
-                }
-            }
-        })
-        .collect()
-}
-
-/// What a record holds, in both formats (JSON as rendered fields).
-struct Content {
+/// What a record holds, in both formats.
+struct Content<'a> {
     text: String,
-    json: Vec<(&'static str, String)>,
+    json: ContentJson<'a>,
+}
+
+impl<'a> Content<'a> {
+    fn of(record: &Record<'a>, control: bool, decoder: RecordDecoder) -> Content<'a> {
+        if control {
+            control_content(record)
+        } else {
+            data_content(record, decoder)
+        }
+    }
 }
 
 /// A control record: its type and, for a transaction marker, the epoch of
 /// the coordinator that wrote it.
-fn control_content(record: &Record<'_>) -> Content {
+fn control_content<'a>(record: &Record<'a>) -> Content<'a> {
     let control_type = match record.key.map(ControlRecordType::parse_key) {
         Some(Ok(control_type)) => control_type,
-        Some(Err(error)) => return undecodable(record, &error.to_string()),
-        None => return undecodable(record, "control record has no key"),
+        Some(Err(error)) => return undecodable(record, error.to_string()),
+        None => return undecodable(record, "control record has no key".to_owned()),
     };
     match EndTxnMarker::parse(control_type, record.value) {
         Ok(marker) => {
@@ -226,46 +286,59 @@ fn control_content(record: &Record<'_>) -> Content {
                     "endTxnMarker: {kind} coordinatorEpoch: {}",
                     marker.coordinator_epoch
                 ),
-                json: vec![
-                    ("endTxnMarker", quote(kind)),
-                    ("coordinatorEpoch", marker.coordinator_epoch.to_string()),
-                ],
+                json: ContentJson::EndTxnMarker {
+                    end_txn_marker: kind,
+                    coordinator_epoch: marker.coordinator_epoch,
+                },
             }
         }
         Err(_) => Content {
             text: format!("controlType: {control_type:?}"),
-            json: vec![("controlType", quote(&format!("{control_type:?}")))],
+            json: ContentJson::Control {
+                control_type: format!("{control_type:?}"),
+            },
         },
     }
 }
 
 /// A data record: key, value and headers, or what a decoder reads in them.
-fn data_content(record: &Record<'_>, decoder: RecordDecoder) -> Content {
-    if decoder != RecordDecoder::Raw {
-        return match decode(decoder, record.key, record.value) {
-            Ok(decoded) => Content {
-                text: decoded.text,
-                json: vec![("decoded", decoded.json.render())],
-            },
-            Err(reason) => undecodable(record, &reason),
-        };
+fn data_content<'a>(record: &Record<'a>, decoder: RecordDecoder) -> Content<'a> {
+    if decoder == RecordDecoder::Raw {
+        return raw_content(record, None);
     }
-    raw_content(record)
+    match decode(decoder, record.key, record.value) {
+        Ok(decoded) => Content {
+            text: decoded.text,
+            json: ContentJson::Decoded {
+                decoded: decoded.json,
+            },
+        },
+        Err(reason) => undecodable(record, reason),
+    }
 }
 
-fn raw_content(record: &Record<'_>) -> Content {
+/// A record a decoder could not read: the reason, and its bytes as they are.
+fn undecodable<'a>(record: &Record<'a>, reason: String) -> Content<'a> {
+    let mut content = raw_content(record, Some(reason.clone()));
+    content.text = format!("undecodable ({reason}): {}", content.text);
+    content
+}
+
+fn raw_content<'a>(record: &Record<'a>, decode_error: Option<String>) -> Content<'a> {
     let size = |bytes: Option<&[u8]>| bytes.map_or(-1, |bytes| bytes.len() as i64);
     let headers_text: Vec<String> = record
         .headers
         .iter()
         .map(|(key, value)| format!("{}: {}", bytes_text(Some(key)), bytes_text(*value)))
         .collect();
-    let headers_json = record.headers.iter().map(|(key, value)| {
-        JsonObject::new()
-            .raw("key", &bytes_json(Some(key)))
-            .raw("value", &bytes_json(*value))
-            .render()
-    });
+    let headers_json = record
+        .headers
+        .iter()
+        .map(|(key, value)| HeaderJson {
+            key: BytesJson(Some(key)),
+            value: BytesJson(*value),
+        })
+        .collect();
     Content {
         text: format!(
             "keySize: {} valueSize: {} key: {} value: {} headers: [{}]",
@@ -275,18 +348,11 @@ fn raw_content(record: &Record<'_>) -> Content {
             bytes_text(record.value),
             headers_text.join(", ")
         ),
-        json: vec![
-            ("key", bytes_json(record.key)),
-            ("value", bytes_json(record.value)),
-            ("headers", array(headers_json)),
-        ],
+        json: ContentJson::Raw {
+            decode_error,
+            key: BytesJson(record.key),
+            value: BytesJson(record.value),
+            headers: headers_json,
+        },
     }
-}
-
-/// A record a decoder could not read: the reason, and its bytes as they are.
-fn undecodable(record: &Record<'_>, reason: &str) -> Content {
-    let mut raw = raw_content(record);
-    raw.text = format!("undecodable ({reason}): {}", raw.text);
-    raw.json.insert(0, ("decodeError", quote(reason)));
-    raw
 }

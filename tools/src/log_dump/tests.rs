@@ -300,3 +300,26 @@ fn missing_files_and_unknown_kinds_are_one_line_each_and_the_rest_goes_on() {
     assert!(lines[1].ends_with("unknown file kind (expected .log, .index or .timeindex)"));
     assert_eq!(out.lines().count(), 4, "the good file is dumped: {out}");
 }
+
+#[test]
+fn strings_are_quoted_onto_one_line() {
+    assert_eq!(quote("plain"), r#""plain""#);
+    assert_eq!(quote("a\"b\\c\nd\u{1}"), r#""a\"b\\c\nd\u0001""#);
+    assert_eq!(quote("\u{8}\u{c}\t\r\u{7f}"), r#""\u0008\u000c\t\r\u007f""#);
+    assert_eq!(quote("µs ≤"), r#""µs ≤""#);
+    assert_eq!(
+        quote("x\u{2028}y\u{2029}z"),
+        r#""x\u2028y\u2029z""#,
+        "line and paragraph separators break JavaScript and str.splitlines"
+    );
+}
+
+#[test]
+fn json_lines_are_compact_and_end_in_a_newline() {
+    let mut out = Vec::new();
+    let line = FileLine {
+        file: "a\u{2028}.log".to_owned(),
+    };
+    write_json_line(&mut out, &line).unwrap();
+    assert_eq!(out, b"{\"type\":\"file\",\"file\":\"a\\u2028.log\"}\n");
+}
