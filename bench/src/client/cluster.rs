@@ -198,6 +198,18 @@ impl Cluster {
         leaders: &[PartitionLeader],
         timestamp: i64,
     ) -> Result<BTreeMap<i32, i64>, ClientError> {
+        self.offsets_isolated(topic, leaders, timestamp, 0).await
+    }
+
+    /// As [`Cluster::offsets`] for a consumer of `isolation_level` (1,
+    /// read_committed: "latest" is the last stable offset).
+    pub async fn offsets_isolated(
+        &self,
+        topic: &str,
+        leaders: &[PartitionLeader],
+        timestamp: i64,
+        isolation_level: i8,
+    ) -> Result<BTreeMap<i32, i64>, ClientError> {
         let mut by_broker: BTreeMap<SocketAddr, Vec<i32>> = BTreeMap::new();
         for leader in leaders {
             by_broker
@@ -209,6 +221,7 @@ impl Cluster {
         for (broker, partitions) in by_broker {
             let request = ListOffsetsRequest::default()
                 .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+                .with_isolation_level(isolation_level)
                 .with_topics(vec![
                     ListOffsetsTopic::default()
                         .with_name(topic_name(topic))

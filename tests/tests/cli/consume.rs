@@ -312,6 +312,45 @@ fn read_committed_does_not_print_an_aborted_transaction() {
     );
 }
 
+/// A read_committed consumer starting at the end starts at the last stable
+/// offset, as Kafka's does: the records of a transaction open when it
+/// starts are printed once the transaction commits.
+#[test]
+fn read_committed_starts_at_the_last_stable_offset() {
+    const TOPIC: &str = "consume-lso";
+    let (_dir, broker) = start_broker();
+    create_topic(&broker, TOPIC, 1);
+    let producer: BaseProducer<Deliveries> = ClientConfig::new()
+        .set("bootstrap.servers", &broker.address)
+        .set("transactional.id", "consume-lso")
+        .set("linger.ms", "2")
+        .create_with_context(Deliveries::default())
+        .expect("a transactional producer");
+    producer.init_transactions(TIMEOUT).unwrap();
+    producer.begin_transaction().unwrap();
+    for index in 0..3 {
+        let value = format!("open-{index}");
+        let record = BaseRecord::<str, str>::to(TOPIC).payload(&value);
+        producer.send(record).map_err(|(error, _)| error).unwrap();
+    }
+    producer.flush(TIMEOUT).unwrap();
+    let args = [
+        "consume",
+        TOPIC,
+        "--isolation",
+        "read_committed",
+        "--idle-exit",
+        "4s",
+    ];
+    let printed = std::thread::scope(|scope| {
+        let consumer = scope.spawn(|| brook(&broker, &args).ok());
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        producer.commit_transaction(TIMEOUT).expect("commit");
+        consumer.join().unwrap()
+    });
+    assert_eq!(printed.lines(), ["open-0", "open-1", "open-2"]);
+}
+
 #[test]
 fn an_unknown_topic_fails_with_one_line() {
     let (_dir, broker) = start_broker();

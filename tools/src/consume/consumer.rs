@@ -104,7 +104,14 @@ impl<'a> Consumer<'a> {
             .into_iter()
             .map(|partition| (partition, self.plan.start))
             .collect();
-        position::resolve(&self.session, &self.plan.topic, leaders, &starts).await
+        position::resolve(
+            &self.session,
+            &self.plan.topic,
+            leaders,
+            &starts,
+            self.plan.isolation,
+        )
+        .await
     }
 
     /// Joins the group: the assigned partitions at their committed offsets.
@@ -124,7 +131,14 @@ impl<'a> Consumer<'a> {
             .collect();
         self.uncommitted = false;
         let leaders = self.fetcher.leaders();
-        let positions = position::resolve(&self.session, &self.plan.topic, leaders, &starts).await;
+        let positions = position::resolve(
+            &self.session,
+            &self.plan.topic,
+            leaders,
+            &starts,
+            self.plan.isolation,
+        )
+        .await;
         // `--idle-exit` counts from when there is something to read: a
         // join (the group's rebalance delay included) is not idleness.
         self.last_record_at = Instant::now();
@@ -194,7 +208,14 @@ impl<'a> Consumer<'a> {
             .map(|partition| (*partition, self.plan.reset.start()))
             .collect();
         let leaders = self.fetcher.leaders();
-        let offsets = position::resolve(&self.session, &self.plan.topic, leaders, &starts).await?;
+        let offsets = position::resolve(
+            &self.session,
+            &self.plan.topic,
+            leaders,
+            &starts,
+            self.plan.isolation,
+        )
+        .await?;
         self.progress.finish();
         for (partition, offset) in &offsets {
             let was = self.positions.get(partition).copied().unwrap_or(-1);

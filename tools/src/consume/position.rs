@@ -9,6 +9,7 @@ use brook_bench::client::PartitionLeader;
 
 use crate::cli::{CliError, Session, session::within, time};
 use crate::consume::assign::Start;
+use crate::consume::decode::Isolation;
 
 /// The ListOffsets timestamp a start needs, if any.
 fn list_time(start: Start) -> Option<i64> {
@@ -21,11 +22,13 @@ fn list_time(start: Start) -> Option<i64> {
 }
 
 /// Each partition of `starts` at an offset; `leaders` must cover them.
+/// "Latest" is the last stable offset for a read_committed consumer.
 pub async fn resolve(
     session: &Session,
     topic: &str,
     leaders: &[PartitionLeader],
     starts: &BTreeMap<i32, Start>,
+    isolation: Isolation,
 ) -> Result<BTreeMap<i32, i64>, CliError> {
     let mut offsets = BTreeMap::new();
     let mut by_time: BTreeMap<i64, Vec<PartitionLeader>> = BTreeMap::new();
@@ -49,7 +52,7 @@ pub async fn resolve(
     }
     let mut past_the_end = Vec::new();
     for (millis, leaders) in by_time {
-        for (partition, offset) in list(session, topic, &leaders, millis).await? {
+        for (partition, offset) in list(session, topic, &leaders, millis, isolation).await? {
             if offset >= 0 {
                 offsets.insert(partition, offset);
             } else if let Some(leader) = leaders.iter().find(|l| l.partition == partition) {
@@ -58,7 +61,7 @@ pub async fn resolve(
         }
     }
     if !past_the_end.is_empty() {
-        offsets.extend(list(session, topic, &past_the_end, time::LATEST).await?);
+        offsets.extend(list(session, topic, &past_the_end, time::LATEST, isolation).await?);
     }
     Ok(offsets)
 }
@@ -68,11 +71,17 @@ async fn list(
     topic: &str,
     leaders: &[PartitionLeader],
     millis: i64,
+    isolation: Isolation,
 ) -> Result<BTreeMap<i32, i64>, CliError> {
+    let cluster = session.cluster();
     within(
         || format!("the offsets of {topic}"),
         session.timeout(),
-        async { Ok(session.cluster().offsets(topic, leaders, millis).await?) },
+        async {
+            Ok(cluster
+                .offsets_isolated(topic, leaders, millis, isolation.level())
+                .await?)
+        },
     )
     .await
 }
