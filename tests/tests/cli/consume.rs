@@ -250,20 +250,26 @@ fn a_group_commits_so_the_next_run_prints_only_new_records() {
     assert_eq!(run(&["--idle-exit", "1s"]), values(10, 11));
 }
 
-#[test]
-fn read_committed_does_not_print_an_aborted_transaction() {
-    const TOPIC: &str = "consume-txn";
-    let (_dir, broker) = start_broker();
-    create_topic(&broker, TOPIC, 1);
+/// A librdkafka producer of `transactional_id`, its transactions initialised.
+fn transactional_producer(broker: &Broker, transactional_id: &str) -> BaseProducer<Deliveries> {
     let producer: BaseProducer<Deliveries> = ClientConfig::new()
         .set("bootstrap.servers", &broker.address)
-        .set("transactional.id", "consume-cli")
+        .set("transactional.id", transactional_id)
         .set("linger.ms", "2")
         .create_with_context(Deliveries::default())
         .expect("a transactional producer");
     producer
         .init_transactions(TIMEOUT)
         .expect("init_transactions");
+    producer
+}
+
+#[test]
+fn read_committed_does_not_print_an_aborted_transaction() {
+    const TOPIC: &str = "consume-txn";
+    let (_dir, broker) = start_broker();
+    create_topic(&broker, TOPIC, 1);
+    let producer = transactional_producer(&broker, "consume-cli");
     for (prefix, commit) in [("aborted", false), ("committed", true)] {
         producer.begin_transaction().unwrap();
         for index in 0..3 {
@@ -320,13 +326,7 @@ fn read_committed_starts_at_the_last_stable_offset() {
     const TOPIC: &str = "consume-lso";
     let (_dir, broker) = start_broker();
     create_topic(&broker, TOPIC, 1);
-    let producer: BaseProducer<Deliveries> = ClientConfig::new()
-        .set("bootstrap.servers", &broker.address)
-        .set("transactional.id", "consume-lso")
-        .set("linger.ms", "2")
-        .create_with_context(Deliveries::default())
-        .expect("a transactional producer");
-    producer.init_transactions(TIMEOUT).unwrap();
+    let producer = transactional_producer(&broker, "consume-lso");
     producer.begin_transaction().unwrap();
     for index in 0..3 {
         let value = format!("open-{index}");

@@ -7,7 +7,7 @@ use std::io::{BufWriter, Stdout, Write};
 
 use serde::Serialize;
 
-use crate::cli::CliError;
+use crate::cli::{CliError, Format};
 
 /// Standard output, buffered; flushed by [`Out::flush`] (and on drop).
 #[derive(Debug)]
@@ -43,6 +43,21 @@ impl Out {
         serde_json::to_writer(&mut self.writer, value)
             .map_err(|error| output_error(std::io::Error::other(error)))?;
         self.line("")
+    }
+
+    /// Writes `rows` as one JSON object each, or as the table `table` makes
+    /// of them, then flushes.
+    pub fn rows<T: Serialize>(
+        &mut self,
+        format: &Format,
+        rows: &[T],
+        table: impl FnOnce(&[T]) -> Table,
+    ) -> Result<(), CliError> {
+        match format {
+            Format::Json => rows.iter().try_for_each(|row| self.json(row))?,
+            _ => self.table(&table(rows))?,
+        }
+        self.flush()
     }
 
     /// Writes a table's rendering.

@@ -207,12 +207,7 @@ pub async fn alter(session: Rc<Session>, plan: Plan, format: Format) -> Result<(
     }
     let after = current(&session, &plan).await?;
     let rows = changes(&plan, &before, &after);
-    let mut out = Out::new();
-    match format {
-        Format::Json => rows.iter().try_for_each(|row| out.json(row))?,
-        _ => out.table(&table(&rows))?,
-    }
-    out.flush()
+    Out::new().rows(&format, &rows, table)
 }
 
 #[cfg(test)]

@@ -208,12 +208,7 @@ pub async fn create(session: Rc<Session>, plan: Plan, format: Format) -> Result<
             failures.push(error);
         }
     }
-    let mut out = Out::new();
-    match format {
-        Format::Json => rows.iter().try_for_each(|row| out.json(row))?,
-        _ => out.table(&table(&rows))?,
-    }
-    out.flush()?;
+    Out::new().rows(&format, &rows, table)?;
     failures.finish()
 }
 

@@ -135,12 +135,7 @@ pub async fn delete(
             failures.push(error);
         }
     }
-    let mut out = Out::new();
-    match format {
-        Format::Json => rows.iter().try_for_each(|row| out.json(row))?,
-        _ => out.table(&table(&rows))?,
-    }
-    out.flush()?;
+    Out::new().rows(&format, &rows, table)?;
     failures.finish()
 }
 

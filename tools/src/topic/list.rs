@@ -100,12 +100,7 @@ pub async fn list(session: Rc<Session>, args: ListArgs, format: Format) -> Resul
     let metadata = session.metadata(None).await?;
     let mut failures = Failures::default();
     let rows = rows(&metadata.topics, args.internal, &mut failures);
-    let mut out = Out::new();
-    match format {
-        Format::Json => rows.iter().try_for_each(|row| out.json(row))?,
-        _ => out.table(&table(&rows))?,
-    }
-    out.flush()?;
+    Out::new().rows(&format, &rows, table)?;
     failures.finish()
 }
 
