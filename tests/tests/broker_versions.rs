@@ -330,19 +330,43 @@ fn sweep_transactions(stream: &mut TcpStream, api_key: ApiKey, version: i16) -> 
         }
         ApiKey::WriteTxnMarkers => {
             let producer = init_transactional(stream, &id);
-            let topic = write_txn_markers_request::WritableTxnMarkerTopic::default()
-                .with_name(name(TOPIC))
-                .with_partition_indexes(vec![0]);
+            // A partition that exists, one its topic does not have, and a
+            // topic that does not exist: each answered on its own.
+            let topic = |topic: &str, partitions: Vec<i32>| {
+                write_txn_markers_request::WritableTxnMarkerTopic::default()
+                    .with_name(name(topic))
+                    .with_partition_indexes(partitions)
+            };
             let marker = write_txn_markers_request::WritableTxnMarker::default()
                 .with_producer_id(producer.0)
                 .with_producer_epoch(producer.1)
                 .with_transaction_result(true)
-                .with_topics(vec![topic])
+                .with_topics(vec![
+                    topic(TOPIC, vec![0, 99]),
+                    topic("no-such-topic", vec![0]),
+                ])
                 .with_coordinator_epoch(0);
             let request = WriteTxnMarkersRequest::default().with_markers(vec![marker]);
             let response: WriteTxnMarkersResponse = exchange(stream, api_key, version, &request);
-            let result = &response.markers[0].topics[0].partitions[0];
-            assert_eq!((result.partition_index, result.error_code), (0, 0));
+            let answers: Vec<(String, i32, i16)> = response.markers[0]
+                .topics
+                .iter()
+                .flat_map(|topic| {
+                    topic.partitions.iter().map(|partition| {
+                        let name = topic.name.to_string();
+                        (name, partition.partition_index, partition.error_code)
+                    })
+                })
+                .collect();
+            let unknown = 3; // UNKNOWN_TOPIC_OR_PARTITION
+            assert_eq!(
+                answers,
+                [
+                    (TOPIC.to_owned(), 0, 0),
+                    (TOPIC.to_owned(), 99, unknown),
+                    ("no-such-topic".to_owned(), 0, unknown)
+                ]
+            );
         }
         ApiKey::TxnOffsetCommit => {
             let producer = init_transactional(stream, &id);
