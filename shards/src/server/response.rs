@@ -68,32 +68,77 @@ pub fn encode<T: Encodable>(request: &Request, body: &T) -> Result<Response, Fra
 
 /// Writes a Fetch frame: bytes as they are, records from memory, files with
 /// sendfile on the blocking pool (a cold page-cache read must not stall the
-/// shard).
+/// shard). Consecutive pieces the pool can send (bytes and file ranges: the
+/// partition headers between ranges) go to it in one job, so a fetch of
+/// many partitions' ranges costs one hand-off, not one per partition.
 pub async fn write_fetch<W: AsyncWrite + Unpin>(
     writer: &mut W,
     socket: RawFd,
     parts: Vec<FetchPart>,
 ) -> std::io::Result<()> {
+    let mut run: Vec<PoolPart> = Vec::new();
     for part in parts {
         match part {
-            FetchPart::Bytes(bytes) => writer.write_all(&bytes).await?,
-            FetchPart::Records(Records::Owned(bytes)) => writer.write_all(&bytes).await?,
-            FetchPart::Records(Records::Local(pieces)) => {
-                for piece in pieces {
-                    writer.write_all(&piece).await?;
-                }
-            }
+            FetchPart::Bytes(bytes) => run.push(PoolPart::Bytes(Bytes::from(bytes))),
+            FetchPart::Records(Records::Owned(bytes)) => run.push(PoolPart::Bytes(bytes)),
             FetchPart::Records(Records::File {
                 file,
                 position,
                 len,
-            }) => {
-                writer.flush().await?;
-                sendfile_all(socket, &file, position, len).await?;
+            }) => run.push(PoolPart::File {
+                file: file.try_clone()?,
+                position,
+                len,
+            }),
+            FetchPart::Records(Records::Local(pieces)) => {
+                write_run(writer, socket, std::mem::take(&mut run)).await?;
+                for piece in pieces {
+                    writer.write_all(&piece).await?;
+                }
             }
         }
     }
-    Ok(())
+    write_run(writer, socket, run).await
+}
+
+/// A piece of a Fetch frame that a pool thread can send: it owns its bytes
+/// or its (duplicated) descriptor.
+#[derive(Debug)]
+enum PoolPart {
+    Bytes(Bytes),
+    File {
+        file: std::fs::File,
+        position: u64,
+        len: u64,
+    },
+}
+
+impl PoolPart {
+    fn len(&self) -> u64 {
+        match self {
+            PoolPart::Bytes(bytes) => bytes.len() as u64,
+            PoolPart::File { len, .. } => *len,
+        }
+    }
+}
+
+/// Writes `run` in order: through `writer` when it holds only bytes, else
+/// (after flushing `writer`) on the blocking pool.
+async fn write_run<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    socket: RawFd,
+    run: Vec<PoolPart>,
+) -> std::io::Result<()> {
+    if !run.iter().any(|part| matches!(part, PoolPart::File { .. })) {
+        for part in run {
+            if let PoolPart::Bytes(bytes) = part {
+                writer.write_all(&bytes).await?;
+            }
+        }
+        return Ok(());
+    }
+    writer.flush().await?;
+    send_on_pool(socket, run).await
 }
 
 /// How long one pool job waits for a full socket before it hands the pool
@@ -103,17 +148,20 @@ const SENDFILE_WAIT_SLICE_MS: i32 = 100;
 /// How long a peer may take no bytes at all before the send fails.
 const SENDFILE_STALL_MAX: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Sends `len` bytes of `file` from `position` to the socket with
-/// sendfile(2), on glommio's blocking pool. Both descriptors are duplicated
-/// for the pool thread, so nothing it uses can be closed under it. A peer
-/// that stops reading holds a pool thread for at most one slice at a time.
-pub async fn sendfile_all(
-    socket: RawFd,
-    file: &std::fs::File,
-    position: u64,
-    len: u64,
-) -> std::io::Result<()> {
-    let file = std::sync::Arc::new(file.try_clone()?);
+/// Where a send of a run of parts has got to: the part, and the bytes of it
+/// already sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Cursor {
+    part: usize,
+    sent: u64,
+}
+
+/// Sends `parts` to the socket on glommio's blocking pool (bytes with
+/// send(2), file ranges with sendfile(2)). The socket is duplicated for the
+/// pool thread and the parts own their descriptors, so nothing it uses can
+/// be closed under it. A peer that stops reading holds a pool thread for at
+/// most one slice at a time.
+async fn send_on_pool(socket: RawFd, parts: Vec<PoolPart>) -> std::io::Result<()> {
     // SAFETY: dup of a descriptor this connection owns and keeps open while
     // it awaits this call; the duplicate is owned (and closed) by `socket`.
     let socket = std::sync::Arc::new(unsafe {
@@ -123,16 +171,16 @@ pub async fn sendfile_all(
         }
         OwnedFd::from_raw_fd(duplicate)
     });
-    let end = position + len;
-    let mut offset = position;
+    let parts = std::sync::Arc::new(parts);
+    let mut cursor = Cursor { part: 0, sent: 0 };
     let mut progressed = std::time::Instant::now();
-    while offset < end {
-        let (socket, file) = (socket.clone(), file.clone());
+    while cursor.part < parts.len() {
+        let (socket, job_parts) = (socket.clone(), parts.clone());
         let reached = glommio::executor()
-            .spawn_blocking(move || send_range(&socket, &file, offset, end))
+            .spawn_blocking(move || send_parts(&socket, &job_parts, cursor))
             .await?;
-        if reached > offset {
-            offset = reached;
+        if reached != cursor {
+            cursor = reached;
             progressed = std::time::Instant::now();
         } else if progressed.elapsed() > SENDFILE_STALL_MAX {
             return Err(std::io::Error::new(
@@ -144,21 +192,47 @@ pub async fn sendfile_all(
     Ok(())
 }
 
-/// Sends from `position` towards `end` until done or the socket stays full
-/// for a slice; returns the position reached.
-fn send_range(
-    socket: &OwnedFd,
-    file: &std::fs::File,
-    position: u64,
-    end: u64,
-) -> std::io::Result<u64> {
-    let mut offset = position as libc::off_t;
-    while (offset as u64) < end {
-        let remaining = (end - offset as u64).min(1 << 30) as usize;
-        // SAFETY: valid descriptors, and `offset` is a valid out-parameter.
-        let sent =
-            unsafe { libc::sendfile(socket.as_raw_fd(), file.as_raw_fd(), &mut offset, remaining) };
+/// Sends from `cursor` until every part is sent or the socket stays full
+/// for a slice; returns where it got to.
+fn send_parts(socket: &OwnedFd, parts: &[PoolPart], mut cursor: Cursor) -> std::io::Result<Cursor> {
+    while let Some(part) = parts.get(cursor.part) {
+        if cursor.sent >= part.len() {
+            cursor = Cursor {
+                part: cursor.part + 1,
+                sent: 0,
+            };
+            continue;
+        }
+        let sent = match part {
+            PoolPart::Bytes(bytes) => {
+                let rest = &bytes[cursor.sent as usize..];
+                // SAFETY: a valid descriptor and a live buffer of `rest.len()`
+                // bytes; MSG_NOSIGNAL turns a closed peer into EPIPE.
+                unsafe {
+                    libc::send(
+                        socket.as_raw_fd(),
+                        rest.as_ptr().cast(),
+                        rest.len(),
+                        libc::MSG_NOSIGNAL,
+                    )
+                }
+            }
+            PoolPart::File {
+                file,
+                position,
+                len,
+            } => {
+                let mut offset = (position + cursor.sent) as libc::off_t;
+                let remaining = (len - cursor.sent).min(1 << 30) as usize;
+                // SAFETY: valid descriptors, and `offset` is a valid
+                // out-parameter.
+                unsafe {
+                    libc::sendfile(socket.as_raw_fd(), file.as_raw_fd(), &mut offset, remaining)
+                }
+            }
+        };
         if sent > 0 {
+            cursor.sent += sent as u64;
             continue;
         }
         if sent == 0 {
@@ -178,7 +252,7 @@ fn send_range(
             _ => return Err(error),
         }
     }
-    Ok(offset as u64)
+    Ok(cursor)
 }
 
 /// Waits (on the pool thread) up to one slice for the non-blocking socket to
