@@ -41,18 +41,31 @@ pub struct RecordHeader<'a> {
 }
 
 /// Writes one batch at a time; `finish` hands it out and starts the next.
+/// Records are written after room for the batch header, so an uncompressed
+/// batch is handed out without copying its records again (at a million
+/// records a second that copy was a third of the load generator's time).
 #[derive(Debug)]
 pub struct BatchBuilder {
+    /// Header room, then the records.
     records: BytesMut,
+    capacity: usize,
     count: i32,
     base_timestamp: i64,
     max_timestamp: i64,
 }
 
+/// A buffer for a new batch: room for the header, nothing else yet.
+fn batch_buffer(capacity: usize) -> BytesMut {
+    let mut buffer = BytesMut::with_capacity(capacity.max(BATCH_HEADER_BYTES));
+    buffer.put_bytes(0, BATCH_HEADER_BYTES);
+    buffer
+}
+
 impl BatchBuilder {
     pub fn new(capacity: usize) -> BatchBuilder {
         BatchBuilder {
-            records: BytesMut::with_capacity(capacity),
+            records: batch_buffer(capacity),
+            capacity,
             count: 0,
             base_timestamp: 0,
             max_timestamp: 0,
@@ -69,7 +82,7 @@ impl BatchBuilder {
 
     /// The batch's size so far, uncompressed.
     pub fn size_bytes(&self) -> usize {
-        BATCH_HEADER_BYTES + self.records.len()
+        self.records.len()
     }
 
     /// Adds a record whose value is `value_parts` back to back (so a
@@ -148,12 +161,12 @@ impl BatchBuilder {
         compression: Compression,
         producer: BatchProducer,
     ) -> Result<Bytes, ClientError> {
-        let mut batch = BytesMut::with_capacity(BATCH_HEADER_BYTES + self.records.len());
-        batch.put_i64(0); // base offset
-        batch.put_i32(0); // length, below
-        batch.put_i32(-1); // partition leader epoch
-        batch.put_i8(2); // magic
-        batch.put_u32(0); // crc, below
+        let mut header = BytesMut::with_capacity(BATCH_HEADER_BYTES);
+        header.put_i64(0); // base offset
+        header.put_i32(0); // length, below
+        header.put_i32(-1); // partition leader epoch
+        header.put_i8(2); // magic
+        header.put_u32(0); // crc, below
         let codec = match compression {
             Compression::None => 0,
             Compression::Gzip => 1,
@@ -164,36 +177,44 @@ impl BatchBuilder {
                 return Err(ClientError::Encode(format!("unknown codec {code}")));
             }
         };
-        batch.put_i16(codec);
-        batch.put_i32(self.count - 1); // last offset delta
-        batch.put_i64(self.base_timestamp);
-        batch.put_i64(self.max_timestamp);
-        batch.put_i64(producer.producer_id);
-        batch.put_i16(producer.producer_epoch);
-        batch.put_i32(producer.base_sequence);
-        batch.put_i32(self.count);
-        let records = &self.records;
-        let copy = |out: &mut BytesMut| {
-            out.put_slice(records);
-            Ok(())
-        };
-        let compressed = match compression {
+        header.put_i16(codec);
+        header.put_i32(self.count - 1); // last offset delta
+        header.put_i64(self.base_timestamp);
+        header.put_i64(self.max_timestamp);
+        header.put_i64(producer.producer_id);
+        header.put_i16(producer.producer_epoch);
+        header.put_i32(producer.base_sequence);
+        header.put_i32(self.count);
+        debug_assert_eq!(header.len(), BATCH_HEADER_BYTES);
+        let mut batch = match compression {
             Compression::None => {
-                batch.put_slice(records);
-                Ok(())
+                let mut batch = std::mem::replace(&mut self.records, batch_buffer(self.capacity));
+                batch[..BATCH_HEADER_BYTES].copy_from_slice(&header);
+                batch
             }
-            Compression::Gzip => Gzip::compress(&mut batch, copy),
-            Compression::Snappy => Snappy::compress(&mut batch, copy),
-            Compression::Lz4 => Lz4::compress(&mut batch, copy),
-            Compression::Zstd => Zstd::compress(&mut batch, copy),
-            other => Err(anyhow_unsupported(other)),
+            compressed => {
+                let records = &self.records[BATCH_HEADER_BYTES..];
+                let mut batch = header;
+                let copy = |out: &mut BytesMut| {
+                    out.put_slice(records);
+                    Ok(())
+                };
+                let written = match compressed {
+                    Compression::Gzip => Gzip::compress(&mut batch, copy),
+                    Compression::Snappy => Snappy::compress(&mut batch, copy),
+                    Compression::Lz4 => Lz4::compress(&mut batch, copy),
+                    Compression::Zstd => Zstd::compress(&mut batch, copy),
+                    other => Err(anyhow_unsupported(other)),
+                };
+                written.map_err(|error| ClientError::Encode(error.to_string()))?;
+                self.records.truncate(BATCH_HEADER_BYTES);
+                batch
+            }
         };
-        compressed.map_err(|error| ClientError::Encode(error.to_string()))?;
         let length = (batch.len() - 12) as i32;
         batch[8..12].copy_from_slice(&length.to_be_bytes());
         let crc = crc32c::crc32c(&batch[21..]);
         batch[17..21].copy_from_slice(&crc.to_be_bytes());
-        self.records.clear();
         self.count = 0;
         Ok(batch.freeze())
     }
