@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use crate::cli::{CliError, Format, Out, Session, Table};
 use crate::topic::configs::{self, ConfigValue};
-use crate::topic::{RESOURCE_TOPIC, kafka_error, parse_setting};
+use crate::topic::{RESOURCE_TOPIC, parse_setting, topic_result};
 
 /// IncrementalAlterConfigs v1: flexible versions (Kafka 2.4+; Brook serves 0-1).
 const INCREMENTAL_ALTER_CONFIGS_VERSION: i16 = 1;
@@ -192,19 +192,11 @@ pub async fn alter(session: Rc<Session>, plan: Plan, format: Format) -> Result<(
             &plan.request(),
         )
         .await?;
-    let what = || format!("altering the configs of topic {}", plan.topic);
-    let result = response
-        .responses
-        .iter()
-        .find(|result| result.resource_name.as_str() == plan.topic)
-        .ok_or_else(|| CliError::Failed(format!("{}: the broker did not answer", what())))?;
-    if result.error_code != 0 {
-        return Err(kafka_error(
-            what(),
-            result.error_code,
-            result.error_message.as_ref(),
-        ));
-    }
+    let what = format!("altering the configs of topic {}", plan.topic);
+    topic_result(&response.responses, &plan.topic, &what, |result| {
+        let name = result.resource_name.as_str();
+        (name, result.error_code, result.error_message.as_ref())
+    })?;
     let after = current(&session, &plan).await?;
     let rows = changes(&plan, &before, &after);
     Out::new().rows(&format, &rows, table)

@@ -120,6 +120,25 @@ impl Failures {
 /// A Kafka error code with the broker's message, if it gave one that adds
 /// something: `creating topic t (Replication factor: 3 larger than
 /// available brokers: 1): INVALID_REPLICATION_FACTOR (38)`.
+/// The result for `topic` in a response's `results` (its name, error code
+/// and message read by `fields`), or why there is none usable.
+fn topic_result<'a, T>(
+    results: &'a [T],
+    topic: &str,
+    what: &str,
+    fields: impl Fn(&T) -> (&str, i16, Option<&StrBytes>),
+) -> Result<&'a T, CliError> {
+    let result = results
+        .iter()
+        .find(|result| fields(result).0 == topic)
+        .ok_or_else(|| CliError::Failed(format!("{what}: the broker did not answer")))?;
+    let (_, code, message) = fields(result);
+    if code != 0 {
+        return Err(kafka_error(what.to_owned(), code, message));
+    }
+    Ok(result)
+}
+
 fn kafka_error(what: String, code: i16, message: Option<&StrBytes>) -> CliError {
     let message = message.map(|m| m.as_str().trim().trim_end_matches('.'));
     let what = match message {

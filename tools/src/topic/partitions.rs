@@ -10,7 +10,7 @@ use kafka_protocol::messages::{ApiKey, CreatePartitionsRequest, CreatePartitions
 use serde::Serialize;
 
 use crate::cli::{CliError, Format, Out, Session, Table};
-use crate::topic::{broker_timeout_ms, kafka_error};
+use crate::topic::{broker_timeout_ms, topic_result};
 
 /// CreatePartitions v3: flexible versions (Kafka 2.7+; Brook serves 0-3).
 const CREATE_PARTITIONS_VERSION: i16 = 3;
@@ -83,19 +83,11 @@ pub async fn add(
             &request(&args, broker_timeout_ms(session.timeout())),
         )
         .await?;
-    let what = || format!("adding partitions to topic {}", args.topic);
-    let result = response
-        .results
-        .iter()
-        .find(|result| result.name.as_str() == args.topic)
-        .ok_or_else(|| CliError::Failed(format!("{}: the broker did not answer", what())))?;
-    if result.error_code != 0 {
-        return Err(kafka_error(
-            what(),
-            result.error_code,
-            result.error_message.as_ref(),
-        ));
-    }
+    let what = format!("adding partitions to topic {}", args.topic);
+    topic_result(&response.results, &args.topic, &what, |result| {
+        let name = result.name.as_str();
+        (name, result.error_code, result.error_message.as_ref())
+    })?;
     let grown = Grown {
         topic: args.topic.clone(),
         partitions_before: before,
