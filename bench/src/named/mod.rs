@@ -533,9 +533,10 @@ impl Bench<'_> {
         let open_files = broker
             .process()
             .and_then(|process| process.open_file_limit());
-        // Three open files per partition (its active segment's log and two
-        // indexes), and room for sockets and the broker's own files.
-        let allowed = open_files.map(|limit| (limit.saturating_sub(1000) / 3) as i32);
+        // One open file per idle partition (its active segment's log: index
+        // files are opened for each write), and room for sockets, files open
+        // for one write and the broker's own files.
+        let allowed = open_files.map(|limit| limit.saturating_sub(2000) as i32);
         let partitions = match allowed {
             Some(allowed) if allowed < self.options.partitions => {
                 (self.progress)(&format!(

@@ -18,10 +18,11 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use glommio::io::{DmaBuffer, DmaFile};
+use glommio::io::DmaBuffer;
 
 use crate::storage::bytes::LogBytes;
 use crate::storage::error::StorageError;
+use crate::storage::files::{FileAccess, release};
 use crate::storage::pool;
 
 /// The O_DIRECT alignment Brook writes with (the page size of every device it
@@ -114,7 +115,7 @@ impl Chunk {
 /// One chunk write, taken from an appender by its writer.
 #[derive(Debug)]
 pub(crate) struct Write {
-    file: Rc<DmaFile>,
+    file: FileAccess,
     path: PathBuf,
     buffer: Rc<DmaBuffer>,
     position: u64,
@@ -125,11 +126,14 @@ pub(crate) struct Write {
 impl Write {
     pub async fn execute(&self) -> Result<(), StorageError> {
         let expected = self.buffer.len();
-        let written = self
-            .file
+        let file = self.file.get(&self.path).await?;
+        let written = file
             .write_rc_at(self.buffer.clone(), self.position)
             .await
-            .map_err(|error| StorageError::io("writing", &self.path, error))?;
+            .map_err(|error| StorageError::io("writing", &self.path, error));
+        let released = release(file, &self.path).await;
+        let written = written?;
+        released?;
         if written != expected {
             let short = std::io::Error::new(
                 std::io::ErrorKind::WriteZero,
@@ -152,7 +156,7 @@ struct InFlight {
 /// synchronous code (never across an await).
 #[derive(Debug)]
 pub(crate) struct PageAppender {
-    file: Rc<DmaFile>,
+    file: FileAccess,
     path: PathBuf,
     /// Logical length: every byte appended.
     len: u64,
@@ -176,7 +180,7 @@ impl PageAppender {
     /// An appender continuing a file of `len` bytes whose last partial page
     /// holds `carry` (`carry.len() == len % PAGE_BYTES`).
     pub fn new(
-        file: Rc<DmaFile>,
+        file: FileAccess,
         path: PathBuf,
         len: u64,
         carry: Vec<u8>,
@@ -204,7 +208,7 @@ impl PageAppender {
         }
     }
 
-    pub fn file(&self) -> &Rc<DmaFile> {
+    pub fn file(&self) -> &FileAccess {
         &self.file
     }
 
@@ -482,7 +486,7 @@ mod tests {
             .dma_open(&path)
             .await
             .unwrap();
-        PageAppender::new(Rc::new(file), path, 0, Vec::new(), sizing)
+        PageAppender::new(FileAccess::Open(Rc::new(file)), path, 0, Vec::new(), sizing)
     }
 
     /// Writes everything, several writes at a time, completing them in

@@ -40,7 +40,7 @@ use zerocopy::IntoBytes;
 
 use crate::storage::appender::{ChunkSizing, PageAppender};
 use crate::storage::error::{StorageError, io_error};
-use crate::storage::files::{create_dma, segment_path, sync_directory};
+use crate::storage::files::{FileAccess, create_dma, segment_path, sync_directory, trim_and_sync};
 use crate::storage::partition_log::PartitionLog;
 use crate::storage::segment::{SealedIndex, SealedIndexes, Segment, SegmentState};
 
@@ -101,7 +101,7 @@ impl CleanedSegmentWriter {
     ) -> Result<CleanedSegmentWriter, StorageError> {
         let appender = |kind| async move {
             let path = suffixed_path(dir, base_offset, kind, CLEANED_SUFFIX);
-            let file = create_dma(&path).await?;
+            let file = FileAccess::Open(create_dma(&path).await?);
             Ok::<_, StorageError>(PageAppender::new(file, path, 0, Vec::new(), CLEANED_SIZING))
         };
         Ok(CleanedSegmentWriter {
@@ -158,23 +158,27 @@ impl CleanedSegmentWriter {
             self.time_index.append(&[entry.as_bytes()]);
             self.time_entries.push(entry);
         }
+        let mut files = Vec::with_capacity(3);
         for appender in [&mut self.log, &mut self.offset_index, &mut self.time_index] {
             appender.write_all().await?;
-            let (file, path) = (appender.file(), appender.path());
-            file.truncate(appender.len())
-                .await
-                .map_err(io_error("trimming", path))?;
-            file.fdatasync().await.map_err(io_error("syncing", path))?;
+            let file = (
+                appender.file().clone(),
+                appender.path().to_owned(),
+                appender.len(),
+            );
+            files.push(trim_and_sync(&file).await?);
         }
         sync_directory(&self.dir).await?;
+        let [log_file, offset_file, time_file] =
+            files.try_into().expect("three files in, three out");
         Ok(CleanedSegment {
             base_offset: self.base_offset,
             next_offset: self.next_offset,
             log_bytes: self.log.len(),
             largest_timestamp: self.indexer.max_timestamp(),
-            log_file: self.log.file().clone(),
-            offset_file: self.offset_index.file().clone(),
-            time_file: self.time_index.file().clone(),
+            log_file,
+            offset_file,
+            time_file,
             offset_entries: self.offset_entries,
             time_entries: self.time_entries,
         })

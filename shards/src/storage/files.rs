@@ -40,6 +40,58 @@ pub(crate) async fn create_dma(path: &Path) -> Result<Rc<DmaFile>, StorageError>
     Ok(Rc::new(file))
 }
 
+/// How an appender reaches its file.
+#[derive(Clone, Debug)]
+pub(crate) enum FileAccess {
+    /// Held open for the appender's life: a `.log`, written continuously.
+    Open(Rc<DmaFile>),
+    /// Opened for each write or sync and closed after: the active segment's
+    /// index files, which take a page write every few MiB of log and a sync
+    /// at roll and close. An idle partition then holds one descriptor (its
+    /// `.log`), so tens of thousands of partitions fit under the open-file
+    /// limit (Kafka likewise keeps no descriptor for an index, which it maps).
+    OnDemand,
+}
+
+impl FileAccess {
+    /// The open file, or `path` opened for this use; hand it to [`release`]
+    /// when done.
+    pub async fn get(&self, path: &Path) -> Result<Rc<DmaFile>, StorageError> {
+        match self {
+            FileAccess::Open(file) => Ok(file.clone()),
+            FileAccess::OnDemand => open_dma(path, false).await,
+        }
+    }
+}
+
+/// Closes `file` now if this is its last holder (a file opened for one use);
+/// a file held open elsewhere stays open.
+pub(crate) async fn release(file: Rc<DmaFile>, path: &Path) -> Result<(), StorageError> {
+    file.close_rc()
+        .await
+        .map(drop)
+        .map_err(io_error("closing", path))
+}
+
+/// Trims a file to its logical length (its last page was written padded)
+/// and syncs it; returns it open.
+pub(crate) async fn trim_and_sync(
+    (file, path, len): &(FileAccess, PathBuf, u64),
+) -> Result<Rc<DmaFile>, StorageError> {
+    let file = file.get(path).await?;
+    file.truncate(*len)
+        .await
+        .map_err(io_error("trimming", path))?;
+    file.fdatasync().await.map_err(io_error("syncing", path))?;
+    Ok(file)
+}
+
+/// Creates an empty file (as [`create_dma`]) and closes it: it is opened
+/// again on demand.
+pub(crate) async fn create_closed(path: &Path) -> Result<(), StorageError> {
+    release(create_dma(path).await?, path).await
+}
+
 /// Reads `len` bytes at `position` (O_DIRECT; alignment handled by glommio).
 pub(crate) async fn read_exact(
     file: &DmaFile,

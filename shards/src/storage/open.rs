@@ -45,7 +45,8 @@ use crate::storage::appender::{ChunkSizing, PageAppender, align_down};
 use crate::storage::cleaned_segment::recover_interrupted_swap;
 use crate::storage::error::{StorageError, io_error};
 use crate::storage::files::{
-    open_dma, read_optional_text, read_partial_page, segment_path, sync_directory, write_atomically,
+    FileAccess, open_dma, read_optional_text, read_partial_page, release, segment_path,
+    sync_directory, write_atomically,
 };
 use crate::storage::partition_log::{RecoveryHints, delete_segment_files};
 use crate::storage::segment::{ActiveSegment, SealedIndex, SealedIndexes, Segment, SegmentState};
@@ -326,28 +327,29 @@ async fn into_segment(
     let largest_timestamp = scan.indexer.max_timestamp();
     let state = if active {
         let carry = read_partial_page(&scan.log_file, &log_path, scan.log_bytes).await?;
-        let index_appender = |path: PathBuf, bytes: &[u8], file| {
+        let index_appender = |path: PathBuf, bytes: &[u8]| {
             let len = bytes.len() as u64;
             PageAppender::new(
-                file,
+                FileAccess::OnDemand,
                 path,
                 len,
                 bytes[align_down(len) as usize..].to_vec(),
                 ChunkSizing::INDEX,
             )
         };
-        let offset_file = open_dma(&index_path, true).await?;
-        let time_file = open_dma(&time_path, true).await?;
+        for path in [&index_path, &time_path] {
+            release(open_dma(path, true).await?, path).await?;
+        }
         SegmentState::Open(Box::new(ActiveSegment {
             log: PageAppender::new(
-                scan.log_file.clone(),
+                FileAccess::Open(scan.log_file.clone()),
                 log_path.clone(),
                 scan.log_bytes,
                 carry,
                 ChunkSizing::LOG,
             ),
-            offset_index: index_appender(index_path, scan.offset_entries.as_bytes(), offset_file),
-            time_index: index_appender(time_path, scan.time_entries.as_bytes(), time_file),
+            offset_index: index_appender(index_path, scan.offset_entries.as_bytes()),
+            time_index: index_appender(time_path, scan.time_entries.as_bytes()),
             indexer: scan.indexer,
             offset_entries: scan.offset_entries,
             time_entries: scan.time_entries,

@@ -28,8 +28,10 @@ use futures::channel::oneshot;
 use glommio::Task;
 use glommio::sync::Semaphore;
 
-use crate::storage::error::{StorageError, io_error};
-use crate::storage::files::{segment_path, sync_directory, write_atomically};
+use crate::storage::error::StorageError;
+use crate::storage::files::{
+    release, segment_path, sync_directory, trim_and_sync, write_atomically,
+};
 use crate::storage::open::{self, EPOCH_CHECKPOINT_FILE};
 use crate::storage::producers::{Checked, Origin, PartitionProducers, ProducerCheck};
 use crate::storage::segment::{IndexBlock, Segment};
@@ -475,11 +477,8 @@ impl PartitionLog {
             });
             (files, active.base_offset, state.log_end_offset)
         };
-        for (file, path, len) in files.into_iter().flatten() {
-            file.truncate(len)
-                .await
-                .map_err(io_error("trimming", &path))?;
-            file.fdatasync().await.map_err(io_error("syncing", &path))?;
+        for file in files.iter().flatten() {
+            release(trim_and_sync(file).await?, &file.1).await?;
         }
         let mut state = self.inner.state.borrow_mut();
         let log_bytes = state.active().log_bytes;

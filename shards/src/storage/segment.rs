@@ -26,7 +26,7 @@ use zerocopy::IntoBytes;
 use crate::storage::appender::{ChunkSizing, PageAppender, Write};
 use crate::storage::bytes::LogBytes;
 use crate::storage::error::{StorageError, io_error};
-use crate::storage::files::{create_dma, read_exact, segment_path};
+use crate::storage::files::{FileAccess, create_closed, create_dma, read_exact, segment_path};
 
 /// A segment and what is known about it without reading its files.
 #[derive(Debug)]
@@ -260,28 +260,27 @@ impl Segment {
         let log_file = create_dma(&log_path).await?;
         let index_path = segment_path(dir, base_offset, SegmentFileKind::Index);
         let time_path = segment_path(dir, base_offset, SegmentFileKind::TimeIndex);
+        create_closed(&index_path).await?;
+        create_closed(&time_path).await?;
+        let index_appender = |path| {
+            PageAppender::new(
+                FileAccess::OnDemand,
+                path,
+                0,
+                Vec::new(),
+                ChunkSizing::INDEX,
+            )
+        };
         let active = ActiveSegment {
             log: PageAppender::new(
-                log_file.clone(),
+                FileAccess::Open(log_file.clone()),
                 log_path.clone(),
                 0,
                 Vec::new(),
                 ChunkSizing::LOG,
             ),
-            offset_index: PageAppender::new(
-                create_dma(&index_path).await?,
-                index_path,
-                0,
-                Vec::new(),
-                ChunkSizing::INDEX,
-            ),
-            time_index: PageAppender::new(
-                create_dma(&time_path).await?,
-                time_path,
-                0,
-                Vec::new(),
-                ChunkSizing::INDEX,
-            ),
+            offset_index: index_appender(index_path),
+            time_index: index_appender(time_path),
             indexer: SegmentIndexer::new(base_offset, index_interval_bytes),
             offset_entries: Vec::new(),
             time_entries: Vec::new(),
@@ -436,20 +435,20 @@ impl Segment {
     }
 
     /// Turns a sealing segment whose files were trimmed and synced into a
-    /// sealed one.
-    pub fn finish_sealing(&mut self) {
+    /// sealed one, which keeps its index files open for lookups.
+    pub fn finish_sealing(&mut self, [offset_file, time_file]: [Rc<DmaFile>; 2]) {
         let SegmentState::Open(active) = &self.state else {
             return;
         };
         debug_assert!(active.sealing);
         let sealed = SealedIndexes {
             offset: SealedIndex {
-                file: active.offset_index.file().clone(),
+                file: offset_file,
                 path: active.offset_index.path().to_owned(),
                 summary: BlockSummary::of(&active.offset_entries),
             },
             time: SealedIndex {
-                file: active.time_index.file().clone(),
+                file: time_file,
                 path: active.time_index.path().to_owned(),
                 summary: BlockSummary::of(&active.time_entries),
             },

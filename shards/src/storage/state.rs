@@ -22,6 +22,7 @@ use glommio::io::DmaFile;
 
 use crate::storage::appender::Write;
 use crate::storage::error::StorageError;
+use crate::storage::files::FileAccess;
 use crate::storage::segment::{Segment, SegmentFile};
 use crate::storage::waiters::Waiters;
 
@@ -93,7 +94,9 @@ pub(crate) enum WriteJob {
     /// Trim a rolled segment's files to size and sync them.
     Seal {
         segment_base: Offset,
-        files: Vec<(Rc<DmaFile>, PathBuf, u64)>,
+        /// `.log`, offset index, time index: how to reach each, its path
+        /// and its length.
+        files: [(FileAccess, PathBuf, u64); 3],
     },
 }
 
@@ -362,16 +365,14 @@ impl LogState {
             };
             if active.sealing && !active.seal_started && active.is_written() {
                 active.seal_started = true;
-                let files = [&active.log, &active.offset_index, &active.time_index]
-                    .into_iter()
-                    .map(|appender| {
+                let files =
+                    [&active.log, &active.offset_index, &active.time_index].map(|appender| {
                         (
                             appender.file().clone(),
                             appender.path().to_owned(),
                             appender.len(),
                         )
-                    })
-                    .collect();
+                    });
                 return Some(WriteJob::Seal {
                     segment_base,
                     files,
@@ -389,9 +390,11 @@ impl LogState {
         self.advance();
     }
 
-    pub fn complete_seal(&mut self, segment_base: Offset) {
+    /// The rolled segment at `segment_base` was trimmed and synced;
+    /// `index_files` are its offset and time index, open.
+    pub fn complete_seal(&mut self, segment_base: Offset, index_files: [Rc<DmaFile>; 2]) {
         if let Some(slot) = self.segment_slot(segment_base) {
-            self.segments[slot].finish_sealing();
+            self.segments[slot].finish_sealing(index_files);
         }
         self.advance();
     }
@@ -415,7 +418,7 @@ impl LogState {
         }
         let sync = SyncDecision::Sync {
             segment_base: active.base_offset,
-            file: files.log.file().clone(),
+            file: active.log_file.clone(),
             path: files.log.path().to_owned(),
             written,
         };

@@ -17,9 +17,11 @@ use brook_engine::types::Offset;
 use futures::StreamExt;
 use futures::future::{Either, select, try_join_all};
 use futures::stream::FuturesUnordered;
+use glommio::io::DmaFile;
 use glommio::sync::Semaphore;
 
 use crate::storage::error::{StorageError, io_error};
+use crate::storage::files::trim_and_sync;
 use crate::storage::partition_log::LogInner;
 use crate::storage::segment::SegmentFile;
 use crate::storage::state::{SyncDecision, WriteJob};
@@ -45,6 +47,7 @@ enum Done {
     },
     Seal {
         segment_base: Offset,
+        index_files: [Rc<DmaFile>; 2],
     },
 }
 
@@ -68,14 +71,14 @@ fn start(job: WriteJob) -> Running {
             segment_base,
             files,
         } => Box::pin(async move {
-            let trims = files.iter().map(|(file, path, len)| async move {
-                file.truncate(*len)
-                    .await
-                    .map_err(io_error("trimming", path))?;
-                file.fdatasync().await.map_err(io_error("syncing", path))
-            });
-            try_join_all(trims).await?;
-            Ok(Done::Seal { segment_base })
+            let [_, offset_index, time_index] = try_join_all(files.iter().map(trim_and_sync))
+                .await?
+                .try_into()
+                .expect("three files in, three out");
+            Ok(Done::Seal {
+                segment_base,
+                index_files: [offset_index, time_index],
+            })
         }),
     }
 }
@@ -113,7 +116,10 @@ pub(crate) async fn run_writer(log: Rc<LogInner>) {
                     file,
                     end,
                 } => state.complete_write(segment_base, file, end),
-                Done::Seal { segment_base } => state.complete_seal(segment_base),
+                Done::Seal {
+                    segment_base,
+                    index_files,
+                } => state.complete_seal(segment_base, index_files),
             }
         });
         if let Err(error) = result {

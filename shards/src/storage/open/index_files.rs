@@ -12,8 +12,8 @@ use glommio::io::ReadResult;
 
 use super::Distrust;
 use crate::storage::appender::{ChunkSizing, PageAppender};
-use crate::storage::error::{StorageError, io_error};
-use crate::storage::files::{create_dma, open_dma, read_exact};
+use crate::storage::error::StorageError;
+use crate::storage::files::{FileAccess, create_dma, open_dma, read_exact, release, trim_and_sync};
 
 /// The largest index file of kind `E` a segment whose `.log` holds
 /// `log_bytes` can have; a larger one is damaged and is rebuilt, never read
@@ -91,7 +91,7 @@ async fn read_index_bytes(path: &Path, bytes_max: u64) -> Result<ReadResult, Str
 
 /// Replaces an index file with exactly `bytes`, synced.
 pub(super) async fn write_index(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
-    let file = create_dma(path).await?;
+    let file = FileAccess::Open(create_dma(path).await?);
     let mut appender = PageAppender::new(
         file.clone(),
         path.to_owned(),
@@ -101,10 +101,7 @@ pub(super) async fn write_index(path: &Path, bytes: &[u8]) -> Result<(), Storage
     );
     appender.append(&[bytes]);
     appender.write_all().await?;
-    file.truncate(bytes.len() as u64)
-        .await
-        .map_err(io_error("trimming", path))?;
-    file.fdatasync().await.map_err(io_error("syncing", path))?;
-    file.close_rc().await.map_err(io_error("closing", path))?;
-    Ok(())
+    drop(appender);
+    let file = trim_and_sync(&(file, path.to_owned(), bytes.len() as u64)).await?;
+    release(file, path).await
 }

@@ -1,4 +1,5 @@
 //! Opening a partition log: a new partition's directory entries are synced,
+//! an idle partition holds only its active `.log` open,
 //! and after a crash only the bytes from the recovery point on are scanned.
 //! Recovery records the `.log` ranges it reads here ([`RECOVERY_READS`]).
 
@@ -169,4 +170,75 @@ fn recovery_scans_only_from_the_recovery_point() {
         large_batches.walked_bytes(),
         large_batches.trusted
     );
+}
+
+/// The files under `dir` this process holds descriptors for.
+fn open_files_under(dir: &Path) -> Vec<PathBuf> {
+    let dir = dir.canonicalize().unwrap();
+    let mut open: Vec<PathBuf> = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter(|path| path.starts_with(&dir))
+        .collect();
+    open.sort();
+    open
+}
+
+/// Waits (bounded) until the files open under `dir` are `expected`: index
+/// writes may still be completing when an append returns.
+async fn settle_open_files(dir: &Path, expected: &[PathBuf]) {
+    for _ in 0..500 {
+        if open_files_under(dir) == expected {
+            return;
+        }
+        glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(open_files_under(dir), expected, "descriptors still open");
+}
+
+/// An idle partition holds one descriptor, its active `.log`: the active
+/// segment's index files are opened for each write and closed after, so
+/// 10,000 partitions fit under an open-file limit of 20,000. Checked new,
+/// after enough appends to write whole index pages, and recovered.
+#[test]
+fn an_idle_partition_holds_only_its_active_log_open() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("p-0");
+    let config = LogConfig {
+        index_interval_bytes: 4096,
+        ..LogConfig::default()
+    };
+    block_on(async move {
+        let log = PartitionLog::open(&dir, config.clone(), RecoveryHints::default(), 0)
+            .await
+            .unwrap();
+        let log_path = dir.canonicalize().unwrap().join("00000000000000000000.log");
+        let only_log = [log_path.clone()];
+        settle_open_files(&dir, &only_log).await;
+        // 1,200 index entries: whole pages of both index files are written.
+        for i in 0..1200 {
+            let bytes = batch_of(4096, 1_700_000_000_000 + i);
+            log.append(&bytes, LeaderEpoch(0), 0).await.unwrap();
+        }
+        log.flush().await.unwrap();
+        settle_open_files(&dir, &only_log).await;
+        let index_bytes = std::fs::metadata(log_path.with_extension("index"))
+            .unwrap()
+            .len();
+        assert!(
+            index_bytes >= 4096,
+            "a whole offset-index page written: {index_bytes}"
+        );
+        let end = log.log_end_offset();
+        log.close().await.unwrap();
+        drop(log);
+        settle_open_files(&dir, &[]).await;
+
+        let log = PartitionLog::open(&dir, config, RecoveryHints::default(), 0)
+            .await
+            .unwrap();
+        assert_eq!(log.log_end_offset(), end);
+        settle_open_files(&dir, &only_log).await;
+        log.close().await.unwrap();
+    });
 }
