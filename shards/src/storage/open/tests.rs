@@ -49,6 +49,14 @@ fn a_new_partition_syncs_its_directory_and_its_parent() {
     });
 }
 
+/// Index entries every 4 KiB of log.
+fn index_every_page() -> LogConfig {
+    LogConfig {
+        index_interval_bytes: 4096,
+        ..LogConfig::default()
+    }
+}
+
 fn batch_of(value_bytes: usize, timestamp: i64) -> Vec<u8> {
     let record = NewRecord::value(vec![7u8; value_bytes], TimestampMs(timestamp));
     encode_batch(&[record], &BatchOptions::default())
@@ -88,10 +96,7 @@ fn recover(count: usize, synced: usize, batch_value_bytes: usize, keep_indexes: 
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("p-0");
     let log_path = dir.join("00000000000000000000.log");
-    let config = LogConfig {
-        index_interval_bytes: 4096,
-        ..LogConfig::default()
-    };
+    let config = index_every_page();
     block_on(async move {
         let log = PartitionLog::open(&dir, config.clone(), RecoveryHints::default(), 0)
             .await
@@ -204,10 +209,7 @@ async fn settle_open_files(dir: &Path, expected: &[PathBuf]) {
 fn an_idle_partition_holds_only_its_active_log_open() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("p-0");
-    let config = LogConfig {
-        index_interval_bytes: 4096,
-        ..LogConfig::default()
-    };
+    let config = index_every_page();
     block_on(async move {
         let log = PartitionLog::open(&dir, config.clone(), RecoveryHints::default(), 0)
             .await
