@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use futures::channel::oneshot;
 use futures::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use glommio::net::TcpStream;
@@ -95,21 +95,51 @@ impl Connection {
         body: &Q,
         expect_response: bool,
     ) -> Result<oneshot::Receiver<Result<Bytes, ClientError>>, ClientError> {
+        self.send_frame(api_key, version, expect_response, |header| {
+            let mut frame = BytesMut::with_capacity(64);
+            frame.put_i32(0);
+            frame.put_slice(header);
+            body.encode(&mut frame, version)
+                .map_err(|error| ClientError::Encode(error.to_string()))?;
+            let size = (frame.len() - 4) as i32;
+            frame[..4].copy_from_slice(&size.to_be_bytes());
+            Ok(frame.freeze())
+        })
+        .await
+    }
+
+    /// As [`send`](Self::send), for a caller that writes the frame itself
+    /// (a Produce request written around its batch, so the batch is not
+    /// copied): `frame` gets this request's header (with its correlation
+    /// id) and returns the whole frame: size, that header, the body.
+    pub async fn send_frame(
+        &self,
+        api_key: ApiKey,
+        version: i16,
+        expect_response: bool,
+        frame: impl FnOnce(&[u8]) -> Result<Bytes, ClientError>,
+    ) -> Result<oneshot::Receiver<Result<Bytes, ClientError>>, ClientError> {
         let correlation_id = self.next_correlation_id.get();
         self.next_correlation_id.set(correlation_id.wrapping_add(1));
-        let mut frame = BytesMut::with_capacity(64);
-        frame.extend_from_slice(&[0; 4]);
+        let mut header = BytesMut::with_capacity(64);
         RequestHeader::default()
             .with_request_api_key(api_key as i16)
             .with_request_api_version(version)
             .with_correlation_id(correlation_id)
             .with_client_id(Some(self.client_id.clone()))
-            .encode(&mut frame, api_key.request_header_version(version))
+            .encode(&mut header, api_key.request_header_version(version))
             .map_err(|error| ClientError::Encode(error.to_string()))?;
-        body.encode(&mut frame, version)
-            .map_err(|error| ClientError::Encode(error.to_string()))?;
-        let size = (frame.len() - 4) as i32;
-        frame[..4].copy_from_slice(&size.to_be_bytes());
+        let frame = frame(&header)?;
+        // A frame whose size field is off would desynchronise the stream.
+        let well_formed = frame.len() >= 4 + header.len()
+            && frame[..4] == ((frame.len() - 4) as i32).to_be_bytes()
+            && frame[4..].starts_with(&header);
+        if !well_formed {
+            return Err(ClientError::Encode(format!(
+                "a {api_key:?} frame of {} bytes without its size and header",
+                frame.len()
+            )));
+        }
         let (sender, receiver) = oneshot::channel();
         let _turn = self
             .writing

@@ -6,6 +6,7 @@
 
 pub mod cluster;
 pub mod connection;
+pub mod produce;
 pub mod records;
 
 use std::net::SocketAddr;

@@ -9,7 +9,7 @@
 //! ([`BatchBuilder::finish_as`] with a [`BatchProducer`]).
 
 use brook_engine::log::batch::{BATCH_HEADER_BYTES, BatchView, Compression};
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy, Zstd};
 
 use crate::client::ClientError;
@@ -44,28 +44,48 @@ pub struct RecordHeader<'a> {
 /// Records are written after room for the batch header, so an uncompressed
 /// batch is handed out without copying its records again (at a million
 /// records a second that copy was a third of the load generator's time).
+/// With [`with_headroom`](Self::with_headroom) there is room before the
+/// header too, for the request that will carry the batch
+/// ([`SealedBatch::framed`]).
 #[derive(Debug)]
 pub struct BatchBuilder {
-    /// Header room, then the records.
+    /// Headroom, header room, then the records.
     records: BytesMut,
     capacity: usize,
+    headroom: usize,
     count: i32,
     base_timestamp: i64,
     max_timestamp: i64,
 }
 
-/// A buffer for a new batch: room for the header, nothing else yet.
-fn batch_buffer(capacity: usize) -> BytesMut {
-    let mut buffer = BytesMut::with_capacity(capacity.max(BATCH_HEADER_BYTES));
-    buffer.put_bytes(0, BATCH_HEADER_BYTES);
+/// Room kept after a batch for what follows it in a request (a Produce
+/// request's closing tagged fields), so framing it does not reallocate.
+const TRAILER_ROOM_BYTES: usize = 16;
+
+/// A buffer for a new batch: headroom and room for the header, nothing
+/// else yet. Only the header room is written (zeros, overwritten on
+/// finish): a buffer's worth of memset per batch would cost as much as
+/// the copy the buffer exists to avoid.
+fn batch_buffer(capacity: usize, headroom: usize) -> BytesMut {
+    let mut buffer =
+        BytesMut::with_capacity(headroom + capacity.max(BATCH_HEADER_BYTES) + TRAILER_ROOM_BYTES);
+    buffer.put_bytes(0, headroom + BATCH_HEADER_BYTES);
     buffer
 }
 
 impl BatchBuilder {
     pub fn new(capacity: usize) -> BatchBuilder {
+        BatchBuilder::with_headroom(capacity, 0)
+    }
+
+    /// A builder whose batches keep `headroom` bytes free before them, for
+    /// a request's fields to be written there instead of the batch being
+    /// copied after them.
+    pub fn with_headroom(capacity: usize, headroom: usize) -> BatchBuilder {
         BatchBuilder {
-            records: batch_buffer(capacity),
+            records: batch_buffer(capacity, headroom),
             capacity,
+            headroom,
             count: 0,
             base_timestamp: 0,
             max_timestamp: 0,
@@ -82,7 +102,7 @@ impl BatchBuilder {
 
     /// The batch's size so far, uncompressed.
     pub fn size_bytes(&self) -> usize {
-        self.records.len()
+        self.records.len() - self.headroom
     }
 
     /// Adds a record whose value is `value_parts` back to back (so a
@@ -161,6 +181,17 @@ impl BatchBuilder {
         compression: Compression,
         producer: BatchProducer,
     ) -> Result<Bytes, ClientError> {
+        self.seal(compression, producer)
+            .map(SealedBatch::into_bytes)
+    }
+
+    /// As [`finish_as`](Self::finish_as), with the batch still in its
+    /// buffer after the builder's headroom, to be framed by a request.
+    pub fn seal(
+        &mut self,
+        compression: Compression,
+        producer: BatchProducer,
+    ) -> Result<SealedBatch, ClientError> {
         let mut header = BytesMut::with_capacity(BATCH_HEADER_BYTES);
         header.put_i64(0); // base offset
         header.put_i32(0); // length, below
@@ -186,15 +217,21 @@ impl BatchBuilder {
         header.put_i32(producer.base_sequence);
         header.put_i32(self.count);
         debug_assert_eq!(header.len(), BATCH_HEADER_BYTES);
+        let start = self.headroom;
         let mut batch = match compression {
             Compression::None => {
-                let mut batch = std::mem::replace(&mut self.records, batch_buffer(self.capacity));
-                batch[..BATCH_HEADER_BYTES].copy_from_slice(&header);
+                let fresh = batch_buffer(self.capacity, self.headroom);
+                let mut batch = std::mem::replace(&mut self.records, fresh);
+                batch[start..start + BATCH_HEADER_BYTES].copy_from_slice(&header);
                 batch
             }
             compressed => {
-                let records = &self.records[BATCH_HEADER_BYTES..];
-                let mut batch = header;
+                let records = &self.records[start + BATCH_HEADER_BYTES..];
+                let mut batch = BytesMut::with_capacity(
+                    start + BATCH_HEADER_BYTES + records.len() / 2 + TRAILER_ROOM_BYTES,
+                );
+                batch.put_bytes(0, start);
+                batch.put_slice(&header);
                 let copy = |out: &mut BytesMut| {
                     out.put_slice(records);
                     Ok(())
@@ -207,16 +244,61 @@ impl BatchBuilder {
                     other => Err(anyhow_unsupported(other)),
                 };
                 written.map_err(|error| ClientError::Encode(error.to_string()))?;
-                self.records.truncate(BATCH_HEADER_BYTES);
+                self.records.truncate(start + BATCH_HEADER_BYTES);
                 batch
             }
         };
-        let length = (batch.len() - 12) as i32;
-        batch[8..12].copy_from_slice(&length.to_be_bytes());
-        let crc = crc32c::crc32c(&batch[21..]);
-        batch[17..21].copy_from_slice(&crc.to_be_bytes());
+        let length = (batch.len() - start - 12) as i32;
+        batch[start + 8..start + 12].copy_from_slice(&length.to_be_bytes());
+        let crc = crc32c::crc32c(&batch[start + 21..]);
+        batch[start + 17..start + 21].copy_from_slice(&crc.to_be_bytes());
         self.count = 0;
-        Ok(batch.freeze())
+        Ok(SealedBatch {
+            buffer: batch,
+            start,
+        })
+    }
+}
+
+/// A finished batch in its builder's buffer, after the headroom.
+#[derive(Debug)]
+pub struct SealedBatch {
+    buffer: BytesMut,
+    /// Where the batch starts (the headroom before it is free).
+    start: usize,
+}
+
+impl SealedBatch {
+    pub fn len(&self) -> usize {
+        self.buffer.len() - self.start
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The batch alone.
+    pub fn into_bytes(mut self) -> Bytes {
+        self.buffer.advance(self.start);
+        self.buffer.freeze()
+    }
+
+    /// `before`, the batch, then `after`, as one buffer: `before` is
+    /// written into the headroom and `after` into the room kept behind the
+    /// batch, so the batch itself is not copied (it is when `before` does
+    /// not fit the headroom).
+    pub fn framed(mut self, before: &[u8], after: &[u8]) -> Bytes {
+        let Some(at) = self.start.checked_sub(before.len()) else {
+            let mut frame = BytesMut::with_capacity(before.len() + self.len() + after.len());
+            frame.put_slice(before);
+            frame.put_slice(&self.buffer[self.start..]);
+            frame.put_slice(after);
+            return frame.freeze();
+        };
+        self.buffer[at..self.start].copy_from_slice(before);
+        self.buffer.put_slice(after);
+        self.buffer.advance(at);
+        self.buffer.freeze()
     }
 }
 
@@ -522,6 +604,40 @@ mod tests {
             })
             .unwrap();
             assert_eq!(values, [Some(b"value".to_vec()), Some(Vec::new())]);
+        }
+    }
+
+    /// A builder with headroom writes the same batches; framing one puts
+    /// the frame's start in the headroom and its end after the batch, in
+    /// the same buffer (no copy), or copies when the start does not fit.
+    #[test]
+    fn headroom_leaves_batches_as_they_are_and_frames_them_in_place() {
+        for compression in [Compression::None, Compression::Lz4, Compression::Zstd] {
+            let mut plain = BatchBuilder::new(4096);
+            let mut roomy = BatchBuilder::with_headroom(4096, 32);
+            for builder in [&mut plain, &mut roomy] {
+                for index in 0..20u8 {
+                    builder.push(9, Some(b"k"), &[&[index; 24], &[0; 100]]);
+                }
+            }
+            assert_eq!(plain.size_bytes(), roomy.size_bytes());
+            let expected = plain.finish(compression).unwrap();
+            let sealed = roomy.seal(compression, BatchProducer::NONE).unwrap();
+            assert_eq!(sealed.len(), expected.len(), "{compression:?}");
+            let batch_address = sealed.buffer[sealed.start..].as_ptr();
+            let frame = sealed.framed(b"before", b"after");
+            assert_eq!(&frame[..6], b"before");
+            assert_eq!(&frame[6..frame.len() - 5], &expected[..]);
+            assert_eq!(&frame[frame.len() - 5..], b"after");
+            assert_eq!(frame[6..].as_ptr(), batch_address, "framed in place");
+            assert!(BatchView::parse_exact(&frame[6..frame.len() - 5]).is_ok());
+
+            roomy.push(9, None, &[b"v"]);
+            let sealed = roomy.seal(compression, BatchProducer::NONE).unwrap();
+            let alone = sealed.len();
+            let frame = sealed.framed(&[1; 40], b"");
+            assert_eq!(frame.len(), 40 + alone, "copied when the headroom is short");
+            assert_eq!(roomy.size_bytes(), BATCH_HEADER_BYTES);
         }
     }
 

@@ -15,6 +15,7 @@ pub mod producer;
 pub mod rate;
 pub mod report;
 pub mod stats;
+pub mod value;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

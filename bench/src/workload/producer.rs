@@ -10,7 +10,6 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures::FutureExt;
 use glommio::sync::Semaphore;
 use hdrhistogram::Histogram;
@@ -19,15 +18,19 @@ use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 
 use crate::client::cluster::topic_name;
 use crate::client::connection::decode;
-use crate::client::records::BatchBuilder;
+use crate::client::produce;
+use crate::client::records::{BatchBuilder, BatchProducer, SealedBatch};
 use crate::client::{ClientError, Cluster, PartitionLeader};
 use crate::log::payload::Xorshift64;
-use crate::workload::options::{STAMP_BYTES, WorkloadOptions};
+use crate::workload::options::WorkloadOptions;
 use crate::workload::rate::RateLimiter;
 use crate::workload::stats::{Ledger, Live, Phase, latency_histogram};
+use crate::workload::value::{Values, stamp};
 use crate::workload::{now_ns, unix_now_ms};
 
-pub const PRODUCE_VERSION: i16 = 9;
+pub const PRODUCE_VERSION: i16 = produce::VERSION;
+/// How long the broker may take to answer a Produce request.
+const PRODUCE_TIMEOUT_MS: i32 = 30_000;
 
 /// One partition a producer writes to.
 #[derive(Clone, Debug)]
@@ -55,20 +58,49 @@ pub struct ProducerOutcome {
     pub errors: Vec<String>,
 }
 
+/// Records of a batch with consecutive sequence numbers that fell due at
+/// the same instant, with the wrapping sum of their value CRCs: what the
+/// ledger and the latency histogram need, one entry for a whole
+/// unthrottled batch instead of one per record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Run {
+    created_ns: u64,
+    first_sequence: u64,
+    count: u64,
+    value_crcs: u64,
+}
+
+/// Appends a record to `runs`, extending the last run when it can.
+fn push_record(runs: &mut Vec<Run>, created_ns: u64, sequence: u64, value_crc: u32) {
+    if let Some(last) = runs.last_mut()
+        && last.created_ns == created_ns
+        && last.first_sequence + last.count == sequence
+    {
+        last.count += 1;
+        last.value_crcs = last.value_crcs.wrapping_add(u64::from(value_crc));
+        return;
+    }
+    runs.push(Run {
+        created_ns,
+        first_sequence: sequence,
+        count: 1,
+        value_crcs: u64::from(value_crc),
+    });
+}
+
 /// A batch being filled for one partition.
 #[derive(Debug)]
 struct OpenBatch {
     builder: BatchBuilder,
-    /// Per record: when it fell due, its sequence, the CRC of its value.
-    records: Vec<(u64, u64, u32)>,
+    runs: Vec<Run>,
     opened_ns: u64,
 }
 
-/// A sealed batch on its way.
+/// A sealed batch on its way: what to enter once it is acknowledged.
 struct SentBatch {
     target: usize,
-    records: Vec<(u64, u64, u32)>,
-    bytes: Bytes,
+    runs: Vec<Run>,
+    records: u64,
 }
 
 /// Shared between the producing loop and the tasks awaiting answers.
@@ -95,6 +127,7 @@ pub async fn run_producer(
         ledger: Ledger::default(),
         errors: Vec::new(),
     }));
+    let seed = 0x5eed ^ (u64::from(spec.run_id) << 32) ^ u64::from(spec.index);
     let mut producer = Producer {
         spec: &spec,
         options: &options,
@@ -106,9 +139,8 @@ pub async fn run_producer(
         open: BTreeMap::new(),
         sticky: spec.index as usize % spec.targets.len().max(1),
         sequence: 0,
-        random: Xorshift64::new(0x5eed ^ (u64::from(spec.run_id) << 32) ^ u64::from(spec.index)),
-        scratch: vec![0; options.record_bytes],
-        zeros: vec![0; options.record_bytes],
+        random: Xorshift64::new(seed),
+        values: Values::new(&options, seed.rotate_left(17) ^ 0x9e37_79b9_7f4a_7c15),
     };
     producer.produce().await?;
     // Every request answered: take the whole window of every broker.
@@ -137,9 +169,9 @@ struct Producer<'a> {
     open: BTreeMap<usize, OpenBatch>,
     sticky: usize,
     sequence: u64,
+    /// Picks keys.
     random: Xorshift64,
-    scratch: Vec<u8>,
-    zeros: Vec<u8>,
+    values: Values,
 }
 
 impl Producer<'_> {
@@ -153,23 +185,29 @@ impl Producer<'_> {
             match &mut limiter {
                 None => {
                     // As fast as the window allows: fill the sticky batch.
-                    let created = now_ns();
+                    let (created, timestamp_ms) = (now_ns(), unix_now_ms());
+                    let mut added = 0;
                     while !self.full(self.sticky) {
-                        self.add_record(created);
+                        self.add_record(created, timestamp_ms);
+                        added += 1;
                     }
+                    self.count_produced(added);
                     let target = self.sticky;
                     self.sticky = (self.sticky + 1) % self.spec.targets.len();
                     self.send(vec![target]).await?;
                 }
                 Some(limiter) => {
-                    let now = now_ns();
+                    let (now, timestamp_ms) = (now_ns(), unix_now_ms());
                     // Behind schedule (the window was full), records due
                     // meanwhile go out as full batches, never larger ones.
+                    let mut added = 0;
                     while let Some(due) = limiter.take(now) {
-                        if self.add_record(due) {
+                        added += 1;
+                        if self.add_record(due, timestamp_ms) {
                             break;
                         }
                     }
+                    self.count_produced(added);
                     let ready: Vec<usize> = self
                         .open
                         .iter()
@@ -216,9 +254,19 @@ impl Producer<'_> {
         })
     }
 
+    /// Counts records added to batches in the live totals (once per
+    /// round: two atomic adds per record were measurable).
+    fn count_produced(&self, records: u64) {
+        Live::add(&self.live.produced_records, records);
+        Live::add(
+            &self.live.produced_bytes,
+            records * self.options.record_bytes as u64,
+        );
+    }
+
     /// Adds one record, due at `created_ns`, to its partition's batch;
     /// returns whether that batch is now full.
-    fn add_record(&mut self, created_ns: u64) -> bool {
+    fn add_record(&mut self, created_ns: u64, timestamp_ms: i64) -> bool {
         let sequence = self.sequence;
         self.sequence += 1;
         let key = (self.options.keys > 0)
@@ -236,38 +284,28 @@ impl Producer<'_> {
             self.sticky = (self.sticky + 1) % self.spec.targets.len();
         }
         let target = if key.is_none() { self.sticky } else { target };
-        let random_bytes = ((self.options.record_bytes - STAMP_BYTES) as f64
-            * self.options.random_fraction) as usize;
-        let value_bytes = self.options.record_bytes;
-        let stamp = &mut self.scratch[..STAMP_BYTES];
-        stamp[..8].copy_from_slice(&created_ns.to_le_bytes());
-        stamp[8..12].copy_from_slice(&self.spec.run_id.to_le_bytes());
-        stamp[12..16].copy_from_slice(&self.spec.index.to_le_bytes());
-        stamp[16..24].copy_from_slice(&sequence.to_le_bytes());
-        self.random
-            .fill(&mut self.scratch[STAMP_BYTES..STAMP_BYTES + random_bytes]);
-        let zeros = &self.zeros[..value_bytes - STAMP_BYTES - random_bytes];
-        let head = &self.scratch[..STAMP_BYTES + random_bytes];
-        let crc = crc32c::crc32c_append(crc32c::crc32c(head), zeros);
+        let stamp = stamp(created_ns, self.spec.run_id, self.spec.index, sequence);
+        let ([random, zeros], value_crc) = self.values.next(&stamp);
         let batch = self.open.entry(target).or_insert_with(|| OpenBatch {
-            builder: BatchBuilder::new(self.options.batch_bytes),
-            records: Vec::new(),
+            builder: BatchBuilder::with_headroom(
+                self.options.batch_bytes,
+                produce::FRAME_PREFIX_BYTES_MAX,
+            ),
+            runs: Vec::new(),
             opened_ns: created_ns,
         });
         batch.builder.push(
-            unix_now_ms(),
+            timestamp_ms,
             key.as_ref().map(|key| &key[..]),
-            &[head, zeros],
+            &[&stamp, random, zeros],
         );
-        batch.records.push((created_ns, sequence, crc));
-        Live::add(&self.live.produced_records, 1);
-        Live::add(&self.live.produced_bytes, value_bytes as u64);
+        push_record(&mut batch.runs, created_ns, sequence, value_crc);
         self.full(target)
     }
 
     /// Seals the batches of `targets` and sends them, one request per broker.
     async fn send(&mut self, targets: Vec<usize>) -> Result<(), ClientError> {
-        let mut by_broker: BTreeMap<SocketAddr, Vec<SentBatch>> = BTreeMap::new();
+        let mut by_broker: BTreeMap<SocketAddr, Vec<(SentBatch, SealedBatch)>> = BTreeMap::new();
         for target in targets {
             let Some(mut batch) = self.open.remove(&target) else {
                 continue;
@@ -275,15 +313,19 @@ impl Producer<'_> {
             if batch.builder.is_empty() {
                 continue;
             }
-            let bytes = batch.builder.finish(self.options.compression)?;
+            let records = batch.builder.record_count() as u64;
+            let sealed = batch
+                .builder
+                .seal(self.options.compression, BatchProducer::NONE)?;
+            let sent = SentBatch {
+                target,
+                runs: std::mem::take(&mut batch.runs),
+                records,
+            };
             by_broker
                 .entry(self.spec.targets[target].leader.broker)
                 .or_default()
-                .push(SentBatch {
-                    target,
-                    records: std::mem::take(&mut batch.records),
-                    bytes,
-                });
+                .push((sent, sealed));
         }
         for (broker, batches) in by_broker {
             self.send_request(broker, batches).await?;
@@ -294,40 +336,44 @@ impl Producer<'_> {
     async fn send_request(
         &self,
         broker: SocketAddr,
-        batches: Vec<SentBatch>,
+        batches: Vec<(SentBatch, SealedBatch)>,
     ) -> Result<(), ClientError> {
         let window = self.windows[&broker].clone();
         let permit = window
             .acquire_static_permit(1)
             .await
             .map_err(|_| ClientError::Closed(broker))?;
-        let mut by_topic: BTreeMap<&str, Vec<PartitionProduceData>> = BTreeMap::new();
-        for batch in &batches {
-            let target = &self.spec.targets[batch.target];
-            by_topic.entry(&target.topic).or_default().push(
-                PartitionProduceData::default()
-                    .with_index(target.leader.partition)
-                    .with_records(Some(batch.bytes.clone())),
-            );
-        }
-        let request = ProduceRequest::default()
-            .with_acks(self.options.acks)
-            .with_timeout_ms(30_000)
-            .with_topic_data(
-                by_topic
-                    .into_iter()
-                    .map(|(topic, partitions)| {
-                        TopicProduceData::default()
-                            .with_name(topic_name(topic))
-                            .with_partition_data(partitions)
-                    })
-                    .collect(),
-            );
         let connection = self.cluster.connection(broker).await?;
         let expect_response = self.options.acks != 0;
-        let answer = connection
-            .send(ApiKey::Produce, PRODUCE_VERSION, &request, expect_response)
-            .await?;
+        let (batches, sealed): (Vec<SentBatch>, Vec<SealedBatch>) = batches.into_iter().unzip();
+        let answer = match <[SealedBatch; 1]>::try_from(sealed) {
+            Ok([sealed]) => {
+                // One batch (always, unthrottled): the request is written
+                // around it, in its buffer.
+                let target = &self.spec.targets[batches[0].target];
+                let acks = self.options.acks;
+                let frame = |header: &[u8]| {
+                    let prefix = produce::frame_prefix(
+                        header,
+                        acks,
+                        PRODUCE_TIMEOUT_MS,
+                        &target.topic,
+                        target.leader.partition,
+                        sealed.len(),
+                    );
+                    Ok(sealed.framed(&prefix, &produce::FRAME_SUFFIX))
+                };
+                connection
+                    .send_frame(ApiKey::Produce, PRODUCE_VERSION, expect_response, frame)
+                    .await?
+            }
+            Err(sealed) => {
+                let request = self.request(&batches, sealed);
+                connection
+                    .send(ApiKey::Produce, PRODUCE_VERSION, &request, expect_response)
+                    .await?
+            }
+        };
         let acks = self.acks.clone();
         let live = self.live.clone();
         let targets = self.targets.clone();
@@ -350,6 +396,32 @@ impl Producer<'_> {
         };
         glommio::spawn_local(answered.boxed_local()).detach();
         Ok(())
+    }
+
+    /// A Produce request of several batches, encoded by kafka-protocol.
+    fn request(&self, batches: &[SentBatch], sealed: Vec<SealedBatch>) -> ProduceRequest {
+        let mut by_topic: BTreeMap<&str, Vec<PartitionProduceData>> = BTreeMap::new();
+        for (batch, sealed) in batches.iter().zip(sealed) {
+            let target = &self.spec.targets[batch.target];
+            by_topic.entry(&target.topic).or_default().push(
+                PartitionProduceData::default()
+                    .with_index(target.leader.partition)
+                    .with_records(Some(sealed.into_bytes())),
+            );
+        }
+        ProduceRequest::default()
+            .with_acks(self.options.acks)
+            .with_timeout_ms(PRODUCE_TIMEOUT_MS)
+            .with_topic_data(
+                by_topic
+                    .into_iter()
+                    .map(|(topic, partitions)| {
+                        TopicProduceData::default()
+                            .with_name(topic_name(topic))
+                            .with_partition_data(partitions)
+                    })
+                    .collect(),
+            )
     }
 }
 
@@ -388,19 +460,58 @@ fn account(
             }
         };
         if let Some(error) = error {
-            Live::add(&live.failed_records, batch.records.len() as u64);
+            Live::add(&live.failed_records, batch.records);
             if acks.errors.len() < 10 {
                 acks.errors.push(error);
             }
             continue;
         }
-        Live::add(&live.acked_records, batch.records.len() as u64);
-        for (created_ns, sequence, crc) in batch.records {
+        Live::add(&live.acked_records, batch.records);
+        for run in batch.runs {
             if measuring {
                 acks.histogram
-                    .saturating_record(now.saturating_sub(created_ns).max(1_000));
+                    .saturating_record_n(now.saturating_sub(run.created_ns).max(1_000), run.count);
             }
-            acks.ledger.enter(producer, sequence, crc);
+            let sequences = run.first_sequence..run.first_sequence + run.count;
+            acks.ledger
+                .enter_sequences(producer, sequences, run.value_crcs);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Consecutive records due together share a run; a gap in sequence
+    /// (a record that went to another partition) or a new due time starts
+    /// the next one, and every record's CRC is in its run's sum.
+    #[test]
+    fn records_fold_into_runs() {
+        let mut runs = Vec::new();
+        for (created_ns, sequence, crc) in [
+            (5, 0, 1),
+            (5, 1, u32::MAX),
+            (5, 2, 3),
+            (5, 4, 4),
+            (6, 5, 5),
+            (6, 6, 6),
+        ] {
+            push_record(&mut runs, created_ns, sequence, crc);
+        }
+        let run = |created_ns, first_sequence, count, value_crcs| Run {
+            created_ns,
+            first_sequence,
+            count,
+            value_crcs,
+        };
+        assert_eq!(
+            runs,
+            [
+                run(5, 0, 3, 4 + u64::from(u32::MAX)),
+                run(5, 4, 1, 4),
+                run(6, 5, 2, 11)
+            ]
+        );
     }
 }

@@ -115,6 +115,29 @@ impl Bits {
         was
     }
 
+    /// Sets bits `range`, a word at a time; returns how many were already
+    /// set.
+    pub fn set_range(&mut self, range: std::ops::Range<u64>) -> u64 {
+        if range.is_empty() {
+            return 0;
+        }
+        let last_word = ((range.end - 1) / 64) as usize;
+        if last_word >= self.0.len() {
+            self.0.resize(last_word + 1, 0);
+        }
+        let mut already = 0;
+        let mut index = range.start;
+        while index < range.end {
+            let (word, bit) = ((index / 64) as usize, index % 64);
+            let bits = (64 - bit).min(range.end - index);
+            let mask = (u64::MAX >> (64 - bits)) << bit;
+            already += u64::from((self.0[word] & mask).count_ones());
+            self.0[word] |= mask;
+            index += bits;
+        }
+        already
+    }
+
     pub fn count(&self) -> u64 {
         self.0.iter().map(|word| u64::from(word.count_ones())).sum()
     }
@@ -172,6 +195,24 @@ impl Ledger {
         }
         self.checksum = self.checksum.wrapping_add(u64::from(value_crc));
         self.records += 1;
+    }
+
+    /// Enters the records `sequences` of `producer` at once, whose value
+    /// CRCs add up (wrapping) to `value_crcs`: what [`enter`](Self::enter)
+    /// for each would do.
+    pub fn enter_sequences(
+        &mut self,
+        producer: u32,
+        sequences: std::ops::Range<u64>,
+        value_crcs: u64,
+    ) {
+        let index = producer as usize;
+        if index >= self.producers.len() {
+            self.producers.resize(index + 1, Bits::default());
+        }
+        self.records += sequences.end.saturating_sub(sequences.start);
+        self.repeats += self.producers[index].set_range(sequences);
+        self.checksum = self.checksum.wrapping_add(value_crcs);
     }
 
     /// Adds `other` (another executor's side of the same ledger); records
@@ -288,6 +329,34 @@ mod tests {
         let mut invented = consumed.clone();
         invented.enter(2, 0, 9);
         assert_eq!(Verification::of(&acked, &invented).unacknowledged, 1);
+    }
+
+    #[test]
+    fn ranges_enter_as_their_records_one_by_one() {
+        for (start, end) in [
+            (0, 0),
+            (0, 1),
+            (3, 64),
+            (60, 70),
+            (0, 128),
+            (5, 300),
+            (64, 65),
+        ] {
+            let mut one_by_one = Ledger::default();
+            let mut at_once = Ledger::default();
+            for sequence in [2, 63, 64, 200] {
+                one_by_one.enter(4, sequence, 1);
+                at_once.enter(4, sequence, 1);
+            }
+            let mut crcs = 0u64;
+            for sequence in start..end {
+                let crc = (sequence as u32).wrapping_mul(0x9e37_79b9);
+                one_by_one.enter(4, sequence, crc);
+                crcs = crcs.wrapping_add(u64::from(crc));
+            }
+            at_once.enter_sequences(4, start..end, crcs);
+            assert_eq!(at_once, one_by_one, "{start}..{end}");
+        }
     }
 
     #[test]
