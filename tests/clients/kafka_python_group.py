@@ -1,5 +1,5 @@
 """kafka-python consumer groups against brook serve. Prints `name value`
-lines for tests/tests/client_groups.rs to check; exits non-zero (with the
+lines for tests/tests/e2e/client_groups.rs to check; exits non-zero (with the
 reason on stderr) when a step does not finish in time.
 
 Usage:

@@ -1,5 +1,5 @@
 // kafkajs idempotent and transactional producers against brook serve.
-// Prints `name value` lines for tests/tests/client_transactions.rs to check;
+// Prints `name value` lines for tests/tests/e2e/client_transactions.rs to check;
 // exits non-zero (with the reason on stderr) when a step fails or does not
 // finish in time.
 //

@@ -1,6 +1,10 @@
 //! The broker raises its open-file limit at start: every partition holds
 //! three files open, so the common default (a few thousand, or 20,000 here)
 //! would stop a broker long before the 10,000 partitions users expect.
+//!
+//! Its own test binary, not a module of `e2e`: it lowers the test process's
+//! own limit for a moment, and tests running beside it in one process hold
+//! more than 1,024 descriptors at times (3,539 seen in `e2e`).
 
 use brook_tests::broker::Broker;
 

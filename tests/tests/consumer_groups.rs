@@ -6,6 +6,10 @@
 //!
 //! A member that dies without leaving is a second process (this test binary
 //! run as [`killable_member_process`]) killed with SIGKILL.
+//!
+//! Its own test binary, not a module of `e2e` like the other end-to-end
+//! tests: the first-record latency test keeps the cores to itself through
+//! [`CORES`], which only this binary's tests take.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{BufRead, BufReader};

@@ -1,8 +1,6 @@
 //! Producer state in the partition log: expiry, snapshots and the
 //! aborted-transaction index, at the storage level (the broker-level
-//! behaviour is in tests/tests/idempotent_producer.rs and transactions*.rs).
-
-mod common;
+//! behaviour is in tests/tests/e2e/idempotent_producer.rs and transactions*.rs).
 
 use brook_engine::log::builder::{BatchOptions, NewRecord, encode_batch};
 use brook_engine::log::config::LogConfig;
@@ -10,7 +8,8 @@ use brook_engine::log::control::MarkerKind;
 use brook_engine::replica::producer_state::ProducerEpoch;
 use brook_engine::types::{Offset, ProducerId, TimestampMs};
 use brook_shards::runtime::block_on;
-use common::*;
+
+use crate::common::*;
 
 const DAY_MS: i64 = 86_400_000;
 

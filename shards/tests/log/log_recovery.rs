@@ -2,15 +2,14 @@
 //! exactly the valid prefix after reopening; deleted or truncated index files
 //! are rebuilt byte-identical.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
 use brook_engine::log::config::LogConfig;
 use brook_engine::types::Offset;
 use brook_shards::runtime::block_on;
 use brook_shards::storage::PartitionLog;
-use common::*;
+
+use crate::common::*;
 
 fn file_with_extension(dir: &Path, base: Offset, extension: &str) -> PathBuf {
     dir.join(format!("{:020}.{extension}", base.0))

@@ -6,8 +6,6 @@
 //! (whatever the crash left of the index files), and the leader epochs of
 //! the batches after the point are recovered.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
 use brook_engine::log::batch::BatchView;
@@ -15,7 +13,8 @@ use brook_engine::log::config::LogConfig;
 use brook_engine::types::{LeaderEpoch, Offset, TimestampMs};
 use brook_shards::runtime::block_on;
 use brook_shards::storage::{EPOCH_CHECKPOINT_FILE, PartitionLog, RecoveryHints};
-use common::*;
+
+use crate::common::*;
 
 const FIRST_TIMESTAMP: i64 = 1_700_000_000_000;
 const BATCHES: usize = 120;

@@ -1,6 +1,6 @@
 //! The `brook` CLI, run as the real binary against a real `brook serve`
-//! (issue 7): one test binary with a module per subcommand, sharing
-//! [`common`]'s broker and process helpers.
+//! (issue 7): a module per subcommand, sharing [`common`]'s broker and
+//! process helpers.
 
 mod common;
 mod consume;

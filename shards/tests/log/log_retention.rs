@@ -2,8 +2,6 @@
 //! log start offset, never at or past the high watermark; the store's
 //! checkpoints and clean-shutdown marker are Kafka-format files.
 
-mod common;
-
 use brook_engine::log::config::{FlushPolicy, LogConfig};
 use brook_engine::types::{Offset, TimestampMs, TopicPartition};
 use brook_shards::runtime::block_on;
@@ -11,7 +9,8 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use brook_shards::storage::{MaintenanceSchedule, StorageError, Store, StoreOptions};
-use common::*;
+
+use crate::common::*;
 
 const HOUR_MS: i64 = 3_600_000;
 

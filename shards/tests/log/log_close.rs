@@ -2,16 +2,15 @@
 //! offsets fail with `Closed` instead of hanging, and reads and appends are
 //! refused.
 
-mod common;
-
 use std::time::Duration;
 
 use brook_engine::log::config::LogConfig;
 use brook_engine::types::{Offset, TimestampMs};
 use brook_shards::runtime::block_on;
 use brook_shards::storage::StorageError;
-use common::*;
 use futures::future::{Either, select};
+
+use crate::common::*;
 
 /// Long enough for anything that is not hung.
 const HANG: Duration = Duration::from_secs(5);

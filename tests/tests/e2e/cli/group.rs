@@ -17,7 +17,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
-use crate::common::{Record, Run, brook, create_topic, produce, start_broker_with};
+use super::common::{Record, Run, brook, create_topic, produce, start_broker_with};
 
 /// Records per partition of a test's topic: offsets 0..6 and 0..4.
 const RECORDS: [i64; 2] = [6, 4];

@@ -4,14 +4,13 @@
 //! encoders); and a partition directory laid out by hand as Kafka writes it
 //! opens and reads back.
 
-mod common;
-
 use std::path::Path;
 
 use brook_engine::log::config::LogConfig;
 use brook_engine::types::{LeaderEpoch, Offset, TimestampMs};
 use brook_shards::runtime::block_on;
-use common::*;
+
+use crate::common::*;
 
 fn varint(value: i64, out: &mut Vec<u8>) {
     let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;

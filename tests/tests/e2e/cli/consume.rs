@@ -17,7 +17,7 @@ use rdkafka::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
-use crate::common::{BROOK, Record, brook, create_topic, produce, start_broker, start_broker_with};
+use super::common::{BROOK, Record, brook, create_topic, produce, start_broker, start_broker_with};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// A template printing where each record is and what it holds.

@@ -20,7 +20,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::common::{Record, Run, brook_with_input, create_topic, produce, start_broker};
+use super::common::{Record, Run, brook_with_input, create_topic, produce, start_broker};
 
 /// Fetch v12: topics by name, served by Kafka 2.7+ and Brook.
 const FETCH_VERSION: i16 = 12;

@@ -1,8 +1,6 @@
 //! Damage on disk that the open-time checks cannot see, or that they must
 //! catch: a read meeting it fails with a typed error and the shard lives on.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
 use brook_engine::log::config::LogConfig;
@@ -10,8 +8,9 @@ use brook_engine::log::index::OffsetIndexEntry;
 use brook_engine::types::{Offset, TimestampMs};
 use brook_shards::runtime::block_on;
 use brook_shards::storage::{PartitionLog, ReadOptions, StorageError};
-use common::*;
 use zerocopy::{FromBytes, IntoBytes};
+
+use crate::common::*;
 
 const FIRST_TIMESTAMP: i64 = 1_700_000_000_000;
 

@@ -30,7 +30,9 @@ const GROUP: &str = "eos-group";
 const PARTITIONS: i32 = 3;
 const RECORDS: usize = 3_000;
 const TIMEOUT: Duration = Duration::from_secs(30);
-const CHILD_TEST: &str = "transformer_process";
+/// The transformer's test as libtest names it for `--exact`: its path in
+/// the test binary, which has a module per file.
+const CHILD_TEST: &str = "exactly_once::transformer_process";
 const CHILD_ADDRESS: &str = "BROOK_EOS_ADDRESS";
 const CHILD_MARK: &str = "EOS-TRANSFORMER ";
 

@@ -6,7 +6,7 @@
 
 use serde_json::json;
 
-use crate::common::{Record, Run, brook, create_topic, produce, start_broker};
+use super::common::{Record, Run, brook, create_topic, produce, start_broker};
 
 /// Exit status 1 and exactly one line on stderr, which says `expected`.
 fn fails_with_one_line(run: Run, expected: &str) -> Run {

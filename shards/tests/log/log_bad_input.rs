@@ -2,14 +2,13 @@
 //! magic, a length that does not match, or offsets that do not fit is a typed
 //! error, and the log is left exactly as it was.
 
-mod common;
-
 use brook_engine::log::batch::{BatchError, OFFSET_MAX};
 use brook_engine::log::config::LogConfig;
 use brook_engine::types::{LeaderEpoch, Offset};
 use brook_shards::runtime::block_on;
 use brook_shards::storage::{PartitionLog, RecoveryHints, StorageError};
-use common::*;
+
+use crate::common::*;
 
 /// Which error a malformed append must produce.
 type ErrorCheck = fn(&StorageError) -> bool;

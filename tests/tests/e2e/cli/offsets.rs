@@ -2,7 +2,7 @@
 //! log end, the log start and a time, against records librdkafka wrote
 //! with known timestamps.
 
-use crate::common::{Record, brook, create_topic, produce, start_broker};
+use super::common::{Record, brook, create_topic, produce, start_broker};
 
 const TOPIC: &str = "offsets-cli";
 /// Record `i` of partition `p` has timestamp BASE + i * 1000.

@@ -5,8 +5,6 @@
 //! matching a linear scan. A crash in the middle of a segment swap is
 //! finished or undone when the log opens again.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -18,8 +16,9 @@ use brook_shards::storage::{
     CleanOutcome, PartitionLog, ReadOptions, StorageError, Store, StoreOptions,
 };
 use bytes::Bytes;
-use common::*;
 use kafka_protocol::records::RecordBatchDecoder;
+
+use crate::common::*;
 
 const MAP_BYTES: usize = 16 << 20;
 const DAY_MS: i64 = 86_400_000;

@@ -18,7 +18,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::common::BROOK;
+use super::common::BROOK;
 const TIMEOUT: Duration = Duration::from_secs(30);
 const PLAIN: &str = "dump-plain";
 const COMPRESSED: &str = "dump-lz4";

@@ -2,8 +2,6 @@
 //! fsyncs), Kafka's `flush.messages` / `flush.ms` when set, and a prompt sync
 //! for anyone waiting for durability under either.
 
-mod common;
-
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -11,7 +9,8 @@ use brook_engine::log::config::LogConfig;
 use brook_engine::types::Offset;
 use brook_shards::runtime::block_on;
 use brook_shards::storage::PartitionLog;
-use common::*;
+
+use crate::common::*;
 
 const APPENDERS: usize = 64;
 

@@ -3,16 +3,16 @@
 //! any offset, against a plain in-memory model; offset and time lookups agree
 //! with a linear scan of that model.
 
-mod common;
-
 use brook_engine::log::batch::Compression;
 use brook_engine::log::builder::BatchOptions;
 use brook_engine::log::config::LogConfig;
 use brook_engine::types::{Offset, TimestampMs};
 use brook_shards::runtime::block_on;
 use brook_shards::storage::ReadOptions;
-use common::*;
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
+
+use crate::common::*;
 
 #[derive(Clone, Debug)]
 enum Step {
@@ -78,8 +78,24 @@ impl Model {
     }
 }
 
+/// The properties' settings: few cases, as each writes real files, and failed
+/// cases kept beside this file (`log_roundtrip.proptest-regressions`).
+/// Proptest's default place is found from the nearest `lib.rs` or `main.rs`
+/// above this file, which is the test binary's `main.rs`, and would be
+/// `tests/proptest-regressions/log_roundtrip.txt`.
+fn config(cases: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases,
+        max_shrink_iters: 64,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions",
+        ))),
+        ..ProptestConfig::default()
+    }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, max_shrink_iters: 64, ..ProptestConfig::default() })]
+    #![proptest_config(config(24))]
 
     #[test]
     fn random_batches_read_back_identically_from_any_offset(
@@ -200,7 +216,7 @@ async fn check_lookups(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 12, max_shrink_iters: 64, ..ProptestConfig::default() })]
+    #![proptest_config(config(12))]
 
     #[test]
     fn offset_and_time_lookups_agree_with_a_linear_scan(

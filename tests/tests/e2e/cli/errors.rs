@@ -5,7 +5,7 @@
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use crate::common::{Run, brook, brook_alone, start_broker};
+use super::common::{Run, brook, brook_alone, start_broker};
 
 /// One line on stderr, starting `brook <subcommand>:` and containing `needle`.
 fn one_line_error(run: &Run, subcommand: &str, needle: &str) {

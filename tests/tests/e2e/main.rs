@@ -1,0 +1,30 @@
+//! Brook's end-to-end tests: real `brook serve` processes, real files and
+//! real clients. One test binary with a module per area rather than one per
+//! file: each binary is linked on its own, with librdkafka, glommio and
+//! kafka-protocol.
+//!
+//! Two are still binaries of their own, each saying why at its top:
+//! `tests/consumer_groups.rs` (its latency test keeps the cores to itself
+//! with a lock only its own binary's tests take) and `tests/broker_limits.rs`
+//! (it lowers the whole process's open-file limit for a moment).
+
+mod bench_named;
+mod bench_workload;
+mod broker_bad_input;
+mod broker_clients;
+mod broker_compaction;
+mod broker_crash;
+mod broker_fetch;
+mod broker_produce_order;
+mod broker_versions;
+mod cli;
+mod client_groups;
+mod client_transactions;
+mod crash_recovery;
+mod exactly_once;
+mod group_protocol;
+mod idempotent_producer;
+mod kcat_quickstart;
+mod old_clients;
+mod transactions;
+mod transactions_protocol;
