@@ -17,6 +17,8 @@ const { Kafka, logLevel } = require('kafkajs')
 const PARTITIONS = 4
 // Every step gives up after this long: the test fails rather than hangs.
 const WAIT_MS = 60000
+// How long a read waits for a committed transaction's markers.
+const SETTLE_MS = 10000
 // Consumers keep consuming this long after the last expected record, so a
 // duplicate or a record that should not be seen is.
 const LINGER_MS = 1500
@@ -35,6 +37,23 @@ async function waitUntil (what, condition) {
     if (Date.now() > deadline) throw new Error(`not within ${WAIT_MS} ms: ${what}`)
     await sleep(50)
   }
+}
+
+/**
+ * The value `read()` settles on: read again until it equals `expected` or
+ * SETTLE_MS pass, then the last value read (the test judges it). EndTxn is
+ * answered once the coordinator has decided; like Kafka's, it writes the
+ * markers, which move the last stable offset and make a transaction's
+ * offsets the group's, just after.
+ */
+async function settled (read, expected) {
+  const deadline = Date.now() + SETTLE_MS
+  let value = await read()
+  while (value !== expected && Date.now() < deadline) {
+    await sleep(50)
+    value = await read()
+  }
+  return value
 }
 
 /** `promise`, or an error naming `what` after WAIT_MS. */
@@ -154,7 +173,8 @@ async function transactions (kafka, admin, producer, topic, group, records, abor
   await step('commit', committedTxn.commit())
   emit('transactions.committed', records)
   // The records and one marker per partition for each transaction.
-  emit('transactions.log_end', await logEnd(admin, topic))
+  emit('transactions.log_end',
+    await settled(() => logEnd(admin, topic), records + aborted + 2 * PARTITIONS))
 
   const committed = await consume(kafka, topic, `${group}-read-committed`, records, false)
   emitDeliveries('read_committed', committed, ['committed', 'aborted'])
@@ -175,10 +195,13 @@ async function offsets (admin, producer, topic, group) {
   }))
   await step('commit the offsets', txn.commit())
   emit('offsets.sent', offsetsText(sent))
-  const [fetched] = await step('fetchOffsets', admin.fetchOffsets({ groupId: group, topics: [topic] }))
-  const committed = {}
-  for (const { partition, offset } of fetched.partitions) committed[partition] = offset
-  emit('offsets.committed', offsetsText(committed))
+  const fetchCommitted = async () => {
+    const [fetched] = await step('fetchOffsets', admin.fetchOffsets({ groupId: group, topics: [topic] }))
+    const committed = {}
+    for (const { partition, offset } of fetched.partitions) committed[partition] = offset
+    return offsetsText(committed)
+  }
+  emit('offsets.committed', await settled(fetchCommitted, offsetsText(sent)))
 }
 
 async function main (address, topic, group, records, aborted) {

@@ -50,7 +50,8 @@ fn kafkajs_transactions_report() -> Report {
 /// a committed one over four partitions; `readUncommitted: false` sees
 /// exactly the committed records, `readUncommitted: true` all of them,
 /// neither any control record. `transaction.sendOffsets` in a committed
-/// transaction: the group's offsets (OffsetFetch) are those sent.
+/// transaction: the group's offsets (OffsetFetch) are those sent. Both are
+/// read until they settle (bounded): markers follow the EndTxn answer.
 #[test]
 fn kafkajs_idempotent_and_transactional_producers() {
     let report = kafkajs_transactions_report();
