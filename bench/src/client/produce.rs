@@ -6,7 +6,7 @@
 //! leaves before the batch. Byte for byte what kafka-protocol writes (the
 //! tests check), at [`VERSION`] only.
 
-use bytes::BufMut;
+use brook_engine::protocol::wire::WireWriter;
 
 /// The Produce version these frames are (flexible: compact strings and
 /// arrays, tagged fields).
@@ -29,30 +29,21 @@ pub fn frame_prefix(
     partition: i32,
     batch_bytes: usize,
 ) -> Vec<u8> {
-    let mut body = Vec::with_capacity(32 + topic.len());
-    body.put_u8(0); // transactional id: null
-    body.put_i16(acks);
-    body.put_i32(timeout_ms);
-    put_unsigned_varint(&mut body, 1 + 1); // one topic
-    put_unsigned_varint(&mut body, topic.len() as u64 + 1);
-    body.put_slice(topic.as_bytes());
-    put_unsigned_varint(&mut body, 1 + 1); // one partition
-    body.put_i32(partition);
-    put_unsigned_varint(&mut body, batch_bytes as u64 + 1);
-    let size = header.len() + body.len() + batch_bytes + FRAME_SUFFIX.len();
-    let mut prefix = Vec::with_capacity(4 + header.len() + body.len());
-    prefix.put_i32(size as i32);
-    prefix.put_slice(header);
-    prefix.put_slice(&body);
-    prefix
-}
-
-fn put_unsigned_varint(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.put_u8((value as u8) | 0x80);
-        value >>= 7;
-    }
-    out.put_u8(value as u8);
+    let mut body = WireWriter::default();
+    body.int8(0); // transactional id: null (compact nullable string)
+    body.int16(acks);
+    body.int32(timeout_ms);
+    body.array_length(Some(1), true); // one topic
+    body.string(topic, true);
+    body.array_length(Some(1), true); // one partition
+    body.int32(partition);
+    body.records_length(Some(batch_bytes), true);
+    let size = header.len() + body.bytes.len() + batch_bytes + FRAME_SUFFIX.len();
+    let mut prefix = WireWriter::default();
+    prefix.int32(size as i32);
+    prefix.bytes.extend_from_slice(header);
+    prefix.bytes.extend_from_slice(&body.bytes);
+    prefix.bytes
 }
 
 #[cfg(test)]
