@@ -1,5 +1,5 @@
 //! Driving the other Kafka clients our users run (kafka-python 2.0.2 and
-//! kafkajs 2.2.4, installed by `tests/run` into `target/test-clients`; the
+//! 3.0.12, kafkajs 2.2.4, installed by `tests/run` into `target/test-clients`; the
 //! scripts in `tests/clients`; Debian's `kcat`) as processes against a real
 //! broker, and reading the `name value` lines the scripts print.
 
@@ -34,6 +34,17 @@ pub fn python_path() -> PathBuf {
     assert!(
         python.join("kafka").exists(),
         "kafka-python is missing: run tests/run (it installs the test clients)"
+    );
+    python
+}
+
+/// The `PYTHONPATH` that holds kafka-python 3, which opens incremental
+/// fetch sessions (KIP-227); 2.0.2 does not.
+pub fn python3_path() -> PathBuf {
+    let python = clients_dir().join("python3");
+    assert!(
+        python.join("kafka").exists(),
+        "kafka-python 3 is missing: run tests/run (it installs the test clients)"
     );
     python
 }

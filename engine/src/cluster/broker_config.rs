@@ -24,6 +24,10 @@ pub struct BrokerConfig {
     /// `fetch.max.bytes` (55 MiB): the most record bytes one Fetch response
     /// carries, whatever the request asks (beyond one batch, KIP-74).
     pub fetch_max_bytes: usize,
+    /// `max.incremental.fetch.session.cache.slots` (1000): the most fetch
+    /// sessions (KIP-227) the broker keeps, shared out among its shards;
+    /// 0 turns sessions off.
+    pub fetch_session_cache_slots: usize,
     /// `log.retention.check.interval.ms` (5 minutes).
     pub retention_check_interval_ms: u64,
     /// `log.flush.offset.checkpoint.interval.ms`: Brook syncs the logs and
@@ -62,6 +66,7 @@ impl Default for BrokerConfig {
             auto_create_topics_enable: true,
             socket_request_max_bytes: SOCKET_REQUEST_MAX_BYTES_DEFAULT,
             fetch_max_bytes: 57_671_680,
+            fetch_session_cache_slots: 1_000,
             retention_check_interval_ms: 300_000,
             checkpoint_interval_ms: CHECKPOINT_INTERVAL_MS_DEFAULT,
             log_defaults: LogConfig::default(),
@@ -145,6 +150,10 @@ impl BrokerConfig {
                         .ok()
                         .filter(|n| *n > 0)
                         .ok_or(invalid("must be positive"))?
+                }
+                "max.incremental.fetch.session.cache.slots" => {
+                    config.fetch_session_cache_slots = usize::try_from(non_negative(number()?)?)
+                        .map_err(|_| invalid("must fit the platform's size"))?
                 }
                 "log.retention.check.interval.ms" => {
                     config.retention_check_interval_ms =
@@ -363,5 +372,14 @@ mod tests {
         );
         let config = BrokerConfig::from_properties(&parse_properties("fetch.max.bytes=1024"));
         assert_eq!(config.unwrap().fetch_max_bytes, 1024);
+        let config = BrokerConfig::from_properties(&parse_properties(
+            "max.incremental.fetch.session.cache.slots=0",
+        ));
+        assert_eq!(config.unwrap().fetch_session_cache_slots, 0);
+        let error = BrokerConfig::from_properties(&parse_properties(
+            "max.incremental.fetch.session.cache.slots=-1",
+        ))
+        .unwrap_err();
+        assert!(matches!(error, ConfigError::Invalid { .. }));
     }
 }

@@ -64,6 +64,9 @@ impl ErrorCode {
     pub const INVALID_RECORD: ErrorCode = ErrorCode(87);
     pub const UNKNOWN_TOPIC_ID: ErrorCode = ErrorCode(100);
     pub const INCONSISTENT_TOPIC_ID: ErrorCode = ErrorCode(103);
+    pub const FETCH_SESSION_ID_NOT_FOUND: ErrorCode = ErrorCode(70);
+    pub const INVALID_FETCH_SESSION_EPOCH: ErrorCode = ErrorCode(71);
+    pub const FETCH_SESSION_TOPIC_ID_ERROR: ErrorCode = ErrorCode(106);
     pub const RESOURCE_NOT_FOUND: ErrorCode = ErrorCode(91);
 
     pub fn is_error(self) -> bool {

@@ -6,6 +6,7 @@
 
 pub mod errors;
 pub mod fetch;
+pub mod fetch_session;
 pub mod frame;
 pub mod schema_wire;
 pub mod versions;

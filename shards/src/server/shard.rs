@@ -11,6 +11,7 @@ use std::time::Duration;
 use brook_engine::cluster::image::{MetadataImage, ShardId};
 use brook_engine::cluster::topic_config;
 use brook_engine::log::config::LogConfig;
+use brook_engine::protocol::fetch_session::FetchSessionCache;
 use brook_engine::types::{LeaderEpoch, TopicPartition};
 use futures::FutureExt;
 use futures::future::LocalBoxFuture;
@@ -47,6 +48,8 @@ pub struct Shard {
     /// Hands out producer ids; used on the controller shard only.
     pub producer_ids: ProducerIds,
     image: RefCell<Arc<MetadataImage>>,
+    /// The fetch sessions (KIP-227) of this shard's connections.
+    pub fetch_sessions: RefCell<FetchSessionCache>,
     /// Serialises metadata changes (used on the controller shard).
     pub controller_lock: Semaphore,
     stopping: Cell<bool>,
@@ -229,6 +232,13 @@ pub async fn run_shard(
     tracing::info!(shard = id.0, "shard stopped");
 }
 
+/// This shard's share of `max.incremental.fetch.session.cache.slots`.
+fn fetch_session_cache(context: &ServerContext, id: ShardId) -> FetchSessionCache {
+    let shards = usize::from(context.shards.max(1));
+    let slots = context.config.fetch_session_cache_slots.div_ceil(shards);
+    FetchSessionCache::new(slots, id.0, context.shards.max(1))
+}
+
 async fn start(
     id: ShardId,
     context: Arc<ServerContext>,
@@ -241,6 +251,7 @@ async fn start(
         })
         .await?,
     );
+    let fetch_sessions = RefCell::new(fetch_session_cache(&context, id));
     let shard = Rc::new(Shard {
         id,
         context,
@@ -249,6 +260,7 @@ async fn start(
         producer_ids: ProducerIds::default(),
         transactions: TxnHost::default(),
         image: RefCell::new(image.clone()),
+        fetch_sessions,
         controller_lock: Semaphore::new(1),
         stopping: Cell::new(false),
         stop_bell: Semaphore::new(0),

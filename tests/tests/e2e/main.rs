@@ -22,6 +22,7 @@ mod client_groups;
 mod client_transactions;
 mod crash_recovery;
 mod exactly_once;
+mod fetch_sessions;
 mod group_protocol;
 mod idempotent_producer;
 mod kcat_quickstart;

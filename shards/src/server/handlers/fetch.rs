@@ -9,6 +9,7 @@
 //! sendfile. Data from another shard's memory is copied once to cross over.
 
 use std::collections::BTreeMap;
+use std::hash::{BuildHasher, RandomState};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -17,6 +18,10 @@ use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::fetch::{
     AbortedTransaction, FetchPiece, FetchResponseData, PartitionData, ResponseBudget, TopicData,
     encode_fetch_response, whole_batches_within,
+};
+use brook_engine::protocol::fetch_session::{
+    FINAL_EPOCH, FetchContext, FetchList, INVALID_SESSION_ID, PartitionAnswer, PartitionFetch,
+    SessionPartition, SessionRequest, TopicKey,
 };
 use brook_engine::protocol::frame::{FrameError, Request};
 use brook_engine::types::{Offset, PartitionId, TopicPartition};
@@ -28,7 +33,7 @@ use kafka_protocol::messages::FetchRequest;
 
 use crate::server::handlers::produce::storage_error_code;
 use crate::server::response::{FetchPart, Records, Response};
-use crate::server::shard::{LEADER_EPOCH, Shard};
+use crate::server::shard::{LEADER_EPOCH, Shard, now_ms};
 use crate::storage::{LogData, ReadOptions, StorageError};
 
 /// The longest a fetch may wait, whatever it asks for.
@@ -178,8 +183,28 @@ fn cut_to_whole_batches(records: Records, room: u64) -> Option<Records> {
 pub async fn handle(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
     let body: FetchRequest = request.decode_body()?;
     let version = request.api_version;
+    let session_request = session_request(&body, version);
+    let (requested, forgotten) = requested(&body, session_request.uses_topic_ids);
+    let context = shard.fetch_sessions.borrow_mut().context(
+        now_ms().max(0) as u64,
+        session_request,
+        requested,
+        &forgotten,
+    );
+    let partitions = match &context {
+        FetchContext::Sessionless { partitions }
+        | FetchContext::Full { partitions }
+        | FetchContext::Incremental { partitions, .. } => partitions,
+        FetchContext::Error(error) => {
+            let data = FetchResponseData {
+                error_code: error.0,
+                ..FetchResponseData::default()
+            };
+            return Ok(respond(request.correlation_id, version, data, Vec::new()));
+        }
+    };
     let image = shard.image();
-    let (topics, wanted) = resolve(&image, &body, version);
+    let (topics, wanted) = resolve(&image, partitions);
     let isolation = if body.isolation_level == 1 {
         Isolation::ReadCommitted
     } else {
@@ -199,70 +224,223 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request) -> Result<Response, Fr
             || Instant::now() >= deadline
             || shard.is_stopping()
         {
-            return Ok(respond(
-                request.correlation_id,
-                version,
+            let (session_id, topics, answered) =
+                answer(shard, session_request, context, topics, wanted, fetched);
+            let data = FetchResponseData {
+                session_id,
                 topics,
-                &wanted,
-                fetched,
-            ));
+                ..FetchResponseData::default()
+            };
+            return Ok(respond(request.correlation_id, version, data, answered));
         }
         wait_for_data(shard, &wanted, &fetched, deadline).await;
     }
 }
 
-/// Requested partitions in order, with the topic list of the response.
-fn resolve(
-    image: &MetadataImage,
-    body: &FetchRequest,
-    version: i16,
-) -> (Vec<TopicData>, Vec<Wanted>) {
-    let mut topics = Vec::new();
-    let mut wanted = Vec::new();
-    for topic in &body.topics {
-        let (name, id) = if version >= 13 {
-            let id = TopicId(*topic.topic_id.as_bytes());
-            (image.topic_by_id(id).map(|known| known.name.clone()), id)
-        } else {
-            let name = topic.topic.to_string();
-            let id = image
-                .topic(&name)
-                .map_or(TopicId::default(), |known| known.id);
-            (Some(name), id)
+/// The session fields of a request; before v7 there are none and every
+/// fetch is sessionless.
+fn session_request(body: &FetchRequest, version: i16) -> SessionRequest {
+    if version < 7 {
+        return SessionRequest {
+            session_id: INVALID_SESSION_ID,
+            epoch: FINAL_EPOCH,
+            uses_topic_ids: false,
         };
-        let topic_slot = topics.len();
-        topics.push(TopicData {
-            name: name.clone().unwrap_or_default(),
-            topic_id: id.0,
-            partitions: Vec::new(),
-        });
+    }
+    SessionRequest {
+        session_id: body.session_id,
+        epoch: body.session_epoch,
+        uses_topic_ids: version >= 13,
+    }
+}
+
+fn topic_key(name: &str, id: uuid::Uuid, uses_topic_ids: bool) -> TopicKey {
+    if uses_topic_ids {
+        TopicKey::Id(*id.as_bytes())
+    } else {
+        TopicKey::Name(name.to_owned())
+    }
+}
+
+/// The request's partitions in order, and those it forgets (v7+).
+fn requested(body: &FetchRequest, uses_topic_ids: bool) -> (FetchList, Vec<SessionPartition>) {
+    let mut requested = Vec::new();
+    for topic in &body.topics {
+        let key = topic_key(&topic.topic, topic.topic_id, uses_topic_ids);
         for partition in &topic.partitions {
-            let source = match &name {
-                None => Err(ErrorCode::UNKNOWN_TOPIC_ID),
-                Some(name) => {
-                    let topic_partition = TopicPartition {
-                        topic: name.clone(),
-                        partition: PartitionId(partition.partition),
-                    };
-                    match image.owner(&topic_partition) {
-                        None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
-                        Some(owner) => match epoch_error(partition.current_leader_epoch) {
-                            Some(error) => Err(error),
-                            None => Ok((topic_partition, owner)),
-                        },
-                    }
-                }
-            };
-            wanted.push(Wanted {
-                topic_slot,
-                partition: partition.partition,
+            let fetch = PartitionFetch {
                 fetch_offset: partition.fetch_offset,
                 partition_max_bytes: partition.partition_max_bytes,
-                source,
-            });
+                current_leader_epoch: partition.current_leader_epoch,
+            };
+            let at = SessionPartition {
+                topic: key.clone(),
+                partition: partition.partition,
+            };
+            requested.push((at, fetch));
         }
     }
+    let mut forgotten = Vec::new();
+    for topic in &body.forgotten_topics_data {
+        let key = topic_key(&topic.topic, topic.topic_id, uses_topic_ids);
+        forgotten.extend(topic.partitions.iter().map(|partition| SessionPartition {
+            topic: key.clone(),
+            partition: *partition,
+        }));
+    }
+    (requested, forgotten)
+}
+
+/// The partitions to read in order, with the topic list of the response
+/// (one entry per run of partitions of the same topic).
+fn resolve(image: &MetadataImage, partitions: &FetchList) -> (Vec<TopicData>, Vec<Wanted>) {
+    let mut topics = Vec::new();
+    let mut wanted = Vec::new();
+    let mut current: Option<(&TopicKey, Option<String>)> = None;
+    for (at, fetch) in partitions {
+        if current.as_ref().is_none_or(|(key, _)| **key != at.topic) {
+            let (name, id) = match &at.topic {
+                TopicKey::Id(id) => (
+                    image
+                        .topic_by_id(TopicId(*id))
+                        .map(|known| known.name.clone()),
+                    TopicId(*id),
+                ),
+                TopicKey::Name(name) => (
+                    Some(name.clone()),
+                    image
+                        .topic(name)
+                        .map_or(TopicId::default(), |known| known.id),
+                ),
+            };
+            topics.push(TopicData {
+                name: name.clone().unwrap_or_default(),
+                topic_id: id.0,
+                partitions: Vec::new(),
+            });
+            current = Some((&at.topic, name));
+        }
+        let name = current.as_ref().and_then(|(_, name)| name.as_ref());
+        let source = match name {
+            None => Err(ErrorCode::UNKNOWN_TOPIC_ID),
+            Some(name) => {
+                let topic_partition = TopicPartition {
+                    topic: name.clone(),
+                    partition: PartitionId(at.partition),
+                };
+                match image.owner(&topic_partition) {
+                    None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
+                    Some(owner) => match epoch_error(fetch.current_leader_epoch) {
+                        Some(error) => Err(error),
+                        None => Ok((topic_partition, owner)),
+                    },
+                }
+            }
+        };
+        wanted.push(Wanted {
+            topic_slot: topics.len() - 1,
+            partition: at.partition,
+            fetch_offset: fetch.fetch_offset,
+            partition_max_bytes: fetch.partition_max_bytes,
+            source,
+        });
+    }
     (topics, wanted)
+}
+
+/// The partitions a response carries, with what was read of each.
+type Answered = Vec<(Wanted, Fetched<Records>)>;
+
+/// What the session remembers of one partition's answer.
+fn partition_answer(fetched: &Fetched<Records>) -> PartitionAnswer {
+    match fetched {
+        Fetched::Error(error) => PartitionAnswer {
+            error: *error,
+            high_watermark: -1,
+            log_start_offset: -1,
+            has_records: false,
+        },
+        Fetched::Data {
+            high_watermark,
+            log_start_offset,
+            ..
+        } => PartitionAnswer {
+            error: ErrorCode::NONE,
+            high_watermark: *high_watermark,
+            log_start_offset: *log_start_offset,
+            has_records: fetched_len(fetched) > 0,
+        },
+    }
+}
+
+/// Settles the session side of the answer: the response's session id, and
+/// the partitions it carries (an incremental fetch carries only those with
+/// news), with their topics.
+fn answer(
+    shard: &Shard,
+    request: SessionRequest,
+    context: FetchContext,
+    topics: Vec<TopicData>,
+    wanted: Vec<Wanted>,
+    fetched: Vec<Fetched<Records>>,
+) -> (i32, Vec<TopicData>, Answered) {
+    let answers: Vec<PartitionAnswer> = fetched.iter().map(partition_answer).collect();
+    let all = wanted.into_iter().zip(fetched).collect();
+    let mut cache = shard.fetch_sessions.borrow_mut();
+    match context {
+        FetchContext::Sessionless { .. } | FetchContext::Error(_) => {
+            (INVALID_SESSION_ID, topics, all)
+        }
+        FetchContext::Full { partitions } => {
+            let opened = partitions
+                .into_iter()
+                .zip(answers)
+                .map(|((at, fetch), answer)| (at, fetch, answer))
+                .collect();
+            let random = RandomState::new().hash_one(Instant::now());
+            let session_id = cache.open(
+                now_ms().max(0) as u64,
+                random,
+                request.uses_topic_ids,
+                opened,
+            );
+            (session_id, topics, all)
+        }
+        FetchContext::Incremental {
+            session_id,
+            partitions,
+        } => {
+            let chosen = cache.answered(session_id, &partitions, &answers);
+            let (topics, kept) = keep_chosen(topics, all, &chosen);
+            (session_id, topics, kept)
+        }
+    }
+}
+
+/// The chosen partitions, with only the topics they name, renumbered.
+fn keep_chosen(
+    topics: Vec<TopicData>,
+    all: Answered,
+    chosen: &[bool],
+) -> (Vec<TopicData>, Answered) {
+    let mut topics: Vec<Option<TopicData>> = topics.into_iter().map(Some).collect();
+    let mut kept_topics = Vec::new();
+    let mut kept = Vec::new();
+    let mut last_slot = None;
+    for ((mut wanted, fetched), chosen) in all.into_iter().zip(chosen) {
+        if !chosen {
+            continue;
+        }
+        if last_slot != Some(wanted.topic_slot) {
+            last_slot = Some(wanted.topic_slot);
+            // Slots only grow along the list, so each is taken once.
+            debug_assert!(topics[wanted.topic_slot].is_some());
+            kept_topics.extend(topics[wanted.topic_slot].take());
+        }
+        wanted.topic_slot = kept_topics.len() - 1;
+        kept.push((wanted, fetched));
+    }
+    (kept_topics, kept)
 }
 
 /// Reads every partition, asking each owning shard once and all at the same
@@ -587,15 +765,16 @@ async fn wait_for_data(
     select_all(waits).await;
 }
 
+/// Encodes the response: `data` has the topics, each partition of
+/// `answered` joins its topic, and records are spliced in request order.
 fn respond(
     correlation_id: i32,
     version: i16,
-    mut topics: Vec<TopicData>,
-    wanted: &[Wanted],
-    fetched: Vec<Fetched<Records>>,
+    mut data: FetchResponseData,
+    answered: Answered,
 ) -> Response {
-    let mut records_by_slot: Vec<Option<Records>> = Vec::with_capacity(wanted.len());
-    for (fetched, partition) in fetched.into_iter().zip(wanted) {
+    let mut records_by_slot: Vec<Option<Records>> = Vec::with_capacity(answered.len());
+    for (partition, fetched) in answered {
         let (error, high_watermark, last_stable_offset, log_start_offset, aborted, records) =
             match fetched {
                 Fetched::Error(error) => (error, -1, -1, -1, None, None),
@@ -617,30 +796,28 @@ fn respond(
         let records_bytes = records
             .as_ref()
             .map_or(0, |records| records_len(records) as usize);
-        topics[partition.topic_slot].partitions.push(PartitionData {
-            partition_index: partition.partition,
-            error_code: error.0,
-            high_watermark,
-            last_stable_offset,
-            log_start_offset,
-            aborted_transactions: aborted.map(|aborted| {
-                aborted
-                    .into_iter()
-                    .map(|(producer_id, first_offset)| AbortedTransaction {
-                        producer_id,
-                        first_offset,
-                    })
-                    .collect()
-            }),
-            preferred_read_replica: -1,
-            records_bytes,
-        });
+        data.topics[partition.topic_slot]
+            .partitions
+            .push(PartitionData {
+                partition_index: partition.partition,
+                error_code: error.0,
+                high_watermark,
+                last_stable_offset,
+                log_start_offset,
+                aborted_transactions: aborted.map(|aborted| {
+                    aborted
+                        .into_iter()
+                        .map(|(producer_id, first_offset)| AbortedTransaction {
+                            producer_id,
+                            first_offset,
+                        })
+                        .collect()
+                }),
+                preferred_read_replica: -1,
+                records_bytes,
+            });
         records_by_slot.push(records);
     }
-    let data = FetchResponseData {
-        topics,
-        ..FetchResponseData::default()
-    };
     // Partitions are numbered in request order, the order of the slots.
     match encode_fetch_response(correlation_id, version, &data) {
         Ok(pieces) => Response::Fetch(
