@@ -6,6 +6,7 @@
 
 pub mod cluster;
 pub mod connection;
+pub mod fetch_session;
 pub mod produce;
 pub mod records;
 

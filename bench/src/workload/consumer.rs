@@ -4,17 +4,16 @@
 //! end-to-end latency histogram (due at the producer → in the consumer's
 //! hands).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
 use futures::future::join_all;
 use hdrhistogram::Histogram;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
+use kafka_protocol::messages::{ApiKey, FetchResponse};
 
-use crate::client::cluster::topic_name;
+use crate::client::fetch_session::{ClientSession, FetchLimits, SessionEntry};
 use crate::client::records::for_each_record;
 use crate::client::{ClientError, Cluster};
 use crate::workload::now_ns;
@@ -99,19 +98,43 @@ async fn fetch_loop(
     let connection = cluster.own_connection(broker).await?;
     let mut latency = latency_histogram();
     let mut ledger = Ledger::default();
+    let mut positions: HashMap<String, HashMap<i32, usize>> = HashMap::new();
+    for (position, assignment) in assignments.iter().enumerate() {
+        positions
+            .entry(assignment.topic.clone())
+            .or_default()
+            .insert(assignment.partition, position);
+    }
+    let limits = FetchLimits {
+        max_wait_ms: FETCH_WAIT_MS,
+        max_bytes: FETCH_MAX_BYTES,
+        partition_max_bytes: options.fetch_partition_bytes,
+    };
+    let mut session = ClientSession::new(assignments.len());
     while live.phase() != Phase::Stop {
-        let request = fetch_request(&assignments, options.fetch_partition_bytes);
+        let entries = assignments.iter().map(|assignment| SessionEntry {
+            topic: &assignment.topic,
+            partition: assignment.partition,
+            fetch_offset: assignment.next_offset,
+        });
+        let request = session.request(entries, limits);
         let response: FetchResponse = connection
             .request(ApiKey::Fetch, FETCH_VERSION, &request)
             .await?;
+        if !session.on_response(response.error_code, response.session_id)? {
+            continue;
+        }
         let now = now_ns();
         let measuring = live.phase() == Phase::Measure;
         for topic in &response.responses {
+            let Some(in_topic) = positions.get(topic.topic.as_str()) else {
+                continue;
+            };
             for partition in &topic.partitions {
-                let Some(assignment) = assignments.iter_mut().find(|assignment| {
-                    assignment.partition == partition.partition_index
-                        && assignment.topic == topic.topic.as_str()
-                }) else {
+                let Some(assignment) = in_topic
+                    .get(&partition.partition_index)
+                    .map(|position| &mut assignments[*position])
+                else {
                     continue;
                 };
                 if partition.error_code != 0 {
@@ -154,31 +177,4 @@ async fn fetch_loop(
     }
     connection.close().await;
     Ok((latency, ledger))
-}
-
-fn fetch_request(assignments: &[Assignment], partition_bytes: i32) -> FetchRequest {
-    let mut topics: BTreeMap<&str, Vec<FetchPartition>> = BTreeMap::new();
-    for assignment in assignments {
-        topics.entry(&assignment.topic).or_default().push(
-            FetchPartition::default()
-                .with_partition(assignment.partition)
-                .with_fetch_offset(assignment.next_offset)
-                .with_partition_max_bytes(partition_bytes),
-        );
-    }
-    FetchRequest::default()
-        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
-        .with_max_wait_ms(FETCH_WAIT_MS)
-        .with_min_bytes(1)
-        .with_max_bytes(FETCH_MAX_BYTES)
-        .with_topics(
-            topics
-                .into_iter()
-                .map(|(topic, partitions)| {
-                    FetchTopic::default()
-                        .with_topic(topic_name(topic))
-                        .with_partitions(partitions)
-                })
-                .collect(),
-        )
 }
