@@ -108,8 +108,13 @@ impl MetadataImage {
 
     /// The shard owning a partition, if the partition exists.
     pub fn owner(&self, topic_partition: &TopicPartition) -> Option<ShardId> {
-        let topic = self.topics.get(&topic_partition.topic)?;
-        usize::try_from(topic_partition.partition.0)
+        self.owner_at(&topic_partition.topic, topic_partition.partition)
+    }
+
+    /// [`MetadataImage::owner`] without building a `TopicPartition`.
+    pub fn owner_at(&self, topic: &str, partition: PartitionId) -> Option<ShardId> {
+        let topic = self.topics.get(topic)?;
+        usize::try_from(partition.0)
             .ok()
             .and_then(|index| topic.partitions.get(index).copied())
     }

@@ -29,6 +29,7 @@
 //! shard is told `FETCH_SESSION_ID_NOT_FOUND` and starts a new session.
 
 use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
 
 use crate::protocol::errors::ErrorCode;
 
@@ -46,9 +47,11 @@ pub const SESSION_EVICTION_MS: u64 = 120_000;
 pub const SESSION_PARTITIONS_MAX: usize = 100_000;
 
 /// How a fetch names a topic: by name before Fetch v13, by id from v13.
+/// The name is shared by the topic's partitions (a session of 10,000
+/// partitions of one topic holds one copy).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum TopicKey {
-    Name(String),
+    Name(Rc<str>),
     Id([u8; 16]),
 }
 

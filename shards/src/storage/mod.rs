@@ -14,6 +14,7 @@ mod cleaner;
 mod device;
 mod error;
 mod files;
+mod log_table;
 mod open;
 mod partition_admin;
 mod partition_log;

@@ -3,6 +3,7 @@
 //! DeleteRecords, and deleting the log.
 
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::time::Instant;
 
 use brook_engine::log::config::{FlushPolicy, LogConfig};
@@ -10,6 +11,7 @@ use brook_engine::types::{LeaderEpoch, Offset, TimestampMs};
 
 use crate::storage::error::{StorageError, io_error};
 use crate::storage::partition_log::PartitionLog;
+use crate::storage::waiters::ShardNews;
 
 impl PartitionLog {
     /// The offset below which consumers may read (the high watermark of a
@@ -18,11 +20,17 @@ impl PartitionLog {
     /// that set `flush.messages`/`flush.ms` accepted losing unsynced data to a
     /// machine crash, so written (process-crash safe) data is visible.
     pub fn visible_offset(&self) -> Offset {
-        let state = self.inner.state.borrow();
-        match state.config.flush {
-            FlushPolicy::Continuous => state.durable_offset,
-            FlushPolicy::Interval { .. } => state.written_offset,
-        }
+        self.inner.state.borrow().visible_offset()
+    }
+
+    /// Neither offline nor closing: reads and appends may go ahead.
+    pub fn is_usable(&self) -> bool {
+        self.inner.state.borrow().check_usable().is_ok()
+    }
+
+    /// From now on, moves of the visible offset ring `news`.
+    pub(crate) fn tell_news(&self, news: Rc<ShardNews>) {
+        self.inner.state.borrow_mut().news = Some(news);
     }
 
     /// Waits until every offset below `offset` is visible.

@@ -24,7 +24,7 @@ use crate::storage::appender::Write;
 use crate::storage::error::StorageError;
 use crate::storage::files::FileAccess;
 use crate::storage::segment::{Segment, SegmentFile};
-use crate::storage::waiters::Waiters;
+use crate::storage::waiters::{ShardNews, Waiters};
 
 /// Marks of written, unsynced appends kept apart before merging.
 const WRITTEN_MARKS_MAX: usize = 64;
@@ -132,6 +132,9 @@ pub(crate) struct LogState {
     unsynced_records: u64,
     written_waiters: Waiters,
     durable_waiters: Waiters,
+    /// The shard's fetches of many partitions, told when the visible offset
+    /// moves (set once the store holds the log).
+    pub news: Option<Rc<ShardNews>>,
     pub epochs: LeaderEpochCache,
     failure: Option<StorageError>,
     pub closing: bool,
@@ -164,6 +167,7 @@ impl LogState {
             unsynced_records: 0,
             written_waiters: Waiters::default(),
             durable_waiters: Waiters::default(),
+            news: None,
             epochs,
             failure: None,
             closing: false,
@@ -457,6 +461,7 @@ impl LogState {
     /// Moves the written and durable offsets over every append whose bytes
     /// are now written / synced, and releases their waiters.
     fn advance(&mut self) {
+        let visible = self.visible_offset();
         while let Some(mark) = self.marks.get(self.written_marks) {
             let written = self
                 .segment_slot(mark.segment_base)
@@ -483,6 +488,24 @@ impl LogState {
         self.coalesce_written_marks();
         self.written_waiters.release(self.written_offset);
         self.durable_waiters.release(self.durable_offset);
+        if self.visible_offset() != visible {
+            self.ring_news();
+        }
+    }
+
+    /// What consumers may read up to: every durable offset, or under a
+    /// flush interval every written one.
+    pub fn visible_offset(&self) -> Offset {
+        match self.config.flush {
+            FlushPolicy::Continuous => self.durable_offset,
+            FlushPolicy::Interval { .. } => self.written_offset,
+        }
+    }
+
+    fn ring_news(&self) {
+        if let Some(news) = &self.news {
+            news.ring();
+        }
     }
 
     /// Bounds the marks of written, not yet synced appends (a policy that
@@ -511,6 +534,7 @@ impl LogState {
         self.written_waiters.fail_all(&failure);
         self.durable_waiters.fail_all(&failure);
         self.failure = Some(failure);
+        self.ring_news();
     }
 
     pub fn failure(&self) -> Option<&StorageError> {

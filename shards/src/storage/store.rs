@@ -12,7 +12,7 @@
 //! [`crate::storage::producers`]).
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -21,14 +21,16 @@ use brook_engine::cluster::broker_config::CHECKPOINT_INTERVAL_MS_DEFAULT;
 use brook_engine::log::checkpoint::{decode_offsets, encode_offsets};
 use brook_engine::log::config::{CleanupPolicy, LogConfig};
 use brook_engine::log::file_name::partition_dir_name;
-use brook_engine::types::{Offset, TopicPartition};
+use brook_engine::types::{Offset, PartitionId, TopicPartition};
 
 use crate::storage::cleaner::{Cleaner, CleanerSchedule};
 use crate::storage::device::prepare_directory;
 use crate::storage::error::{StorageError, io_error};
 use crate::storage::files::{read_optional_text, sync_directory, write_atomically};
+use crate::storage::log_table::LogTable;
 use crate::storage::partition_log::{PartitionLog, RecoveryHints};
 use crate::storage::producers::ProducerCheckpoint;
+use crate::storage::waiters::ShardNews;
 
 /// Where a store lives and which shard it belongs to.
 #[derive(Clone, Debug)]
@@ -80,7 +82,9 @@ pub struct Store {
     /// first instead of opening its files again. Different partitions open
     /// concurrently.
     opening: RefCell<std::collections::HashSet<TopicPartition>>,
-    logs: RefCell<BTreeMap<TopicPartition, PartitionLog>>,
+    logs: RefCell<LogTable>,
+    /// Rung when any log's visible offset moves.
+    news: Rc<ShardNews>,
     maintenance: RefCell<Option<glommio::Task<()>>>,
     pub(crate) cleaner: Cleaner,
 }
@@ -116,7 +120,8 @@ impl Store {
             log_start_offsets: RefCell::new(log_start_offsets),
             producer_states: RefCell::new(producer_states),
             opening: RefCell::new(std::collections::HashSet::new()),
-            logs: RefCell::new(BTreeMap::new()),
+            logs: RefCell::new(LogTable::default()),
+            news: Rc::new(ShardNews::default()),
             maintenance: RefCell::new(None),
             cleaner,
         })
@@ -138,13 +143,13 @@ impl Store {
         config: LogConfig,
         now_ms: i64,
     ) -> Result<PartitionLog, StorageError> {
-        if let Some(log) = self.logs.borrow().get(topic_partition) {
-            return Ok(log.clone());
+        if let Some(log) = self.partition(topic_partition) {
+            return Ok(log);
         }
         while self.opening.borrow().contains(topic_partition) {
             glommio::timer::sleep(Duration::from_millis(1)).await;
-            if let Some(log) = self.logs.borrow().get(topic_partition) {
-                return Ok(log.clone());
+            if let Some(log) = self.partition(topic_partition) {
+                return Ok(log);
             }
         }
         self.opening.borrow_mut().insert(topic_partition.clone());
@@ -181,14 +186,31 @@ impl Store {
         let dir = self.partition_dir(topic_partition);
         let log = PartitionLog::open(dir, recover_as, hints, now_ms).await?;
         log.set_config(config);
+        log.tell_news(self.news.clone());
         self.logs
             .borrow_mut()
             .insert(topic_partition.clone(), log.clone());
         Ok(log)
     }
 
+    /// How many times any of this shard's logs' visible offsets moved (or
+    /// a log went offline).
+    pub fn news_generation(&self) -> u64 {
+        self.news.generation()
+    }
+
+    /// Resolves once [`Store::news_generation`] has moved past `generation`.
+    pub fn news_after(&self, generation: u64) -> futures::channel::oneshot::Receiver<()> {
+        self.news.after(generation)
+    }
+
     pub fn partition(&self, topic_partition: &TopicPartition) -> Option<PartitionLog> {
         self.logs.borrow().get(topic_partition).cloned()
+    }
+
+    /// [`Store::partition`] without building a `TopicPartition`.
+    pub fn partition_at(&self, topic: &str, partition: PartitionId) -> Option<PartitionLog> {
+        self.logs.borrow().get_at(topic, partition).cloned()
     }
 
     /// Forgets a partition's log (the caller closes or deletes it).
@@ -197,12 +219,17 @@ impl Store {
         self.logs.borrow_mut().remove(topic_partition)
     }
 
+    /// Every log, in partition order (so checkpoint files list them in the
+    /// same order every time).
     pub fn partitions(&self) -> Vec<(TopicPartition, PartitionLog)> {
-        self.logs
+        let mut logs: Vec<_> = self
+            .logs
             .borrow()
             .iter()
             .map(|(tp, log)| (tp.clone(), log.clone()))
-            .collect()
+            .collect();
+        logs.sort_unstable_by(|(left, _), (right, _)| left.cmp(right));
+        logs
     }
 
     /// Makes what every log has appended durable (one group-committed sync

@@ -1,5 +1,7 @@
-//! Tasks waiting for an offset to become written or durable.
+//! Tasks waiting for an offset to become written or durable, and for any
+//! partition of a shard to show new records.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 use brook_engine::types::Offset;
@@ -67,6 +69,62 @@ impl Waiters {
     }
 }
 
+/// Wakes everyone waiting for new records on any partition of one shard: a
+/// fetch of thousands of partitions waits here once instead of once per
+/// partition (which cost a waiter and a future per partition per wait).
+/// Lives on its shard, shared by the shard's logs.
+#[derive(Debug, Default)]
+pub struct ShardNews {
+    waiting: RefCell<Vec<oneshot::Sender<()>>>,
+    subscribed: std::cell::Cell<u64>,
+    /// Rings so far: a fetch notes it before reading, and waits only if it
+    /// has not moved since.
+    generation: std::cell::Cell<u64>,
+}
+
+impl ShardNews {
+    pub fn generation(&self) -> u64 {
+        self.generation.get()
+    }
+
+    /// Resolves at the next [`ShardNews::ring`], or at once if there was one
+    /// since `generation`.
+    pub fn after(&self, generation: u64) -> oneshot::Receiver<()> {
+        let receiver = self.subscribe();
+        if self.generation.get() != generation {
+            self.ring();
+        }
+        receiver
+    }
+
+    /// Resolves at the next [`ShardNews::ring`].
+    pub fn subscribe(&self) -> oneshot::Receiver<()> {
+        let (sender, receiver) = oneshot::channel();
+        let mut waiting = self.waiting.borrow_mut();
+        waiting.push(sender);
+        self.subscribed.set(self.subscribed.get() + 1);
+        if self.subscribed.get() % PRUNE_EVERY == 0 {
+            // Fetches that timed out on an idle shard.
+            waiting.retain(|waiter| !waiter.is_canceled());
+        }
+        receiver
+    }
+
+    /// Some partition's visible offset moved.
+    pub fn ring(&self) {
+        self.generation.set(self.generation.get() + 1);
+        let waiting = std::mem::take(&mut *self.waiting.borrow_mut());
+        for waiter in waiting {
+            let _ = waiter.send(());
+        }
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.waiting.borrow().len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,5 +143,24 @@ mod tests {
         let kept = waiters.add(Offset(5));
         waiters.release(Offset(5));
         assert!(futures::executor::block_on(kept).unwrap().is_ok());
+    }
+
+    #[test]
+    fn shard_news_wakes_every_subscriber_once_and_sweeps_abandoned_ones() {
+        let news = ShardNews::default();
+        for _ in 0..10 * PRUNE_EVERY {
+            drop(news.subscribe());
+        }
+        assert!(news.len() < PRUNE_EVERY as usize, "{} kept", news.len());
+        let (first, second) = (news.subscribe(), news.subscribe());
+        let seen = news.generation();
+        news.ring();
+        assert_eq!(news.len(), 0);
+        assert!(futures::executor::block_on(first).is_ok());
+        assert!(futures::executor::block_on(second).is_ok());
+        // A wait that starts after a ring it did not see ends at once.
+        assert!(futures::executor::block_on(news.after(seen)).is_ok());
+        let mut current = news.after(news.generation());
+        assert_eq!(current.try_recv(), Ok(None), "nothing new yet");
     }
 }

@@ -5,6 +5,7 @@
 
 use std::net::TcpStream;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use brook_engine::log::builder::{BatchOptions, NewRecord, encode_batch};
 use brook_engine::types::TimestampMs;
@@ -34,11 +35,15 @@ fn topic_name() -> TopicName {
 }
 
 fn start(dir: &std::path::Path, extra: &[&str]) -> (Broker, TcpStream) {
+    start_with(dir, extra, PARTITIONS)
+}
+
+fn start_with(dir: &std::path::Path, extra: &[&str], partitions: i32) -> (Broker, TcpStream) {
     let broker = Broker::start(BROOK, dir, 2, extra);
     let mut stream = connect(&broker);
     let topic = CreatableTopic::default()
         .with_name(topic_name())
-        .with_num_partitions(PARTITIONS)
+        .with_num_partitions(partitions)
         .with_replication_factor(1);
     let created: CreateTopicsResponse = exchange(
         &mut stream,
@@ -79,6 +84,15 @@ fn produce(stream: &mut TcpStream, partition: i32, records: usize) -> i64 {
 /// A fetch (v12, topics by name) of `partitions` at their offsets, waiting
 /// at most 100 ms for a byte.
 fn fetch_request(session_id: i32, epoch: i32, partitions: &[(i32, i64)]) -> FetchRequest {
+    fetch_waiting(session_id, epoch, partitions, 100)
+}
+
+fn fetch_waiting(
+    session_id: i32,
+    epoch: i32,
+    partitions: &[(i32, i64)],
+    max_wait_ms: i32,
+) -> FetchRequest {
     let partitions: Vec<FetchPartition> = partitions
         .iter()
         .map(|(partition, offset)| {
@@ -98,7 +112,7 @@ fn fetch_request(session_id: i32, epoch: i32, partitions: &[(i32, i64)]) -> Fetc
         ]
     };
     FetchRequest::default()
-        .with_max_wait_ms(100)
+        .with_max_wait_ms(max_wait_ms)
         .with_min_bytes(1)
         .with_max_bytes(1 << 20)
         .with_session_id(session_id)
@@ -259,6 +273,38 @@ fn a_session_by_topic_id_answers_by_topic_id() {
     assert_eq!(news.responses.len(), 1);
     assert_eq!(news.responses[0].topic_id, topic_id);
     assert_eq!(answered(&news), vec![(1, true)]);
+}
+
+/// A fetch of many partitions per shard waits for news of any partition of
+/// the shard (not a waiter per partition): an append to one of them, on
+/// either shard, answers it long before its wait is out.
+#[test]
+fn a_waiting_fetch_of_many_partitions_wakes_on_an_append_to_any() {
+    const MANY: i32 = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, mut stream) = start_with(dir.path(), &[], MANY);
+    let everything: Vec<(i32, i64)> = (0..MANY).map(|partition| (partition, 0)).collect();
+    let full = fetch(&mut stream, 12, &fetch_request(0, 0, &everything));
+    let session = full.session_id;
+    assert!(session > 0);
+    // The second fetch tells the session it read partition 7's record.
+    for (epoch, partition, moved) in [(1, 7, vec![]), (2, 58, vec![(7, 1)])] {
+        let address = broker.address.clone();
+        let appender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            produce(&mut TcpStream::connect(address).unwrap(), partition, 1)
+        });
+        let started = Instant::now();
+        let request = fetch_waiting(session, epoch, &moved, 20_000);
+        let woken = fetch(&mut stream, 12, &request);
+        let waited = started.elapsed();
+        appender.join().unwrap();
+        assert_eq!(answered(&woken), vec![(partition, true)]);
+        assert!(
+            waited < Duration::from_secs(10),
+            "answered after {waited:?}"
+        );
+    }
 }
 
 /// `max.incremental.fetch.session.cache.slots=0` turns sessions off, as in

@@ -2,7 +2,7 @@ use super::*;
 
 fn key(topic: &str, partition: i32) -> SessionPartition {
     SessionPartition {
-        topic: TopicKey::Name(topic.to_owned()),
+        topic: TopicKey::Name(topic.into()),
         partition,
     }
 }

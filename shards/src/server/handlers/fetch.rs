@@ -8,6 +8,7 @@
 //! slices of the log's DMA memory, sealed segments as a file range sent with
 //! sendfile. Data from another shard's memory is copied once to cross over.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, RandomState};
 use std::rc::Rc;
@@ -46,15 +47,19 @@ struct Wanted {
     partition: i32,
     fetch_offset: i64,
     partition_max_bytes: i32,
-    /// Where to read it, or why it cannot be read.
-    source: Result<(TopicPartition, ShardId), ErrorCode>,
+    /// The topic's name (shared by the topic's partitions), if known.
+    topic: Rc<str>,
+    /// The shard to read it on, or why it cannot be read.
+    source: Result<ShardId, ErrorCode>,
 }
 
-/// One partition read on its owner, sent there with the request.
+/// One partition read on its owner: borrowed from the request on the
+/// connection's shard, owned when sent to another.
 #[derive(Clone, Debug)]
-struct Read {
+struct Read<'a> {
     slot: usize,
-    topic_partition: TopicPartition,
+    topic: Cow<'a, str>,
+    partition: PartitionId,
     offset: Offset,
     partition_max_bytes: i32,
     isolation: Isolation,
@@ -214,9 +219,10 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request) -> Result<Response, Fr
         Instant::now() + Duration::from_millis(body.max_wait_ms.max(0) as u64).min(FETCH_WAIT_MAX);
     let budget = ResponseBudget::new(body.max_bytes, shard.context.config.fetch_max_bytes);
     loop {
-        let fetched = read_all(shard, &wanted, budget, isolation).await;
-        let bytes: u64 = fetched.iter().map(fetched_len).sum();
-        let any_error = fetched
+        let pass = read_all(shard, &wanted, budget, isolation).await;
+        let bytes: u64 = pass.fetched.iter().map(fetched_len).sum();
+        let any_error = pass
+            .fetched
             .iter()
             .any(|fetched| matches!(fetched, Fetched::Error(_)));
         if bytes >= body.min_bytes.max(0) as u64
@@ -224,8 +230,14 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request) -> Result<Response, Fr
             || Instant::now() >= deadline
             || shard.is_stopping()
         {
-            let (session_id, topics, answered) =
-                answer(shard, session_request, context, topics, wanted, fetched);
+            let (session_id, topics, answered) = answer(
+                shard,
+                session_request,
+                context,
+                topics,
+                wanted,
+                pass.fetched,
+            );
             let data = FetchResponseData {
                 session_id,
                 topics,
@@ -233,7 +245,7 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request) -> Result<Response, Fr
             };
             return Ok(respond(request.correlation_id, version, data, answered));
         }
-        wait_for_data(shard, &wanted, &fetched, deadline).await;
+        wait_for_data(shard, &wanted, &pass, deadline).await;
     }
 }
 
@@ -258,7 +270,7 @@ fn topic_key(name: &str, id: uuid::Uuid, uses_topic_ids: bool) -> TopicKey {
     if uses_topic_ids {
         TopicKey::Id(*id.as_bytes())
     } else {
-        TopicKey::Name(name.to_owned())
+        TopicKey::Name(Rc::from(name))
     }
 }
 
@@ -296,14 +308,14 @@ fn requested(body: &FetchRequest, uses_topic_ids: bool) -> (FetchList, Vec<Sessi
 fn resolve(image: &MetadataImage, partitions: &FetchList) -> (Vec<TopicData>, Vec<Wanted>) {
     let mut topics = Vec::new();
     let mut wanted = Vec::new();
-    let mut current: Option<(&TopicKey, Option<String>)> = None;
+    let mut current: Option<(&TopicKey, Option<Rc<str>>)> = None;
     for (at, fetch) in partitions {
         if current.as_ref().is_none_or(|(key, _)| **key != at.topic) {
             let (name, id) = match &at.topic {
                 TopicKey::Id(id) => (
                     image
                         .topic_by_id(TopicId(*id))
-                        .map(|known| known.name.clone()),
+                        .map(|known| Rc::from(known.name.as_str())),
                     TopicId(*id),
                 ),
                 TopicKey::Name(name) => (
@@ -314,31 +326,26 @@ fn resolve(image: &MetadataImage, partitions: &FetchList) -> (Vec<TopicData>, Ve
                 ),
             };
             topics.push(TopicData {
-                name: name.clone().unwrap_or_default(),
+                name: name.as_deref().unwrap_or_default().to_owned(),
                 topic_id: id.0,
                 partitions: Vec::new(),
             });
             current = Some((&at.topic, name));
         }
-        let name = current.as_ref().and_then(|(_, name)| name.as_ref());
-        let source = match name {
+        let name = current.as_ref().and_then(|(_, name)| name.clone());
+        let source = match &name {
             None => Err(ErrorCode::UNKNOWN_TOPIC_ID),
-            Some(name) => {
-                let topic_partition = TopicPartition {
-                    topic: name.clone(),
-                    partition: PartitionId(at.partition),
-                };
-                match image.owner(&topic_partition) {
-                    None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
-                    Some(owner) => match epoch_error(fetch.current_leader_epoch) {
-                        Some(error) => Err(error),
-                        None => Ok((topic_partition, owner)),
-                    },
-                }
-            }
+            Some(name) => match image.owner_at(name, PartitionId(at.partition)) {
+                None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
+                Some(owner) => match epoch_error(fetch.current_leader_epoch) {
+                    Some(error) => Err(error),
+                    None => Ok(owner),
+                },
+            },
         };
         wanted.push(Wanted {
             topic_slot: topics.len() - 1,
+            topic: name.unwrap_or_else(|| Rc::from("")),
             partition: at.partition,
             fetch_offset: fetch.fetch_offset,
             partition_max_bytes: fetch.partition_max_bytes,
@@ -443,6 +450,24 @@ fn keep_chosen(
     (kept_topics, kept)
 }
 
+/// What one pass read, and each owner's news generation before it read (a
+/// wait for news starts from there).
+struct Pass {
+    fetched: Vec<Fetched<Records>>,
+    generations: BTreeMap<ShardId, u64>,
+}
+
+/// The request's readable partitions (slots of `wanted`) by owning shard.
+fn slots_by_owner(wanted: &[Wanted]) -> BTreeMap<ShardId, Vec<usize>> {
+    let mut by_owner: BTreeMap<ShardId, Vec<usize>> = BTreeMap::new();
+    for (slot, partition) in wanted.iter().enumerate() {
+        if let Ok(owner) = &partition.source {
+            by_owner.entry(*owner).or_default().push(slot);
+        }
+    }
+    by_owner
+}
+
 /// Reads every partition, asking each owning shard once and all at the same
 /// time, then spends the response budget in request order.
 async fn read_all(
@@ -450,22 +475,22 @@ async fn read_all(
     wanted: &[Wanted],
     budget: ResponseBudget,
     isolation: Isolation,
-) -> Vec<Fetched<Records>> {
-    let mut by_owner: BTreeMap<ShardId, Vec<Read>> = BTreeMap::new();
-    for (slot, partition) in wanted.iter().enumerate() {
-        if let Ok((topic_partition, owner)) = &partition.source {
-            by_owner.entry(*owner).or_default().push(Read {
+) -> Pass {
+    let reads = slots_by_owner(wanted).into_iter().map(|(owner, slots)| {
+        let reads = slots.into_iter().filter_map(|slot| {
+            let partition = &wanted[slot];
+            partition.source.as_ref().ok()?;
+            Some(Read {
                 slot,
-                topic_partition: topic_partition.clone(),
+                topic: Cow::Borrowed(&*partition.topic),
+                partition: PartitionId(partition.partition),
                 offset: Offset(partition.fetch_offset),
                 partition_max_bytes: partition.partition_max_bytes,
                 isolation,
-            });
-        }
-    }
-    let reads = by_owner
-        .into_iter()
-        .map(|(owner, reads)| read_on(shard, owner, reads, budget));
+            })
+        });
+        read_on(shard, owner, reads.collect(), budget)
+    });
     let mut fetched: Vec<Option<Fetched<Records>>> = wanted
         .iter()
         .map(|partition| {
@@ -476,11 +501,15 @@ async fn read_all(
                 .map(|error| Fetched::Error(*error))
         })
         .collect();
-    for (slot, result) in join_all(reads).await.into_iter().flatten() {
-        fetched[slot] = Some(result);
+    let mut generations = BTreeMap::new();
+    for (owner, generation, results) in join_all(reads).await {
+        generations.insert(owner, generation);
+        for (slot, result) in results {
+            fetched[slot] = Some(result);
+        }
     }
     let mut budget = budget;
-    fetched
+    let fetched = fetched
         .into_iter()
         .zip(wanted)
         .map(|(result, partition)| {
@@ -489,39 +518,66 @@ async fn read_all(
             spend(&mut budget, &mut result, partition.partition_max_bytes);
             result
         })
-        .collect()
+        .collect();
+    Pass {
+        fetched,
+        generations,
+    }
 }
 
 /// Reads `reads` on `owner`: directly if that is this shard, else with one
-/// trip over the mesh.
+/// trip over the mesh. Also answers the owner's news generation before the
+/// reads.
 async fn read_on(
     shard: &Rc<Shard>,
     owner: ShardId,
-    reads: Vec<Read>,
+    reads: Vec<Read<'_>>,
     budget: ResponseBudget,
-) -> Vec<(usize, Fetched<Records>)> {
+) -> (ShardId, u64, Vec<(usize, Fetched<Records>)>) {
     if owner == shard.id {
-        return read_partitions(shard, &reads, budget).await;
+        let generation = shard.store.news_generation();
+        return (
+            owner,
+            generation,
+            read_partitions(shard, &reads, budget).await,
+        );
     }
     let slots: Vec<usize> = reads.iter().map(|read| read.slot).collect();
+    let reads: Vec<Read<'static>> = reads
+        .into_iter()
+        .map(|read| Read {
+            topic: Cow::Owned(read.topic.into_owned()),
+            ..read
+        })
+        .collect();
     let remote = shard
         .on_shard(owner, move |owner| async move {
-            read_partitions(&owner, &reads, budget)
+            let generation = owner.store.news_generation();
+            let results = read_partitions(&owner, &reads, budget)
                 .await
                 .into_iter()
                 .map(|(slot, fetched)| (slot, sendable(fetched)))
-                .collect::<Vec<_>>()
+                .collect::<Vec<_>>();
+            (generation, results)
         })
         .await;
     match remote {
-        Ok(results) => results
-            .into_iter()
-            .map(|(slot, fetched)| (slot, received(fetched)))
-            .collect(),
-        Err(_) => slots
-            .into_iter()
-            .map(|slot| (slot, Fetched::Error(ErrorCode::NOT_LEADER_OR_FOLLOWER)))
-            .collect(),
+        Ok((generation, results)) => (
+            owner,
+            generation,
+            results
+                .into_iter()
+                .map(|(slot, fetched)| (slot, received(fetched)))
+                .collect(),
+        ),
+        Err(_) => (
+            owner,
+            0,
+            slots
+                .into_iter()
+                .map(|slot| (slot, Fetched::Error(ErrorCode::NOT_LEADER_OR_FOLLOWER)))
+                .collect(),
+        ),
     }
 }
 
@@ -529,7 +585,7 @@ async fn read_on(
 /// the whole response would (the caller spends it again across shards).
 async fn read_partitions(
     shard: &Rc<Shard>,
-    reads: &[Read],
+    reads: &[Read<'_>],
     mut budget: ResponseBudget,
 ) -> Vec<(usize, Fetched<Records>)> {
     let mut results = Vec::with_capacity(reads.len());
@@ -552,9 +608,9 @@ pub(crate) fn epoch_error(current_leader_epoch: i32) -> Option<ErrorCode> {
 }
 
 /// Reads on the owning shard; with no `limit` only the partition's offsets.
-async fn read_local(shard: &Rc<Shard>, read: &Read, limit: Option<u64>) -> Fetched<Records> {
-    let (topic_partition, offset) = (&read.topic_partition, read.offset);
-    let Some(log) = shard.log(topic_partition) else {
+async fn read_local(shard: &Rc<Shard>, read: &Read<'_>, limit: Option<u64>) -> Fetched<Records> {
+    let offset = read.offset;
+    let Some(log) = shard.store.partition_at(&read.topic, read.partition) else {
         return Fetched::Error(ErrorCode::NOT_LEADER_OR_FOLLOWER);
     };
     let high_watermark = log.visible_offset();
@@ -563,12 +619,17 @@ async fn read_local(shard: &Rc<Shard>, read: &Read, limit: Option<u64>) -> Fetch
         Isolation::ReadUncommitted => high_watermark,
         Isolation::ReadCommitted => last_stable_offset,
     };
-    let Some(limit) = limit else {
+    let log_start_offset = log.log_start_offset();
+    // Nothing new (the usual case for most partitions of a session): no
+    // read, but what a read of nothing would answer.
+    let nothing_new = offset == max_offset && offset >= log_start_offset && log.is_usable();
+    let Some(limit) = limit.filter(|_| !nothing_new) else {
+        let committed = read.isolation == Isolation::ReadCommitted;
         return Fetched::Data {
             high_watermark: high_watermark.0,
             last_stable_offset: last_stable_offset.0,
-            log_start_offset: log.log_start_offset().0,
-            aborted: None,
+            log_start_offset: log_start_offset.0,
+            aborted: (limit.is_some() && committed).then(Vec::new),
             records: None,
         };
     };
@@ -586,7 +647,8 @@ async fn read_local(shard: &Rc<Shard>, read: &Read, limit: Option<u64>) -> Fetch
             // offline; its consumers retry, and must not flood the log.
             let already_logged = matches!(error, StorageError::Offline { .. });
             if code == ErrorCode::KAFKA_STORAGE_ERROR && !already_logged {
-                tracing::error!(partition = %topic_partition, %offset, %error, "fetch failed");
+                let partition = format!("{}-{}", read.topic, read.partition.0);
+                tracing::error!(%partition, %offset, %error, "fetch failed");
             }
             return Fetched::Error(code);
         }
@@ -699,31 +761,78 @@ fn received(fetched: Fetched<SendableRecords>) -> Fetched<Records> {
     }
 }
 
+/// Above this many partitions on one shard, a waiting fetch waits for news
+/// of any partition of the shard rather than with a waiter per partition: a
+/// spurious wake costs a re-read, a waiter per partition costs on every wait.
+const PER_PARTITION_WAITERS_MAX: usize = 32;
+
+/// What a waiting fetch waits for on one owning shard.
+enum WaitFor {
+    /// Any partition's visible offset moving past this generation.
+    News(u64),
+    /// One of these partitions reaching its offset.
+    Partitions(Vec<(TopicPartition, Offset)>),
+}
+
+/// Resolves once what `wait` names has happened, on the owning shard.
+fn appended_on(owner: &Rc<Shard>, wait: WaitFor) -> LocalBoxFuture<'static, ()> {
+    let targets = match wait {
+        WaitFor::News(generation) => {
+            return owner.store.news_after(generation).map(|_| ()).boxed_local();
+        }
+        WaitFor::Partitions(targets) => targets,
+    };
+    let appended: Vec<LocalBoxFuture<'static, ()>> = targets
+        .into_iter()
+        .filter_map(|(topic_partition, target)| {
+            let log = owner.log(&topic_partition)?;
+            Some(
+                async move {
+                    let _ = log.wait_visible(target).await;
+                }
+                .boxed_local(),
+            )
+        })
+        .collect();
+    if appended.is_empty() {
+        futures::future::pending().boxed_local()
+    } else {
+        select_all(appended).map(|_| ()).boxed_local()
+    }
+}
+
 /// Waits until any partition's high watermark passes the one this pass saw
 /// (or its fetch offset), or the deadline. Each owning shard gets one waiting
 /// job, which ends as soon as this wait does.
-async fn wait_for_data(
-    shard: &Rc<Shard>,
-    wanted: &[Wanted],
-    fetched: &[Fetched<Records>],
-    deadline: Instant,
-) {
-    let mut by_owner: BTreeMap<ShardId, Vec<(TopicPartition, Offset)>> = BTreeMap::new();
-    for (partition, fetched) in wanted.iter().zip(fetched) {
-        if let (Ok((topic_partition, owner)), Fetched::Data { high_watermark, .. }) =
-            (&partition.source, fetched)
-        {
-            let seen = partition.fetch_offset.max(*high_watermark);
-            by_owner
-                .entry(*owner)
-                .or_default()
-                .push((topic_partition.clone(), Offset(seen.saturating_add(1))));
+async fn wait_for_data(shard: &Rc<Shard>, wanted: &[Wanted], pass: &Pass, deadline: Instant) {
+    let mut waits_by_owner: Vec<(ShardId, WaitFor)> = Vec::new();
+    for (owner, slots) in slots_by_owner(wanted) {
+        if slots.len() > PER_PARTITION_WAITERS_MAX {
+            let generation = pass.generations.get(&owner).copied().unwrap_or_default();
+            waits_by_owner.push((owner, WaitFor::News(generation)));
+            continue;
         }
+        let targets = slots
+            .into_iter()
+            .filter_map(|slot| {
+                let partition = &wanted[slot];
+                let Fetched::Data { high_watermark, .. } = &pass.fetched[slot] else {
+                    return None;
+                };
+                let seen = partition.fetch_offset.max(*high_watermark);
+                let topic_partition = TopicPartition {
+                    topic: partition.topic.to_string(),
+                    partition: PartitionId(partition.partition),
+                };
+                Some((topic_partition, Offset(seen.saturating_add(1))))
+            })
+            .collect();
+        waits_by_owner.push((owner, WaitFor::Partitions(targets)));
     }
     let remaining = deadline.saturating_duration_since(Instant::now());
     let mut waits: Vec<LocalBoxFuture<'_, ()>> =
         vec![glommio::timer::sleep(remaining).boxed_local()];
-    for (owner, targets) in by_owner {
+    for (owner, wait) in waits_by_owner {
         let (keep_waiting, stopped) = oneshot::channel::<()>();
         let shard = shard.clone();
         waits.push(
@@ -733,23 +842,7 @@ async fn wait_for_data(
                 let _keep_waiting = keep_waiting;
                 let _ = shard
                     .on_shard(owner, move |owner| async move {
-                        let appended: Vec<LocalBoxFuture<'static, ()>> = targets
-                            .into_iter()
-                            .filter_map(|(topic_partition, target)| {
-                                let log = owner.log(&topic_partition)?;
-                                Some(
-                                    async move {
-                                        let _ = log.wait_visible(target).await;
-                                    }
-                                    .boxed_local(),
-                                )
-                            })
-                            .collect();
-                        let appended = if appended.is_empty() {
-                            futures::future::pending().boxed_local()
-                        } else {
-                            select_all(appended).map(|_| ()).boxed_local()
-                        };
+                        let appended = appended_on(&owner, wait);
                         let timer = glommio::timer::sleep(remaining);
                         futures::select! {
                             _ = appended.fuse() => {},
