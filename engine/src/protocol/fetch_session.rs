@@ -42,9 +42,14 @@ pub const FINAL_EPOCH: i32 = -1;
 /// How long a session must go unused before any new one may evict it
 /// (Kafka's `min.incremental.fetch.session.eviction.ms` default).
 pub const SESSION_EVICTION_MS: u64 = 120_000;
-/// The most partitions one session holds; beyond it a full fetch opens none
-/// and the client stays sessionless (a bound on the cache's memory).
+/// The most partitions one session holds: a full fetch of more opens none
+/// (the client stays sessionless), and an incremental one that grows a
+/// session past it closes the session (answered `FETCH_SESSION_ID_NOT_FOUND`,
+/// as if evicted).
 pub const SESSION_PARTITIONS_MAX: usize = 100_000;
+/// The most partitions one shard's sessions hold together (a bound on the
+/// cache's memory, ~100 bytes each), enforced the same way.
+pub const CACHE_PARTITIONS_MAX: usize = 1_000_000;
 
 /// How a fetch names a topic: by name before Fetch v13, by id from v13.
 /// The name is shared by the topic's partitions (a session of 10,000
@@ -208,6 +213,10 @@ pub fn next_epoch(epoch: i32) -> i32 {
 pub struct FetchSessionCache {
     sessions: HashMap<i32, FetchSession>,
     slots_max: usize,
+    /// [`SESSION_PARTITIONS_MAX`] and [`CACHE_PARTITIONS_MAX`] (smaller in
+    /// tests).
+    session_partitions_max: usize,
+    cache_partitions_max: usize,
     shard: u16,
     shards: u16,
 }
@@ -219,6 +228,8 @@ impl FetchSessionCache {
         FetchSessionCache {
             sessions: HashMap::new(),
             slots_max,
+            session_partitions_max: SESSION_PARTITIONS_MAX,
+            cache_partitions_max: CACHE_PARTITIONS_MAX,
             shard,
             shards: shards.max(1),
         }
@@ -256,6 +267,7 @@ impl FetchSessionCache {
                 }
             };
         }
+        let total_before = self.partitions_total();
         let Some(session) = self.sessions.get_mut(&request.session_id) else {
             return FetchContext::Error(ErrorCode::FETCH_SESSION_ID_NOT_FOUND);
         };
@@ -265,8 +277,17 @@ impl FetchSessionCache {
         if session.uses_topic_ids != request.uses_topic_ids {
             return FetchContext::Error(ErrorCode::FETCH_SESSION_TOPIC_ID_ERROR);
         }
+        let size_before = session.size();
         session.update(requested, forgotten);
-        if session.size() == 0 {
+        let size = session.size();
+        let total = total_before - size_before + size;
+        let too_big = size > self.session_partitions_max
+            || (size > size_before && total > self.cache_partitions_max);
+        if too_big {
+            self.sessions.remove(&request.session_id);
+            return FetchContext::Error(ErrorCode::FETCH_SESSION_ID_NOT_FOUND);
+        }
+        if size == 0 {
             self.sessions.remove(&request.session_id);
             return FetchContext::Sessionless {
                 partitions: Vec::new(),
@@ -295,7 +316,9 @@ impl FetchSessionCache {
         answered: Vec<(SessionPartition, PartitionFetch, PartitionAnswer)>,
     ) -> i32 {
         let size = answered.len();
-        if size == 0 || size > SESSION_PARTITIONS_MAX || !self.make_room(now_ms, size) {
+        let fits = size <= self.session_partitions_max
+            && self.partitions_total() + size <= self.cache_partitions_max;
+        if size == 0 || !fits || !self.make_room(now_ms, size) {
             return INVALID_SESSION_ID;
         }
         let id = self.new_id(random);
@@ -371,6 +394,11 @@ impl FetchSessionCache {
             session.push(cached);
         }
         chosen
+    }
+
+    /// Partitions held by all sessions (at most `slots_max` of them).
+    fn partitions_total(&self) -> usize {
+        self.sessions.values().map(FetchSession::size).sum()
     }
 
     /// Frees a slot for a session of `size` partitions if the rules allow.

@@ -302,3 +302,35 @@ fn epochs_wrap_to_one() {
     assert_eq!(next_epoch(i32::MAX), 1);
     assert_eq!(next_epoch(FINAL_EPOCH), FINAL_EPOCH);
 }
+
+#[test]
+fn sessions_are_bounded_in_partitions_each_and_together() {
+    let (mut cache, id) = cache_with_session(3);
+    cache.session_partitions_max = 4;
+    cache.cache_partitions_max = 6;
+    // Growing past the per-session bound closes the session, as an eviction.
+    assert_eq!(
+        cache.context(
+            0,
+            request(id, 1),
+            vec![(key("t", 3), at(0)), (key("t", 4), at(0))],
+            &[]
+        ),
+        FetchContext::Error(ErrorCode::FETCH_SESSION_ID_NOT_FOUND)
+    );
+    assert!(cache.is_empty());
+    // A full fetch of more than a session may hold opens none.
+    assert_eq!(open_sized(&mut cache, 0, 1, 5), INVALID_SESSION_ID);
+    let first = open_sized(&mut cache, 0, 1, 4);
+    assert_ne!(first, INVALID_SESSION_ID);
+    // Together: 4 + 3 > 6.
+    assert_eq!(open_sized(&mut cache, 0, 2, 3), INVALID_SESSION_ID);
+    let second = open_sized(&mut cache, 0, 2, 2);
+    assert_ne!(second, INVALID_SESSION_ID);
+    assert_eq!(
+        cache.context(0, request(second, 1), vec![(key("t", 9), at(0))], &[]),
+        FetchContext::Error(ErrorCode::FETCH_SESSION_ID_NOT_FOUND),
+        "growing past the cache's bound"
+    );
+    assert_eq!(cache.len(), 1);
+}
