@@ -5,8 +5,15 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+use brook_engine::log::builder::{BatchOptions, NewRecord, encode_batch};
+use brook_engine::types::TimestampMs;
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, CreateTopicsRequest, CreateTopicsResponse, ProduceRequest, ProduceResponse,
+    RequestHeader, ResponseHeader, TopicName,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use crate::broker::Broker;
@@ -85,4 +92,57 @@ pub fn exchange<Q: Encodable, R: Decodable>(
         body.len()
     );
     response
+}
+
+fn topic_name(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_owned()))
+}
+
+/// Creates `name` with `partitions` single-replica partitions.
+pub fn create_topic(stream: &mut TcpStream, name: &str, partitions: i32) {
+    let topic = CreatableTopic::default()
+        .with_name(topic_name(name))
+        .with_num_partitions(partitions)
+        .with_replication_factor(1);
+    let created: CreateTopicsResponse = exchange(
+        stream,
+        ApiKey::CreateTopics,
+        7,
+        &CreateTopicsRequest::default().with_topics(vec![topic]),
+    );
+    assert_eq!(created.topics[0].error_code, 0, "creating {name}");
+}
+
+/// Appends one batch of `records` records of `value_bytes` filler bytes to
+/// a partition with acks=all (acknowledged means visible to fetches);
+/// returns the batch's base offset and its length in bytes.
+pub fn produce_filler(
+    stream: &mut TcpStream,
+    topic: &str,
+    partition: i32,
+    records: usize,
+    value_bytes: usize,
+) -> (i64, usize) {
+    let batch = encode_batch(
+        &(0..records)
+            .map(|_| NewRecord::value(vec![b'x'; value_bytes], TimestampMs(1)))
+            .collect::<Vec<_>>(),
+        &BatchOptions::default(),
+    );
+    let len = batch.len();
+    let data = PartitionProduceData::default()
+        .with_index(partition)
+        .with_records(Some(Bytes::from(batch)));
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(10_000)
+        .with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(topic_name(topic))
+                .with_partition_data(vec![data]),
+        ]);
+    let response: ProduceResponse = exchange(stream, ApiKey::Produce, 9, &request);
+    let answer = &response.responses[0].partition_responses[0];
+    assert_eq!(answer.error_code, 0, "producing to {topic}-{partition}");
+    (answer.base_offset, len)
 }

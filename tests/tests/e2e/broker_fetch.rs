@@ -6,19 +6,12 @@
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use brook_engine::log::builder::{BatchOptions, NewRecord, encode_batch};
-use brook_engine::types::TimestampMs;
 use brook_tests::broker::Broker;
-use brook_tests::raw::{connect, exchange};
+use brook_tests::raw::{self, connect, exchange};
 use bytes::Bytes;
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::fetch_response::PartitionData;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse, ProduceRequest,
-    ProduceResponse, TopicName,
-};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
 const BROOK: &str = env!("CARGO_BIN_EXE_brook-e2e");
@@ -31,43 +24,13 @@ fn topic_name() -> TopicName {
 }
 
 fn create_topic(stream: &mut TcpStream) {
-    let topic = CreatableTopic::default()
-        .with_name(topic_name())
-        .with_num_partitions(PARTITIONS)
-        .with_replication_factor(1);
-    let created: CreateTopicsResponse = exchange(
-        stream,
-        ApiKey::CreateTopics,
-        7,
-        &CreateTopicsRequest::default().with_topics(vec![topic]),
-    );
-    assert_eq!(created.topics[0].error_code, 0);
+    raw::create_topic(stream, TOPIC, PARTITIONS);
 }
 
-/// One batch of `records` records of 100 bytes to `partition`, with
-/// acks=all: acknowledged means visible to consumers.
+/// One batch of `records` records of 100 bytes to `partition`; returns its
+/// length.
 fn produce(stream: &mut TcpStream, partition: i32, records: usize) -> usize {
-    let batch = encode_batch(
-        &(0..records)
-            .map(|_| NewRecord::value(vec![b'x'; 100], TimestampMs(1)))
-            .collect::<Vec<_>>(),
-        &BatchOptions::default(),
-    );
-    let len = batch.len();
-    let data = PartitionProduceData::default()
-        .with_index(partition)
-        .with_records(Some(Bytes::from(batch)));
-    let request = ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(10_000)
-        .with_topic_data(vec![
-            TopicProduceData::default()
-                .with_name(topic_name())
-                .with_partition_data(vec![data]),
-        ]);
-    let response: ProduceResponse = exchange(stream, ApiKey::Produce, 9, &request);
-    assert_eq!(response.responses[0].partition_responses[0].error_code, 0);
-    len
+    raw::produce_filler(stream, TOPIC, partition, records, 100).1
 }
 
 /// Fetches every partition from offset 0; returns each one's records length.

@@ -7,18 +7,12 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use brook_engine::log::builder::{BatchOptions, NewRecord, encode_batch};
-use brook_engine::types::TimestampMs;
 use brook_tests::broker::Broker;
 use brook_tests::clients::{Report, python3_path, run, script};
-use brook_tests::raw::{connect, exchange};
-use bytes::Bytes;
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use brook_tests::raw::{self, connect, exchange};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse,
-    MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, TopicName,
+    ApiKey, FetchRequest, FetchResponse, MetadataRequest, MetadataResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -41,44 +35,13 @@ fn start(dir: &std::path::Path, extra: &[&str]) -> (Broker, TcpStream) {
 fn start_with(dir: &std::path::Path, extra: &[&str], partitions: i32) -> (Broker, TcpStream) {
     let broker = Broker::start(BROOK, dir, 2, extra);
     let mut stream = connect(&broker);
-    let topic = CreatableTopic::default()
-        .with_name(topic_name())
-        .with_num_partitions(partitions)
-        .with_replication_factor(1);
-    let created: CreateTopicsResponse = exchange(
-        &mut stream,
-        ApiKey::CreateTopics,
-        7,
-        &CreateTopicsRequest::default().with_topics(vec![topic]),
-    );
-    assert_eq!(created.topics[0].error_code, 0);
+    raw::create_topic(&mut stream, TOPIC, partitions);
     (broker, stream)
 }
 
-/// Appends `records` records to `partition` with acks=all (acknowledged
-/// means visible to fetches); returns the log end after them.
+/// Appends `records` records to `partition`; returns the log end after them.
 fn produce(stream: &mut TcpStream, partition: i32, records: usize) -> i64 {
-    let batch = encode_batch(
-        &(0..records)
-            .map(|_| NewRecord::value(vec![b'x'; 10], TimestampMs(1)))
-            .collect::<Vec<_>>(),
-        &BatchOptions::default(),
-    );
-    let data = PartitionProduceData::default()
-        .with_index(partition)
-        .with_records(Some(Bytes::from(batch)));
-    let request = ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(10_000)
-        .with_topic_data(vec![
-            TopicProduceData::default()
-                .with_name(topic_name())
-                .with_partition_data(vec![data]),
-        ]);
-    let response: ProduceResponse = exchange(stream, ApiKey::Produce, 9, &request);
-    let answer = &response.responses[0].partition_responses[0];
-    assert_eq!(answer.error_code, 0);
-    answer.base_offset + records as i64
+    raw::produce_filler(stream, TOPIC, partition, records, 10).0 + records as i64
 }
 
 /// A fetch (v12, topics by name) of `partitions` at their offsets, waiting

@@ -12,15 +12,13 @@ use brook_engine::log::builder::{BatchOptions, NewRecord, encode_batch};
 use brook_engine::types::TimestampMs;
 use brook_tests::broker::Broker;
 use brook_tests::deliveries::Deliveries;
-use brook_tests::raw::{connect, exchange};
+use brook_tests::raw::{self, connect, exchange};
 use bytes::Bytes;
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, CreateTopicsResponse, InitProducerIdRequest,
-    InitProducerIdResponse, ListOffsetsRequest, ListOffsetsResponse, ProduceRequest,
-    ProduceResponse, TopicName,
+    ApiKey, InitProducerIdRequest, InitProducerIdResponse, ListOffsetsRequest, ListOffsetsResponse,
+    ProduceRequest, ProduceResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::ClientConfig;
@@ -43,17 +41,7 @@ fn start(dir: &std::path::Path, checkpoint_ms: u64) -> Broker {
 }
 
 fn create_topic(stream: &mut TcpStream, partitions: i32) {
-    let topic = CreatableTopic::default()
-        .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
-        .with_num_partitions(partitions)
-        .with_replication_factor(1);
-    let created: CreateTopicsResponse = exchange(
-        stream,
-        ApiKey::CreateTopics,
-        7,
-        &CreateTopicsRequest::default().with_topics(vec![topic]),
-    );
-    assert_eq!(created.topics[0].error_code, 0, "{created:?}");
+    raw::create_topic(stream, TOPIC, partitions);
 }
 
 fn init_producer_id(stream: &mut TcpStream, version: i16) -> (i64, i16) {
