@@ -90,10 +90,13 @@ impl ShardNews {
     /// Resolves at the next [`ShardNews::ring`], or at once if there was one
     /// since `generation`.
     pub fn after(&self, generation: u64) -> oneshot::Receiver<()> {
-        let receiver = self.subscribe();
-        if self.generation.get() != generation {
-            self.ring();
+        if self.generation.get() == generation {
+            return self.subscribe();
         }
+        // Already moved: only this waiter is told (ringing would wake every
+        // other waiter of the shard for nothing).
+        let (sender, receiver) = oneshot::channel();
+        let _ = sender.send(());
         receiver
     }
 
@@ -158,8 +161,12 @@ mod tests {
         assert_eq!(news.len(), 0);
         assert!(futures::executor::block_on(first).is_ok());
         assert!(futures::executor::block_on(second).is_ok());
-        // A wait that starts after a ring it did not see ends at once.
+        // A wait that starts after a ring it did not see ends at once,
+        // without waking anyone else.
+        let other = news.subscribe();
         assert!(futures::executor::block_on(news.after(seen)).is_ok());
+        assert_eq!(news.len(), 1, "the other waiter still waits");
+        drop(other);
         let mut current = news.after(news.generation());
         assert_eq!(current.try_recv(), Ok(None), "nothing new yet");
     }
