@@ -26,12 +26,13 @@ use crate::log::epoch_cache::LeaderEpochCache;
 use crate::log::index::{OffsetIndexEntry, PAGE_BYTES, RELATIVE_OFFSET_MAX, TimeIndexEntry};
 use crate::types::{LeaderEpoch, Offset};
 
-/// Whether the bytes after a segment's last valid batch are only the zero
-/// padding of its last O_DIRECT page (`page_bytes`): what a crash between a
-/// roll and the trim that seals the old segment leaves. That is not damage,
-/// so the segments after it stay (their contiguity is checked as usual).
-pub fn is_write_padding(tail: &[u8], page_bytes: usize) -> bool {
-    !tail.is_empty() && tail.len() < page_bytes && tail.iter().all(|byte| *byte == 0)
+/// Whether a piece of the bytes after a segment's last valid batch is only
+/// zeros: the padding of its last O_DIRECT page, or space reserved ahead of
+/// the appends (`fallocate` reads back as zeros). A crash leaves either
+/// after the last write; neither is damage, so the segments after it stay
+/// (their contiguity is checked as usual).
+pub fn is_unwritten_tail(piece: &[u8]) -> bool {
+    piece.iter().all(|byte| *byte == 0)
 }
 
 /// Whether batches must follow each other without offset gaps.

@@ -59,6 +59,7 @@ const CLEANED_SIZING: ChunkSizing = ChunkSizing {
     writes_in_flight_max: 1,
     cache_bytes_max: 0,
     eager_partial_writes: false,
+    reserve_ahead: false,
 };
 
 /// `<base>.<extension>.<suffix>`.

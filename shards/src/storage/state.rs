@@ -20,7 +20,7 @@ use brook_engine::types::{LeaderEpoch, Offset, TimestampMs};
 use futures::channel::oneshot;
 use glommio::io::DmaFile;
 
-use crate::storage::appender::Write;
+use crate::storage::appender::{Reservation, Write};
 use crate::storage::error::StorageError;
 use crate::storage::files::FileAccess;
 use crate::storage::segment::{Segment, SegmentFile};
@@ -90,6 +90,11 @@ pub(crate) enum WriteJob {
         segment_base: Offset,
         file: SegmentFile,
         write: Write,
+    },
+    /// Grow the reserve ahead of the active segment's `.log`.
+    Reserve {
+        segment_base: Offset,
+        reservation: Reservation,
     },
     /// Trim a rolled segment's files to size and sync them.
     Seal {
@@ -346,15 +351,32 @@ impl LogState {
         self.durable_waiters.fail_all(&closed);
     }
 
-    /// The writer's next job, if one may start now: writes of every open
-    /// segment (oldest first), then the trim-and-sync of a rolled segment
-    /// once all its writes completed.
+    /// The writer's next job, if one may start now: growing the active
+    /// `.log`'s reserve (not while closing), writes of every open segment
+    /// (oldest first), then the trim-and-sync of a rolled segment once all
+    /// its writes and its reservation completed.
     pub fn next_write_job(&mut self) -> Option<WriteJob> {
+        let closing = self.closing;
+        let limit = self.config.segment_bytes;
+        let active = self
+            .segments
+            .last_mut()
+            .expect("a log has an active segment");
+        let segment_base = active.base_offset;
+        if let Some(reservation) = active
+            .active_mut()
+            .filter(|active| !closing && !active.sealing)
+            .and_then(|active| active.log.next_reservation(limit))
+        {
+            return Some(WriteJob::Reserve {
+                segment_base,
+                reservation,
+            });
+        }
         let first_open = self
             .segments
             .iter()
             .position(|segment| !segment.is_sealed())?;
-        let closing = self.closing;
         for segment in &mut self.segments[first_open..] {
             let segment_base = segment.base_offset;
             if let Some((file, write)) = segment.next_write(closing) {
@@ -367,7 +389,11 @@ impl LogState {
             let Some(active) = segment.active_mut() else {
                 continue;
             };
-            if active.sealing && !active.seal_started && active.is_written() {
+            if active.sealing
+                && !active.seal_started
+                && active.is_written()
+                && !active.log.is_reserving()
+            {
                 active.seal_started = true;
                 let files =
                     [&active.log, &active.offset_index, &active.time_index].map(|appender| {
@@ -392,6 +418,16 @@ impl LogState {
             self.segments[slot].complete_write(file, end);
         }
         self.advance();
+    }
+
+    /// The reservation of `size` bytes for the `.log` at `segment_base` ended.
+    pub fn complete_reservation(&mut self, segment_base: Offset, size: u64, succeeded: bool) {
+        if let Some(active) = self
+            .segment_slot(segment_base)
+            .and_then(|slot| self.segments[slot].active_mut())
+        {
+            active.log.complete_reservation(size, succeeded);
+        }
     }
 
     /// The rolled segment at `segment_base` was trimmed and synced;

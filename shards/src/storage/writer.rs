@@ -2,11 +2,11 @@
 //!
 //! The *writer* keeps the disk busy with what appends left in the segments'
 //! tails: up to a few chunk writes per file in flight at once (see
-//! [`crate::storage::appender`] for which may overlap), and the trim-and-sync
-//! of rolled segments. The *syncer* runs `fdatasync` on the active segment
-//! whenever the flush policy asks, concurrently with the writer: one sync
-//! covers every write completed before it started (group commit). Both only
-//! borrow the state between awaits.
+//! [`crate::storage::appender`] for which may overlap), the reserve ahead of
+//! the active `.log`, and the trim-and-sync of rolled segments. The *syncer*
+//! runs `fdatasync` on the active segment whenever the flush policy asks,
+//! concurrently with the writer: one sync covers every write completed before
+//! it started (group commit). Both only borrow the state between awaits.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -45,6 +45,11 @@ enum Done {
         file: SegmentFile,
         end: u64,
     },
+    Reserve {
+        segment_base: Offset,
+        size: u64,
+        succeeded: bool,
+    },
     Seal {
         segment_base: Offset,
         index_files: [Rc<DmaFile>; 2],
@@ -65,6 +70,25 @@ fn start(job: WriteJob) -> Running {
                 segment_base,
                 file,
                 end: write.end,
+            })
+        }),
+        WriteJob::Reserve {
+            segment_base,
+            reservation,
+        } => Box::pin(async move {
+            // A filesystem that cannot reserve only costs appends their
+            // speed: the log stays online and stops reserving.
+            let succeeded = match reservation.execute().await {
+                Ok(()) => true,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot reserve space ahead of appends; writing without");
+                    false
+                }
+            };
+            Ok(Done::Reserve {
+                segment_base,
+                size: reservation.size,
+                succeeded,
             })
         }),
         WriteJob::Seal {
@@ -116,6 +140,11 @@ pub(crate) async fn run_writer(log: Rc<LogInner>) {
                     file,
                     end,
                 } => state.complete_write(segment_base, file, end),
+                Done::Reserve {
+                    segment_base,
+                    size,
+                    succeeded,
+                } => state.complete_reservation(segment_base, size, succeeded),
                 Done::Seal {
                     segment_base,
                     index_files,

@@ -212,47 +212,107 @@ fn deleted_or_truncated_indexes_are_rebuilt_identically() {
 }
 
 /// The files a kill -9 leaves after a roll but before the old segment was
-/// trimmed (sealed): its `.log` still ends in the zero padding of its last
-/// O_DIRECT page while the new segment already holds acknowledged batches.
+/// trimmed (sealed): its `.log` still ends in zeros, the padding of its last
+/// O_DIRECT page or, past it, the space reserved ahead of its appends, while
+/// the new segment already holds acknowledged batches.
 #[test]
-fn write_padding_left_by_a_crash_during_a_roll_loses_nothing() {
+fn zeros_left_by_a_crash_during_a_roll_lose_nothing() {
     let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("t-0");
+    for (case, reserved) in [("padding", 0u64), ("reserve", 2 << 20)] {
+        let dir = root.path().join(format!("{case}-0"));
+        block_on(async move {
+            let config = small_segments(1500);
+            let log = open(&dir, config.clone(), crashed()).await;
+            for i in 0..40 {
+                let bytes = batch(3, 40, 1_700_000_000_000 + i * 10);
+                log.append(&bytes, EPOCH, now_ms()).await.unwrap();
+            }
+            log.flush().await.unwrap();
+            let end = log.log_end_offset();
+            let before = read_all(&log, Offset(0), 1 << 20, false).await.unwrap();
+            log.close().await.unwrap();
+            let bases = segment_bases(&dir);
+            assert!(bases.len() > 3, "{case}: several rolls: {bases:?}");
+            let sealed = file_with_extension(&dir, bases[bases.len() - 2], "log");
+            let len = std::fs::metadata(&sealed).unwrap().len();
+            assert_ne!(len % 4096, 0, "the test needs a partial last page");
+            truncate(&sealed, len.next_multiple_of(4096) + reserved);
+            let log = open(&dir, config, crashed()).await;
+            assert_eq!(segment_bases(&dir), bases, "{case}: no segment was deleted");
+            assert_eq!(log.log_end_offset(), end, "{case}");
+            assert_eq!(
+                std::fs::metadata(&sealed).unwrap().len(),
+                len,
+                "{case}: zeros trimmed"
+            );
+            assert_bytes_eq(
+                &read_all(&log, Offset(0), 1 << 20, false).await.unwrap(),
+                &before,
+                &format!("{case}: after reopen"),
+            );
+        });
+    }
+}
+
+/// The active segment's `.log` is reserved ahead of its appends (its size
+/// on disk passes its last batch), so the files as a kill -9 finds them end
+/// in zeros: reopened, the log ends at its last batch, loses nothing, and
+/// the file is trimmed back to it.
+#[test]
+fn space_reserved_ahead_of_the_appends_is_trimmed_after_a_crash() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("live-0");
+    let image = root.path().join("image").join("live-0");
     block_on(async move {
-        let config = small_segments(1500);
+        let config = LogConfig::default();
         let log = open(&dir, config.clone(), crashed()).await;
-        for i in 0..40 {
-            let bytes = batch(3, 40, 1_700_000_000_000 + i * 10);
+        for i in 0..30 {
+            let bytes = batch(3, 300, 1_700_000_000_000 + i * 10);
             log.append(&bytes, EPOCH, now_ms()).await.unwrap();
         }
-        log.flush().await.unwrap();
-        let end = log.log_end_offset();
+        let end = log.flush().await.unwrap();
         let before = read_all(&log, Offset(0), 1 << 20, false).await.unwrap();
+        let active = file_with_extension(&dir, Offset(0), "log");
+        let reserved = async {
+            loop {
+                let size = std::fs::metadata(&active).unwrap().len();
+                if size > before.len() as u64 {
+                    return size;
+                }
+                glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        };
+        let size = glommio::timer::timeout(std::time::Duration::from_secs(10), async {
+            Ok(reserved.await)
+        })
+        .await
+        .expect("the .log is reserved past its data");
+        std::fs::create_dir_all(&image).unwrap();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), image.join(entry.file_name())).unwrap();
+        }
         log.close().await.unwrap();
-        let bases = segment_bases(&dir);
-        assert!(bases.len() > 3, "several rolls: {bases:?}");
-        let sealed = file_with_extension(&dir, bases[bases.len() - 2], "log");
-        let len = std::fs::metadata(&sealed).unwrap().len();
-        assert_ne!(len % 4096, 0, "the test needs a partial last page");
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&sealed)
-            .unwrap()
-            .set_len(len.next_multiple_of(4096))
-            .unwrap();
-        let log = open(&dir, config, crashed()).await;
-        assert_eq!(segment_bases(&dir), bases, "no segment was deleted");
+        assert_eq!(
+            std::fs::metadata(&active).unwrap().len(),
+            before.len() as u64,
+            "a clean close trims the reserve"
+        );
+        let copied = file_with_extension(&image, Offset(0), "log");
+        assert_eq!(std::fs::metadata(&copied).unwrap().len(), size);
+        let log = open(&image, config, crashed()).await;
         assert_eq!(log.log_end_offset(), end);
         assert_eq!(
-            std::fs::metadata(&sealed).unwrap().len(),
-            len,
-            "padding trimmed"
+            std::fs::metadata(&copied).unwrap().len(),
+            before.len() as u64,
+            "the reserve is trimmed"
         );
         assert_bytes_eq(
             &read_all(&log, Offset(0), 1 << 20, false).await.unwrap(),
             &before,
             "after reopen",
         );
+        log.close().await.unwrap();
     });
 }
 

@@ -7,6 +7,7 @@ use std::io::{BufReader, IsTerminal, Read};
 use std::path::Path;
 
 use brook_engine::log::batch::{BATCH_LENGTH_MIN, BatchView, LOG_OVERHEAD_BYTES};
+use brook_engine::log::recovery::is_unwritten_tail;
 
 use crate::cli::progress::Progress;
 use crate::log_dump::DumpError;
@@ -68,11 +69,17 @@ impl BatchReader {
             have: have as usize,
         };
         let left = self.file_bytes - position;
+        self.buffer.resize(LOG_OVERHEAD_BYTES.min(left as usize), 0);
+        self.read_exact(0)?;
+        if is_unwritten_tail(&self.buffer) && self.rest_is_unwritten()? {
+            // A live or crashed segment's page padding or reserved space.
+            self.position = self.file_bytes;
+            self.progress.finish();
+            return Ok(None);
+        }
         if left < LOG_OVERHEAD_BYTES as u64 {
             return Err(truncated(left, LOG_OVERHEAD_BYTES));
         }
-        self.buffer.resize(LOG_OVERHEAD_BYTES, 0);
-        self.read_exact(0)?;
         let declared = i32::from_be_bytes([
             self.buffer[8],
             self.buffer[9],
@@ -100,6 +107,27 @@ impl BatchReader {
             reason: error.to_string(),
         })?;
         Ok(Some((position, batch)))
+    }
+
+    /// Whether everything after the bytes in the buffer is zeros (read a
+    /// piece at a time; the reader is left wherever that was decided).
+    fn rest_is_unwritten(&mut self) -> Result<bool, DumpError> {
+        let mut piece = vec![0u8; READ_BUFFER_BYTES];
+        loop {
+            let count = self
+                .input
+                .read(&mut piece)
+                .map_err(|source| DumpError::Io {
+                    operation: "read",
+                    source,
+                })?;
+            if count == 0 {
+                return Ok(true);
+            }
+            if !is_unwritten_tail(&piece[..count]) {
+                return Ok(false);
+            }
+        }
     }
 
     /// Fills the buffer from `from` on.

@@ -244,6 +244,36 @@ fn a_truncated_log_reports_the_position_after_the_batches_before_it() {
     assert_eq!(errors, expected);
 }
 
+/// A live segment's `.log` ends in page padding and the space reserved
+/// ahead of its appends: zeros after the last batch are its end, not damage;
+/// anything else after zeros still is.
+#[test]
+fn zeros_after_the_last_batch_end_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, positions) = write_segment(dir.path());
+    let bytes = std::fs::read(&log).unwrap();
+    for zeros in [5, 4096, 3 << 20] {
+        let mut reserved = bytes.clone();
+        reserved.resize(bytes.len() + zeros, 0);
+        std::fs::write(&log, &reserved).unwrap();
+        let (clean, out, errors) = dump(&[&log], text());
+        assert!(clean, "{zeros} zeros: {errors}");
+        assert_eq!(
+            out.lines().count(),
+            positions.len() + 1,
+            "{zeros} zeros: {out}"
+        );
+        let last = reserved.len() - 1;
+        reserved[last] = 1;
+        std::fs::write(&log, &reserved).unwrap();
+        let (clean, _, errors) = dump(&[&log], text());
+        assert!(
+            !clean && errors.lines().count() == 1,
+            "{zeros} zeros, then a 1: {errors}"
+        );
+    }
+}
+
 #[test]
 fn corrupt_bytes_are_errors_not_panics() {
     let dir = tempfile::tempdir().unwrap();

@@ -182,12 +182,11 @@ fn cleaned_batches_are_valid_only_in_compacted_logs() {
 }
 
 #[test]
-fn only_short_zero_tails_are_write_padding() {
-    assert!(is_write_padding(&[0; 100], 4096));
-    assert!(is_write_padding(&[0; 4095], 4096));
-    assert!(!is_write_padding(&[], 4096));
-    assert!(!is_write_padding(&[0; 4096], 4096));
-    assert!(!is_write_padding(&[0, 0, 1, 0], 4096));
+fn only_zeros_are_an_unwritten_tail() {
+    assert!(is_unwritten_tail(&[0; 100]));
+    assert!(is_unwritten_tail(&[0; 3 * 4096]));
+    assert!(!is_unwritten_tail(&[0, 0, 1, 0]));
+    assert!(!is_unwritten_tail(&[0x80; 4096]));
 }
 
 #[test]

@@ -10,7 +10,7 @@ use brook_engine::log::batch::BatchView;
 use brook_engine::log::config::LogConfig;
 use brook_engine::log::file_name::SegmentFileKind;
 use brook_engine::log::indexer::BatchPlacement;
-use brook_engine::log::recovery::{ScanEnd, ScanStop, Scanner, is_write_padding};
+use brook_engine::log::recovery::{ScanEnd, ScanStop, Scanner, is_unwritten_tail};
 use glommio::io::DmaFile;
 use zerocopy::IntoBytes;
 
@@ -19,7 +19,6 @@ use super::recovery_point::scan_start;
 use super::{
     EpochRecovery, LogFile, SCAN_BATCH_BYTES_MAX, SCAN_CHUNK_BYTES, ScanTarget, SegmentScan,
 };
-use crate::storage::appender::PAGE_BYTES;
 use crate::storage::error::{StorageError, io_error};
 use crate::storage::files::{open_dma, read_exact, segment_path};
 
@@ -69,14 +68,10 @@ pub(super) async fn scan_segment(
     )
     .await?;
     let cut = valid_bytes < file_bytes;
-    let padding = cut && file_bytes - valid_bytes < PAGE_BYTES && {
-        let tail_len = (file_bytes - valid_bytes) as usize;
-        let tail = read_exact(&log_file, &log_path, valid_bytes, tail_len).await?;
-        is_write_padding(&tail, PAGE_BYTES as usize)
-    };
-    // Only damage truncates the log; the padding a crash left after the last
-    // batch of a segment that was being sealed is just trimmed.
-    let truncated = cut && !padding;
+    let unwritten = cut && tail_is_unwritten(&log_file, &log_path, valid_bytes, file_bytes).await?;
+    // Only damage truncates the log; the page padding or reserved space a
+    // crash left after the last batch is just trimmed.
+    let truncated = cut && !unwritten;
     if target.sealed && !truncated {
         rebuilt.time_entries.extend(rebuilt.indexer.on_seal());
     }
@@ -113,6 +108,27 @@ pub(super) async fn scan_segment(
         first_batch_max_timestamp: rebuilt.first_batch_max_timestamp,
     };
     Ok((scan, truncated))
+}
+
+/// Whether `[from, size)` of a log holds only zeros (see
+/// [`is_unwritten_tail`]), read a chunk at a time up to the first that
+/// does not.
+async fn tail_is_unwritten(
+    file: &DmaFile,
+    path: &Path,
+    from: u64,
+    size: u64,
+) -> Result<bool, StorageError> {
+    let mut position = from;
+    while position < size {
+        let want = (SCAN_CHUNK_BYTES as u64).min(size - position);
+        let piece = read_exact(file, path, position, want as usize).await?;
+        if !is_unwritten_tail(&piece) {
+            return Ok(false);
+        }
+        position += want;
+    }
+    Ok(true)
 }
 
 /// Feeds `[from, size)` of a log to `scanner`; returns why it stopped early.
