@@ -266,8 +266,8 @@ fn space_reserved_ahead_of_the_appends_is_trimmed_after_a_crash() {
     block_on(async move {
         let config = LogConfig::default();
         let log = open(&dir, config.clone(), crashed()).await;
-        for i in 0..30 {
-            let bytes = batch(3, 300, 1_700_000_000_000 + i * 10);
+        for i in 0..100 {
+            let bytes = batch(3, 1000, 1_700_000_000_000 + i * 10);
             log.append(&bytes, EPOCH, now_ms()).await.unwrap();
         }
         let end = log.flush().await.unwrap();
@@ -276,7 +276,8 @@ fn space_reserved_ahead_of_the_appends_is_trimmed_after_a_crash() {
         let reserved = async {
             loop {
                 let size = std::fs::metadata(&active).unwrap().len();
-                if size > before.len() as u64 {
+                // Past the padding of the last page too.
+                if size > (before.len() as u64).next_multiple_of(4096) {
                     return size;
                 }
                 glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
