@@ -188,3 +188,55 @@ pub(crate) async fn run_syncer(log: Rc<LogInner>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::rc::Rc;
+
+    use brook_engine::types::Offset;
+    use glommio::io::OpenOptions;
+
+    use super::{Done, start};
+    use crate::runtime::block_on;
+    use crate::storage::appender::{ChunkSizing, PageAppender};
+    use crate::storage::files::FileAccess;
+    use crate::storage::state::WriteJob;
+
+    /// A disk that refuses `fallocate` (here: a descriptor open read-only)
+    /// costs the log its reserve, not its service: the job ends reporting
+    /// the failure instead of failing the writer.
+    #[test]
+    fn a_refused_reservation_is_reported_not_fatal() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().to_owned();
+        block_on(async move {
+            crate::storage::device::prepare_directory(&dir)
+                .await
+                .unwrap();
+            let path = dir.join("00000000000000000000.log");
+            std::fs::write(&path, [0u8; 4096]).unwrap();
+            let file = OpenOptions::new().read(true).dma_open(&path).await.unwrap();
+            let mut log = PageAppender::new(
+                FileAccess::Open(Rc::new(file)),
+                path,
+                0,
+                Vec::new(),
+                ChunkSizing::LOG,
+            );
+            log.append(&[&[1u8; 70 << 10]]);
+            let reservation = log.next_reservation(1 << 30).expect("an append waits");
+            let job = WriteJob::Reserve {
+                segment_base: Offset(0),
+                reservation,
+            };
+            let done = start(job).await;
+            assert!(matches!(
+                done,
+                Ok(Done::Reserve {
+                    succeeded: false,
+                    ..
+                })
+            ));
+        });
+    }
+}

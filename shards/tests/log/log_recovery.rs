@@ -221,23 +221,8 @@ fn zeros_left_by_a_crash_during_a_roll_lose_nothing() {
     for (case, reserved) in [("padding", 0u64), ("reserve", 2 << 20)] {
         let dir = root.path().join(format!("{case}-0"));
         block_on(async move {
-            let config = small_segments(1500);
-            let log = open(&dir, config.clone(), crashed()).await;
-            for i in 0..40 {
-                let bytes = batch(3, 40, 1_700_000_000_000 + i * 10);
-                log.append(&bytes, EPOCH, now_ms()).await.unwrap();
-            }
-            log.flush().await.unwrap();
-            let end = log.log_end_offset();
-            let before = read_all(&log, Offset(0), 1 << 20, false).await.unwrap();
-            log.close().await.unwrap();
-            let bases = segment_bases(&dir);
-            assert!(bases.len() > 3, "{case}: several rolls: {bases:?}");
-            let sealed = file_with_extension(&dir, bases[bases.len() - 2], "log");
-            let len = std::fs::metadata(&sealed).unwrap().len();
-            assert_ne!(len % 4096, 0, "the test needs a partial last page");
-            truncate(&sealed, len.next_multiple_of(4096) + reserved);
-            let log = open(&dir, config, crashed()).await;
+            let (bases, sealed, len, end, before) = roll_and_pad(&dir, reserved, false).await;
+            let log = open(&dir, small_segments(1500), crashed()).await;
             assert_eq!(segment_bases(&dir), bases, "{case}: no segment was deleted");
             assert_eq!(log.log_end_offset(), end, "{case}");
             assert_eq!(
@@ -252,6 +237,56 @@ fn zeros_left_by_a_crash_during_a_roll_lose_nothing() {
             );
         });
     }
+}
+
+/// Zeros after a sealed segment's last batch with anything else after them
+/// (here a byte at the end of 2 MiB) are damage, not reserved space: the
+/// segment is cut after its last batch and the later segments go.
+#[test]
+fn zeros_followed_by_other_bytes_are_damage() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("damaged-0");
+    block_on(async move {
+        let (bases, sealed, len, end, _) = roll_and_pad(&dir, 2 << 20, true).await;
+        let log = open(&dir, small_segments(1500), crashed()).await;
+        let kept = segment_bases(&dir);
+        assert_eq!(kept, bases[..bases.len() - 1], "the segments after it went");
+        assert!(log.log_end_offset() < end);
+        assert_eq!(std::fs::metadata(&sealed).unwrap().len(), len, "cut");
+    });
+}
+
+/// Appends across several rolls, closes, and extends the last sealed
+/// segment's `.log` past its partial last page by `reserved` bytes of zeros
+/// (and a 1 at the very end if `damaged`). Returns the segment bases, that
+/// `.log`, its length, the log end and the log's bytes.
+async fn roll_and_pad(
+    dir: &Path,
+    reserved: u64,
+    damaged: bool,
+) -> (Vec<Offset>, PathBuf, u64, Offset, Vec<u8>) {
+    let log = open(dir, small_segments(1500), crashed()).await;
+    for i in 0..40 {
+        let bytes = batch(3, 40, 1_700_000_000_000 + i * 10);
+        log.append(&bytes, EPOCH, now_ms()).await.unwrap();
+    }
+    log.flush().await.unwrap();
+    let end = log.log_end_offset();
+    let before = read_all(&log, Offset(0), 1 << 20, false).await.unwrap();
+    log.close().await.unwrap();
+    let bases = segment_bases(dir);
+    assert!(bases.len() > 3, "several rolls: {bases:?}");
+    let sealed = file_with_extension(dir, bases[bases.len() - 2], "log");
+    let len = std::fs::metadata(&sealed).unwrap().len();
+    assert_ne!(len % 4096, 0, "the test needs a partial last page");
+    let padded = len.next_multiple_of(4096) + reserved;
+    truncate(&sealed, padded);
+    if damaged {
+        let mut bytes = std::fs::read(&sealed).unwrap();
+        bytes[padded as usize - 1] = 1;
+        std::fs::write(&sealed, bytes).unwrap();
+    }
+    (bases, sealed, len, end, before)
 }
 
 /// The active segment's `.log` is reserved ahead of its appends (its size
