@@ -103,13 +103,16 @@ pub fn read_options(max_bytes: usize) -> ReadOptions {
     }
 }
 
-/// Every byte of the log from `from`, read in steps of `max_bytes`.
+/// Every byte of the log from `from`, read in steps of `max_bytes`, once
+/// every append so far is written (a read stops at the written end, and an
+/// append returns before its bytes are written).
 pub async fn read_all(
     log: &PartitionLog,
     from: Offset,
     max_bytes: usize,
     allow_file_range: bool,
 ) -> Result<Vec<u8>, StorageError> {
+    log.wait_written(log.log_end_offset()).await?;
     let mut bytes = Vec::new();
     let mut offset = from;
     while offset < log.log_end_offset() {
