@@ -6,8 +6,10 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 
+use brook_shards::net::receive_exact;
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::channel::oneshot;
 use futures::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
@@ -65,6 +67,7 @@ impl Connection {
                 reason: error.to_string(),
             })?;
         let _ = stream.set_nodelay(true);
+        let socket = stream.as_raw_fd();
         let (reader, writer) = stream.split();
         let waiting = Rc::new(RefCell::new(Waiting::default()));
         let connection = Rc::new(Connection {
@@ -76,7 +79,7 @@ impl Connection {
             next_correlation_id: Cell::new(1),
             reader: RefCell::new(None),
         });
-        let task = glommio::spawn_local(read_responses(address, reader, waiting));
+        let task = glommio::spawn_local(read_responses(address, socket, reader, waiting));
         *connection.reader.borrow_mut() = Some(task);
         Ok(connection)
     }
@@ -216,6 +219,7 @@ pub fn decode<R: Decodable>(
 
 async fn read_responses(
     address: SocketAddr,
+    socket: RawFd,
     mut reader: ReadHalf<TcpStream>,
     waiting: Rc<RefCell<Waiting>>,
 ) {
@@ -234,15 +238,15 @@ async fn read_responses(
         else {
             break ClientError::Protocol(format!("response frame of {size} bytes"));
         };
-        let mut frame = BytesMut::zeroed(size);
-        if let Err(error) = reader.read_exact(&mut frame).await {
-            break ClientError::Protocol(format!("truncated response: {error}"));
-        }
+        let frame = match receive_exact(&mut reader, socket, size).await {
+            Ok(frame) => frame,
+            Err(error) => break ClientError::Protocol(format!("truncated response: {error}")),
+        };
         let next = waiting.borrow_mut().requests.pop_front();
         let Some((correlation_id, api_key, version, waiter)) = next else {
             break ClientError::Protocol("a response nobody asked for".into());
         };
-        let mut body = frame.freeze();
+        let mut body = frame;
         let header = ResponseHeader::decode(&mut body, api_key.response_header_version(version));
         match header {
             Ok(header) if header.correlation_id == correlation_id => {

@@ -9,7 +9,6 @@ use std::rc::Rc;
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::frame::{FrameError, Request, frame_size, parse_request};
 use brook_engine::protocol::versions::api_versions_response;
-use bytes::BytesMut;
 use futures::StreamExt;
 use futures::channel::{mpsc, oneshot};
 use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -17,6 +16,7 @@ use glommio::net::TcpStream;
 use glommio::sync::Semaphore;
 use kafka_protocol::messages::ApiKey;
 
+use crate::net::receive_exact;
 use crate::server::handlers;
 use crate::server::response::{Response, write_fetch};
 use crate::server::shard::Shard;
@@ -133,34 +133,15 @@ async fn read_requests<R: AsyncRead + Unpin>(
     }
 }
 
-/// Reads a request frame of `size` bytes. What the socket already holds is
-/// received straight into the frame's uninitialised memory (no zeroing, no
-/// io_uring round trip: zero-filling frames cost 8.6% of the broker's CPU at
-/// full produce load); only a remainder still in flight is awaited through
-/// `reader`.
+/// Reads a request frame of `size` bytes (see [`receive_exact`]).
 async fn read_frame<R: AsyncRead + Unpin>(
     reader: &mut R,
     socket: std::os::fd::RawFd,
     size: usize,
 ) -> Result<bytes::Bytes, FrameError> {
-    let mut frame = BytesMut::with_capacity(size);
-    let spare = frame.spare_capacity_mut();
-    // SAFETY: `spare` is `size` writable bytes owned by `frame`; recv writes
-    // at most that many through the raw pointer and returns how many it wrote.
-    // The socket is this connection's, and no other read is in flight on it
-    // (requests are read one after another by this task).
-    let received =
-        unsafe { libc::recv(socket, spare.as_mut_ptr().cast(), size, libc::MSG_DONTWAIT) };
-    let filled = usize::try_from(received).unwrap_or(0).min(size);
-    // SAFETY: recv initialised the first `filled` bytes.
-    unsafe { frame.set_len(filled) };
-    if filled < size {
-        frame.resize(size, 0);
-        if reader.read_exact(&mut frame[filled..]).await.is_err() {
-            return Err(FrameError::Truncated { size });
-        }
-    }
-    Ok(frame.freeze())
+    receive_exact(reader, socket, size)
+        .await
+        .map_err(|_| FrameError::Truncated { size })
 }
 
 enum Slot {
