@@ -327,26 +327,21 @@ pub struct RecordView<'a> {
 /// Visits every record of the whole batches in `bytes` (a partition's
 /// records from a Fetch response, which may end in a partial batch) with
 /// offsets at or after `from`; returns the offset after the last whole
-/// batch (or `from` if there was none). Batches must pass their CRC.
+/// batch (or `from` if there was none). With `check_crcs` (Kafka's
+/// `check.crcs`), batches must pass their CRC.
 pub fn for_each_record(
     bytes: &Bytes,
     from: i64,
+    check_crcs: bool,
     mut visit: impl FnMut(RecordView<'_>),
 ) -> Result<i64, ClientError> {
     let mut next = from;
-    let mut rest = &bytes[..];
-    while !rest.is_empty() {
-        let batch = match BatchView::parse_prefix(rest) {
-            Ok(batch) => batch,
-            Err(brook_engine::log::batch::BatchError::Truncated { .. }) => break,
-            Err(error) => return Err(ClientError::Protocol(format!("fetched batch: {error}"))),
-        };
-        batch
-            .verify_crc()
-            .map_err(|error| ClientError::Protocol(format!("fetched batch: {error}")))?;
-        rest = &rest[batch.size_bytes()..];
-        if batch.next_offset().0 <= from {
-            continue;
+    for batch in batches_after(bytes, from) {
+        let batch = batch?;
+        if check_crcs {
+            batch
+                .verify_crc()
+                .map_err(|error| ClientError::Protocol(format!("fetched batch: {error}")))?;
         }
         next = batch.next_offset().0;
         if batch.attributes().is_control() {
@@ -363,6 +358,45 @@ pub fn for_each_record(
         walk(&batch, records, from, &mut visit)?;
     }
     Ok(next)
+}
+
+/// The offset [`for_each_record`] returns for the same bytes, from the
+/// batch headers alone (no CRC, no records): where the next fetch starts,
+/// known before this one's records are walked.
+pub fn next_offset_after(bytes: &[u8], from: i64) -> Result<i64, ClientError> {
+    let mut next = from;
+    for batch in batches_after(bytes, from) {
+        next = batch?.next_offset().0;
+    }
+    Ok(next)
+}
+
+/// The whole batches of `bytes` holding offsets at or after `from`, up to
+/// a partial batch at the end; a malformed header is an error.
+fn batches_after(
+    bytes: &[u8],
+    from: i64,
+) -> impl Iterator<Item = Result<BatchView<'_>, ClientError>> {
+    let mut rest = bytes;
+    std::iter::from_fn(move || {
+        while !rest.is_empty() {
+            let batch = match BatchView::parse_prefix(rest) {
+                Ok(batch) => batch,
+                Err(brook_engine::log::batch::BatchError::Truncated { .. }) => return None,
+                Err(error) => {
+                    rest = &[];
+                    return Some(Err(ClientError::Protocol(format!(
+                        "fetched batch: {error}"
+                    ))));
+                }
+            };
+            rest = &rest[batch.size_bytes()..];
+            if batch.next_offset().0 > from {
+                return Some(Ok(batch));
+            }
+        }
+        None
+    })
 }
 
 fn decompress(compression: Compression, records: &[u8]) -> Result<Bytes, ClientError> {
@@ -526,7 +560,7 @@ mod tests {
             bytes.extend(placed);
             let bytes = Bytes::from(bytes);
             let mut seen = Vec::new();
-            let next = for_each_record(&bytes, 3, |record| {
+            let next = for_each_record(&bytes, 3, true, |record| {
                 seen.push((record.offset, record.value.unwrap()[0]));
             })
             .unwrap();
@@ -536,7 +570,21 @@ mod tests {
             assert_eq!(seen.len(), 8);
             // A partial batch at the end is left for the next fetch.
             let cut = bytes.slice(..bytes.len() - 5);
-            assert_eq!(for_each_record(&cut, 0, |_| {}).unwrap(), 10);
+            assert_eq!(for_each_record(&cut, 0, true, |_| {}).unwrap(), 10);
+            // The headers alone say the same, from anywhere.
+            for (bytes, from) in [
+                (&bytes, 3),
+                (&bytes, 10),
+                (&bytes, 11),
+                (&cut, 0),
+                (&cut, 12),
+            ] {
+                assert_eq!(
+                    next_offset_after(bytes, from).unwrap(),
+                    for_each_record(bytes, from, true, |_| {}).unwrap(),
+                    "{compression:?} from {from}"
+                );
+            }
         }
     }
 
@@ -599,12 +647,30 @@ mod tests {
             assert_eq!(batch.base_sequence(), 17);
             assert_eq!(batch.attributes().compression(), compression);
             let mut values = Vec::new();
-            for_each_record(&ours, 0, |record| {
+            for_each_record(&ours, 0, true, |record| {
                 values.push(record.value.map(<[u8]>::to_vec))
             })
             .unwrap();
             assert_eq!(values, [Some(b"value".to_vec()), Some(Vec::new())]);
         }
+    }
+
+    /// A damaged record fails the fetch when CRCs are checked (Kafka's
+    /// `check.crcs`), and is walked as it is when they are not.
+    #[test]
+    fn a_damaged_batch_fails_only_when_crcs_are_checked() {
+        let mut builder = BatchBuilder::new(1024);
+        builder.push(5, None, &[b"value"]);
+        let mut damaged = builder.finish(Compression::None).unwrap().to_vec();
+        *damaged.last_mut().unwrap() ^= 0xFF;
+        let damaged = Bytes::from(damaged);
+        assert!(for_each_record(&damaged, 0, true, |_| {}).is_err());
+        let mut values = 0;
+        assert_eq!(
+            for_each_record(&damaged, 0, false, |_| values += 1).unwrap(),
+            1
+        );
+        assert_eq!(values, 1);
     }
 
     /// A builder with headroom writes the same batches; framing one puts

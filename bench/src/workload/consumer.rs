@@ -1,5 +1,6 @@
 //! One consumer: fetches its partitions from their leaders (one connection
-//! and one fetch in flight per broker, as Kafka consumers do), walks every
+//! and one fetch in flight per broker, as Kafka consumers do, the next sent
+//! before the last one's records are walked), walks every
 //! record, and enters those this run produced in its ledger and the
 //! end-to-end latency histogram (due at the producer → in the consumer's
 //! hands).
@@ -9,12 +10,15 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use bytes::Bytes;
+use futures::channel::oneshot;
 use futures::future::join_all;
 use hdrhistogram::Histogram;
 use kafka_protocol::messages::{ApiKey, FetchResponse};
 
+use crate::client::connection::{Connection, decode};
 use crate::client::fetch_session::{ClientSession, FetchLimits, SessionEntry};
-use crate::client::records::for_each_record;
+use crate::client::records::{for_each_record, next_offset_after};
 use crate::client::{ClientError, Cluster};
 use crate::workload::now_ns;
 use crate::workload::options::{STAMP_BYTES, WorkloadOptions};
@@ -111,32 +115,28 @@ async fn fetch_loop(
         partition_max_bytes: options.fetch_partition_bytes,
     };
     let mut session = ClientSession::new(assignments.len());
-    while live.phase() != Phase::Stop {
-        let entries = assignments.iter().map(|assignment| SessionEntry {
-            topic: &assignment.topic,
-            partition: assignment.partition,
-            fetch_offset: assignment.next_offset,
-        });
-        let request = session.request(entries, limits);
-        let response: FetchResponse = connection
-            .request(ApiKey::Fetch, FETCH_VERSION, &request)
-            .await?;
+    let mut in_flight = Some(send_fetch(&connection, &mut session, &assignments, limits).await?);
+    while let Some(receiver) = in_flight.take() {
+        let mut body = receiver.await.map_err(|_| ClientError::Closed(broker))??;
+        let response: FetchResponse = decode(&mut body, ApiKey::Fetch, FETCH_VERSION)?;
         if !session.on_response(response.error_code, response.session_id)? {
+            in_flight = Some(send_fetch(&connection, &mut session, &assignments, limits).await?);
             continue;
         }
-        let now = now_ns();
-        let measuring = live.phase() == Phase::Measure;
+        // Where each partition reads on, from its batch headers; the next
+        // fetch goes out before the records are walked, so the broker sends
+        // it while this one is checked (as Kafka's consumers pipeline a
+        // fetch with the application's handling of the last one).
+        let mut fetched = Vec::new();
         for topic in &response.responses {
             let Some(in_topic) = positions.get(topic.topic.as_str()) else {
                 continue;
             };
             for partition in &topic.partitions {
-                let Some(assignment) = in_topic
-                    .get(&partition.partition_index)
-                    .map(|position| &mut assignments[*position])
-                else {
+                let Some(&position) = in_topic.get(&partition.partition_index) else {
                     continue;
                 };
+                let assignment = &mut assignments[position];
                 if partition.error_code != 0 {
                     return Err(ClientError::Kafka {
                         what: format!("fetching {}-{}", assignment.topic, assignment.partition),
@@ -146,35 +146,63 @@ async fn fetch_loop(
                 let Some(records) = &partition.records else {
                     continue;
                 };
-                let (mut count, mut bytes, mut own) = (0u64, 0u64, 0u64);
-                let next = for_each_record(records, assignment.next_offset, |record| {
-                    let value = record.value.unwrap_or_default();
-                    count += 1;
-                    bytes += value.len() as u64;
-                    if value.len() < STAMP_BYTES {
-                        return;
-                    }
-                    let field = |range: std::ops::Range<usize>| &value[range];
-                    let created = u64::from_le_bytes(field(0..8).try_into().expect("8 bytes"));
-                    let run = u32::from_le_bytes(field(8..12).try_into().expect("4 bytes"));
-                    if run != run_id {
-                        return;
-                    }
-                    let producer = u32::from_le_bytes(field(12..16).try_into().expect("4 bytes"));
-                    let sequence = u64::from_le_bytes(field(16..24).try_into().expect("8 bytes"));
-                    ledger.enter(producer, sequence, crc32c::crc32c(value));
-                    own += 1;
-                    if measuring {
-                        latency.saturating_record(now.saturating_sub(created).max(1_000));
-                    }
-                })?;
-                assignment.next_offset = next;
-                Live::add(&live.consumed_records, count);
-                Live::add(&live.consumed_bytes, bytes);
-                Live::add(&live.consumed_own_records, own);
+                let from = assignment.next_offset;
+                assignment.next_offset = next_offset_after(records, from)?;
+                fetched.push((records, from, assignment.next_offset));
             }
+        }
+        if live.phase() != Phase::Stop {
+            in_flight = Some(send_fetch(&connection, &mut session, &assignments, limits).await?);
+        }
+        let now = now_ns();
+        let measuring = live.phase() == Phase::Measure;
+        for (records, from, expected_next) in fetched {
+            let (mut count, mut bytes, mut own) = (0u64, 0u64, 0u64);
+            let next = for_each_record(records, from, options.check_crcs, |record| {
+                let value = record.value.unwrap_or_default();
+                count += 1;
+                bytes += value.len() as u64;
+                if value.len() < STAMP_BYTES {
+                    return;
+                }
+                let field = |range: std::ops::Range<usize>| &value[range];
+                let created = u64::from_le_bytes(field(0..8).try_into().expect("8 bytes"));
+                let run = u32::from_le_bytes(field(8..12).try_into().expect("4 bytes"));
+                if run != run_id {
+                    return;
+                }
+                let producer = u32::from_le_bytes(field(12..16).try_into().expect("4 bytes"));
+                let sequence = u64::from_le_bytes(field(16..24).try_into().expect("8 bytes"));
+                ledger.enter(producer, sequence, crc32c::crc32c(value));
+                own += 1;
+                if measuring {
+                    latency.saturating_record(now.saturating_sub(created).max(1_000));
+                }
+            })?;
+            debug_assert_eq!(next, expected_next, "headers and records agree");
+            Live::add(&live.consumed_records, count);
+            Live::add(&live.consumed_bytes, bytes);
+            Live::add(&live.consumed_own_records, own);
         }
     }
     connection.close().await;
     Ok((latency, ledger))
+}
+
+/// Sends the session's next Fetch for every assignment from its position.
+async fn send_fetch(
+    connection: &Connection,
+    session: &mut ClientSession,
+    assignments: &[Assignment],
+    limits: FetchLimits,
+) -> Result<oneshot::Receiver<Result<Bytes, ClientError>>, ClientError> {
+    let entries = assignments.iter().map(|assignment| SessionEntry {
+        topic: &assignment.topic,
+        partition: assignment.partition,
+        fetch_offset: assignment.next_offset,
+    });
+    let request = session.request(entries, limits);
+    connection
+        .send(ApiKey::Fetch, FETCH_VERSION, &request, true)
+        .await
 }

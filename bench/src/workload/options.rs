@@ -63,6 +63,10 @@ pub struct WorkloadOptions {
     /// Bytes a fetch may return per partition (max.partition.fetch.bytes).
     #[arg(long, default_value_t = 1 << 20)]
     pub fetch_partition_bytes: i32,
+    /// Consumers verify every fetched batch's CRC (Kafka's check.crcs: on
+    /// in the Java consumer, off in librdkafka); `--check-crcs false`.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub check_crcs: bool,
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub warmup: Duration,
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
@@ -108,6 +112,7 @@ impl Default for WorkloadOptions {
             compression: Compression::None,
             max_in_flight: 5,
             fetch_partition_bytes: 1 << 20,
+            check_crcs: true,
             warmup: Duration::from_secs(5),
             duration: Duration::from_secs(30),
             cpus: Vec::new(),
@@ -250,6 +255,8 @@ mod tests {
             "4GiB",
             "--topic-config",
             "flush.messages=1",
+            "--check-crcs",
+            "false",
         ])
         .unwrap();
         assert_eq!(options.acks, -1);
@@ -259,6 +266,11 @@ mod tests {
         assert_eq!(options.duration, Duration::from_secs(120));
         assert_eq!(options.cpus, vec![0, 1]);
         assert_eq!(options.bytes_limit, 4 << 30);
+        assert!(!options.check_crcs);
+        assert!(
+            parse(&[]).unwrap().check_crcs,
+            "on by default, as in Kafka's Java consumer"
+        );
         assert_eq!(
             options.topic_configs,
             vec![("flush.messages".to_owned(), "1".to_owned())]
