@@ -12,11 +12,13 @@
 
 use std::io::Read;
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use brook_shards::storage::PAGE_BYTES;
+use futures::future::try_join_all;
 use futures::{StreamExt, TryStreamExt, stream};
 use glommio::io::{DmaFile, OpenOptions};
+use hdrhistogram::Histogram;
 
 use crate::log::ceiling::{CEILING_WRITE_BYTES, CEILING_WRITES_IN_FLIGHT, RawBuffers, write_file};
 use crate::log::error::{BenchError, io_error};
@@ -169,4 +171,49 @@ async fn fsync_latency(path: &Path, samples: u64) -> Result<LatencySummary, Benc
     }
     syncer.delete().await?;
     Ok(LatencySummary::of(&histogram))
+}
+
+/// Several appenders, each writing `write_bytes` + `fdatasync` at the end of
+/// its own file, paced together to `bytes_per_second` for `duration` on
+/// this executor: the latency workload's partitions on the disk alone,
+/// through the same io_uring path, without a broker. Each sample runs from
+/// when its write was due, not when it started, so a disk that cannot keep
+/// up shows the queue a producer would see.
+pub async fn paced_sync_latency(
+    dir: &Path,
+    files: usize,
+    write_bytes: u64,
+    bytes_per_second: f64,
+    duration: Duration,
+) -> Result<LatencySummary, BenchError> {
+    let files = files.max(1);
+    let every =
+        Duration::from_secs_f64(write_bytes as f64 * files as f64 / bytes_per_second.max(1.0));
+    let start = Instant::now() + every;
+    let end = start + duration;
+    let appenders = (0..files).map(|index| {
+        let path = dir.join(format!("paced-{index}.dat"));
+        async move {
+            let mut syncer = RawSyncer::create(&path, write_bytes).await?;
+            let mut histogram: Histogram<u64> = latency_histogram();
+            let mut due = start + every.mul_f64(index as f64 / files as f64);
+            while due < end {
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    glommio::timer::sleep(wait).await;
+                }
+                syncer.sample().await?;
+                record(&mut histogram, due.elapsed());
+                due += every;
+            }
+            syncer.delete().await?;
+            Ok::<_, BenchError>(histogram)
+        }
+    });
+    let mut merged = latency_histogram();
+    for histogram in try_join_all(appenders).await? {
+        merged
+            .add(&histogram)
+            .map_err(|error| BenchError::Client(error.to_string()))?;
+    }
+    Ok(LatencySummary::of(&merged))
 }

@@ -46,6 +46,7 @@ pub const TCP_BYTES_MAX: u64 = 1 << 40;
 /// Subdirectory of `--dir` for the disk measurements; named so that removing
 /// a leftover of an interrupted run can only touch this benchmark's files.
 const DISK_DIR: &str = "brook-bench-machine-ceiling";
+const PACED_DIR: &str = "brook-bench-paced-sync";
 
 /// Which CPU each executor is pinned to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,6 +166,29 @@ fn run_disk(options: &CeilingOptions) -> Result<disk::DiskRun, BenchError> {
     handle.join().map_err(executor_error(cpu))?
 }
 
+/// [`disk::paced_sync_latency`] in a scratch directory under `dir`, on an
+/// executor pinned to `cpu` (the broker's, so the same core submits).
+pub fn paced_sync_latency(
+    dir: &std::path::Path,
+    cpu: usize,
+    files: usize,
+    write_bytes: u64,
+    bytes_per_second: f64,
+    duration: std::time::Duration,
+) -> Result<crate::log::report::LatencySummary, BenchError> {
+    let dir = dir.to_owned();
+    let handle = executor_builder(Placement::Fixed(cpu))
+        .name("brook-ceiling-paced-sync")
+        .spawn(move || async move {
+            in_subdir(&dir, PACED_DIR, async |sub| {
+                disk::paced_sync_latency(sub, files, write_bytes, bytes_per_second, duration).await
+            })
+            .await
+        })
+        .map_err(executor_error(cpu))?;
+    handle.join().map_err(executor_error(cpu))?
+}
+
 /// `map_err` helper for starting or joining an executor pinned to `cpu`.
 pub(crate) fn executor_error<T>(cpu: usize) -> impl FnOnce(glommio::GlommioError<T>) -> BenchError {
     move |error| BenchError::Executor {
@@ -212,6 +236,31 @@ mod tests {
             assert_eq!(cpus.tcp_receiver, allowed[0]);
         }
         assert!(CeilingOptions::new("/tmp/x").validate(&allowed).is_ok());
+    }
+
+    /// The paced disk-alone series takes one sample per write due in its
+    /// window (two files at 1 MB/s of 4 KiB writes for 0.5 s: ~122), each
+    /// at least as long as nothing, and leaves no file behind.
+    #[test]
+    fn paced_syncs_sample_every_write_due_and_clean_up() {
+        let root = tempfile::tempdir().unwrap();
+        let cpu = allowed_cpus()[0];
+        let summary = paced_sync_latency(
+            root.path(),
+            cpu,
+            2,
+            4096,
+            1e6,
+            std::time::Duration::from_millis(500),
+        )
+        .unwrap();
+        assert!(
+            (100..=130).contains(&summary.samples),
+            "{} samples",
+            summary.samples
+        );
+        assert!(summary.p50_micros > 0 && summary.p50_micros <= summary.p99_micros);
+        assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
     }
 
     #[test]

@@ -30,6 +30,9 @@ use crate::workload::report::WorkloadReport;
 use brook_shards::runtime::executor_builder;
 use report::{Figure, NamedReport, NamedRun, Target};
 
+/// How long the latency workload's disk-alone reference runs.
+const PACED_SYNC_DURATION: Duration = Duration::from_secs(10);
+
 /// The workloads `brook bench run` knows by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Named {
@@ -373,7 +376,7 @@ impl Bench<'_> {
             topic_configs: vec![("flush.messages".into(), "1".into())],
             ..self.throughput_workload(broker.address(), "latency")
         };
-        let report = self.workload(options)?;
+        let report = self.workload(options.clone())?;
         let ack = report.ack();
         let end_to_end = report.end_to_end();
         let fsync_p99 = self
@@ -409,6 +412,45 @@ impl Bench<'_> {
         if let (Some(p99), Some(p999)) = (fsync_p99, fsync_p999) {
             figures[0] = figures[0].clone().against("disk fsync p99", p99);
             figures[1] = figures[1].clone().against("disk fsync p99.9", p999);
+        }
+        if self.ceiling.is_some() {
+            // The disk alone at the rate asked: one file per partition, one
+            // batch-sized write + fdatasync at a time each, from the broker's
+            // core. What no broker acknowledging after an fsync can beat.
+            let bytes_per_second = options.rate as f64 * options.record_bytes as f64;
+            (self.progress)(&format!(
+                "latency: the disk alone at {:.0} MB/s ({} files, {} B write + fdatasync each)",
+                bytes_per_second / 1e6,
+                options.partitions,
+                options.batch_bytes
+            ));
+            let disk = crate::ceiling::paced_sync_latency(
+                &self.options.dir,
+                self.options.broker_cpu,
+                options.partitions as usize,
+                options.batch_bytes as u64,
+                bytes_per_second,
+                PACED_SYNC_DURATION,
+            )?;
+            let (p99, p999) = (
+                disk.p99_micros as f64 / 1000.0,
+                disk.p999_micros as f64 / 1000.0,
+            );
+            let label = "disk alone at this rate";
+            figures[0] = figures[0].clone().against(format!("{label}, p99"), p99);
+            figures[1] = figures[1].clone().against(format!("{label}, p99.9"), p999);
+            figures.push(Figure::new(
+                "disk_alone_p99_ms",
+                format!("{label}: p99"),
+                p99,
+                "ms",
+            ));
+            figures.push(Figure::new(
+                "disk_alone_p999_ms",
+                format!("{label}: p99.9"),
+                p999,
+                "ms",
+            ));
         }
         let exactly_once = report
             .verification
