@@ -673,6 +673,19 @@ mod tests {
         assert_eq!(values, 1);
     }
 
+    /// A batch header that is not a v2 batch's fails the fetch, whether the
+    /// next offset is taken from the headers or from the records.
+    #[test]
+    fn a_malformed_batch_header_fails_both_walks() {
+        let mut builder = BatchBuilder::new(1024);
+        builder.push(5, None, &[b"value"]);
+        let mut bad = builder.finish(Compression::None).unwrap().to_vec();
+        bad[16] = 1; // the magic byte
+        let bad = Bytes::from(bad);
+        assert!(next_offset_after(&bad, 0).is_err());
+        assert!(for_each_record(&bad, 0, false, |_| {}).is_err());
+    }
+
     /// A builder with headroom writes the same batches; framing one puts
     /// the frame's start in the headroom and its end after the batch, in
     /// the same buffer (no copy), or copies when the start does not fit.
