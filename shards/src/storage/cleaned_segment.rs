@@ -273,7 +273,7 @@ impl PartitionLog {
     ) -> Result<bool, StorageError> {
         let dir = self.dir();
         let base = cleaned.base_offset;
-        let _permit = match self.inner.append_lock.acquire_permit(1).await {
+        let _permit = match self.inner.append_lock.acquire().await {
             Ok(permit) => permit,
             Err(_) => {
                 discard_cleaned(&dir, base);

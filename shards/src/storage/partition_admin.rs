@@ -59,7 +59,7 @@ impl PartitionLog {
         let _permit = self
             .inner
             .append_lock
-            .acquire_permit(1)
+            .acquire()
             .await
             .map_err(|_| self.closed_error())?;
         self.track_epoch(epoch).await

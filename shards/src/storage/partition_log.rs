@@ -38,6 +38,14 @@ use crate::storage::segment::{IndexBlock, Segment};
 use crate::storage::state::{AppendInfo, LogState, LogStats};
 use crate::storage::writer::{ring, run_syncer, run_writer};
 
+/// A lock whose waiters get it in the order they first asked, the turn
+/// handed from one holder to the next. glommio's semaphore is not one: a
+/// task that first asks just as the lock is released takes it ahead of
+/// the waiter already woken for it, so a Produce pipelined behind one that
+/// waited inside the log (for its backlog to drain, a roll) could append
+/// before it, out of the connection's send order.
+pub(crate) type OrderedLock = tokio::sync::Semaphore;
+
 /// Appended bytes the writer may lag behind before appends wait for it
 /// (until half of them are written).
 pub const UNWRITTEN_BYTES_MAX: u64 = 16 << 20;
@@ -67,8 +75,10 @@ pub(crate) struct LogInner {
     pub producers: RefCell<PartitionProducers>,
     /// Keeps client transactional appends in order while one of them waits
     /// for the coordinator's verification (KIP-890).
-    pub transactional_order: Semaphore,
-    pub append_lock: Semaphore,
+    pub transactional_order: OrderedLock,
+    /// Serialises appends (and what must not run beside one) in the order
+    /// they asked.
+    pub append_lock: OrderedLock,
     pub writer_bell: Semaphore,
     pub syncer_bell: Semaphore,
     /// The last offset-index block a zero-copy read looked up by position
@@ -117,8 +127,8 @@ impl PartitionLog {
             name,
             state: RefCell::new(state),
             producers: RefCell::new(PartitionProducers::new(ProducerStateConfig::default())),
-            transactional_order: Semaphore::new(1),
-            append_lock: Semaphore::new(1),
+            transactional_order: OrderedLock::new(1),
+            append_lock: OrderedLock::new(1),
             writer_bell: Semaphore::new(0),
             syncer_bell: Semaphore::new(0),
             position_block: RefCell::new(None),
@@ -183,7 +193,7 @@ impl PartitionLog {
         let _permit = self
             .inner
             .append_lock
-            .acquire_permit(1)
+            .acquire()
             .await
             .map_err(|_| self.closed())?;
         self.inner.state.borrow().check_usable()?;
@@ -374,7 +384,7 @@ impl PartitionLog {
         let _permit = self
             .inner
             .append_lock
-            .acquire_permit(1)
+            .acquire()
             .await
             .map_err(|_| self.closed())?;
         self.inner.state.borrow().check_usable()?;
@@ -439,7 +449,7 @@ impl PartitionLog {
         let _permit = self
             .inner
             .append_lock
-            .acquire_permit(1)
+            .acquire()
             .await
             .map_err(|_| self.closed())?;
         self.inner.state.borrow_mut().closing = true;
@@ -603,4 +613,44 @@ pub(crate) fn delete_segment_files(dir: &Path, base_offset: Offset) -> Result<()
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    use super::OrderedLock;
+    use crate::runtime::block_on;
+
+    /// The race that reordered pipelined produces: the lock is released to
+    /// a task that waits for it, and before that task runs, another asks
+    /// for the first time (glommio polls a task as it is spawned, as a
+    /// mesh job or a pipelined request is). The waiter asked first, so it
+    /// must be served first; glommio's semaphore gave the lock to the one
+    /// that came later (checked: this test fails with it).
+    #[test]
+    fn the_lock_goes_to_waiters_in_the_order_they_asked() {
+        let order = block_on(async {
+            let lock = Rc::new(OrderedLock::new(1));
+            let order = Rc::new(RefCell::new(Vec::new()));
+            let held = lock.acquire().await.unwrap();
+            let task = |name: &'static str| {
+                let (lock, order) = (lock.clone(), order.clone());
+                glommio::spawn_local(async move {
+                    let _turn = lock.acquire().await.unwrap();
+                    order.borrow_mut().push(name);
+                })
+            };
+            let waiter = task("asked first");
+            // The waiter runs, finds the lock held and waits.
+            glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+            drop(held);
+            let late = task("asked second");
+            waiter.await;
+            late.await;
+            Rc::try_unwrap(order).unwrap().into_inner()
+        });
+        assert_eq!(order, ["asked first", "asked second"]);
+    }
 }

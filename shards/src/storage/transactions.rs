@@ -61,8 +61,8 @@ impl PartitionLog {
 
     /// Waits for this log's turn among transactional appends (in call
     /// order); the turn lasts as long as the returned permit.
-    pub async fn transactional_order(&self) -> Option<glommio::sync::Permit<'_>> {
-        self.inner.transactional_order.acquire_permit(1).await.ok()
+    pub async fn transactional_order(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.inner.transactional_order.acquire().await.ok()
     }
 
     /// Starts verifying a transactional batch's producer with the
