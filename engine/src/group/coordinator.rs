@@ -37,6 +37,9 @@ pub struct JoinRequest {
     /// v4+: a new member is first given an id and must join again with it
     /// (KIP-394).
     pub require_known_member_id: bool,
+    /// v9+: the answer may tell a rejoining static leader to keep the
+    /// group's assignment (`skip_assignment`, KIP-814).
+    pub supports_skip_assignment: bool,
     /// The id to give a new member (`client.id-UUID`, made by the caller:
     /// the engine has no randomness).
     pub new_member_id: String,
@@ -341,12 +344,25 @@ impl Change<'_> {
                 .static_members
                 .insert(instance, new_member_id.clone());
         }
+        let leader_before = self.group.leader.clone();
         if self.group.is_leader(old_member_id) {
             self.group.leader = Some(new_member_id.clone());
         }
         if self.group.is(GroupState::Stable) && protocols_unchanged {
-            let skip_assignment = self.group.is_leader(&new_member_id);
-            let response = join_response(self.group, &new_member_id, skip_assignment);
+            let response = if request.supports_skip_assignment {
+                let skip_assignment = self.group.is_leader(&new_member_id);
+                join_response(self.group, &new_member_id, skip_assignment)
+            } else {
+                // Before v9 a rejoining static leader is told the old
+                // leader id and no members, as Kafka does: it then does not
+                // see itself as leader and computes no assignment that the
+                // stable group would ignore.
+                JoinResponse {
+                    leader: leader_before.unwrap_or_default(),
+                    members: Vec::new(),
+                    ..join_response(self.group, &new_member_id, false)
+                }
+            };
             self.answer_join(token, response);
             self.persist_group();
             return;

@@ -46,6 +46,7 @@ fn join_request(member_id: &str, new_member_id: &str) -> JoinRequest {
         protocol_type: "consumer".into(),
         protocols: protocols(&["range"]),
         require_known_member_id: true,
+        supports_skip_assignment: true,
         new_member_id: new_member_id.into(),
     }
 }
@@ -369,6 +370,10 @@ fn a_static_member_that_restarts_gets_its_assignment_without_a_rebalance() {
         (ErrorCode::NONE, 1, "a-2")
     );
     assert!(rejoined.skip_assignment, "the leader keeps the assignment");
+    assert_eq!(
+        (rejoined.leader.as_str(), rejoined.members.len()),
+        ("a-2", 1)
+    );
     let group = coordinator.group(GROUP).unwrap();
     assert_eq!(group.state, GroupState::Stable);
     let mut sync = sync_request("a-2", 1, &[]);
@@ -467,4 +472,36 @@ fn offsets_of_deleted_topics_are_forgotten_with_tombstones() {
     let left = coordinator.fetch_offsets(GROUP, None);
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].0, TopicPartition::new("kept", 0));
+}
+
+/// Before JoinGroup v9 there is no `skip_assignment`: a static leader that
+/// rejoins a stable group is told the old leader id and no members (as
+/// Kafka does), so it computes no assignment, and keeps its own on sync.
+#[test]
+fn a_static_leader_rejoining_before_v9_is_not_told_to_skip_assignment() {
+    let mut coordinator = coordinator(0);
+    let static_join = |member_id: &str, new_member_id: &str| JoinRequest {
+        group_instance_id: Some("instance-a".into()),
+        supports_skip_assignment: false,
+        ..join_request(member_id, new_member_id)
+    };
+    only_join(&coordinator.join(0, 1, static_join("", "a-1")));
+    let leader = coordinator.sync(0, 2, sync_request("a-1", 1, &[("a-1", "mine")]));
+    persist_assignments(&mut coordinator, 0, &leader);
+    let rejoined = only_join(&coordinator.join(5, 3, static_join("", "a-2")));
+    assert_eq!(
+        (
+            rejoined.error,
+            rejoined.generation,
+            rejoined.member_id.as_str(),
+            rejoined.leader.as_str(),
+            rejoined.skip_assignment,
+            rejoined.members.len()
+        ),
+        (ErrorCode::NONE, 1, "a-2", "a-1", false, 0)
+    );
+    assert_eq!(coordinator.group(GROUP).unwrap().state, GroupState::Stable);
+    let mut sync = sync_request("a-2", 1, &[]);
+    sync.group_instance_id = Some("instance-a".into());
+    assert_eq!(syncs(&coordinator.sync(6, 4, sync))[0].1, sync_ok("mine"));
 }

@@ -222,6 +222,7 @@ fn join_request(member_id: &str) -> JoinRequest {
             metadata: Bytes::from_static(b"subscription"),
         }],
         require_known_member_id: false,
+        supports_skip_assignment: true,
         new_member_id: member_id.into(),
     }
 }

@@ -158,6 +158,7 @@ pub async fn join_group(shard: &Rc<Shard>, request: &Request) -> Result<Response
             })
             .collect(),
         require_known_member_id: request.api_version >= 4,
+        supports_skip_assignment: request.api_version >= 9,
     };
     let member_id = join.member_id.clone();
     let group_id = join.group_id.clone();
