@@ -37,6 +37,9 @@ pub struct BrokerProcess {
     pub address: String,
 }
 
+/// How long [`BrokerProcess::restart`] waits for its port to be free again.
+const RESTART_PORT_WAIT: Duration = Duration::from_secs(20);
+
 impl BrokerProcess {
     /// Starts `binary serve` on a free port and waits until it listens.
     pub fn start(launch: BrokerLaunch) -> Result<BrokerProcess, BenchError> {
@@ -147,10 +150,56 @@ impl BrokerProcess {
         child.wait().map(|status| status.success()).unwrap_or(false)
     }
 
+    /// SIGTERM, and wait up to `timeout` for an exit: whether it exited 0,
+    /// or `None` (and then it is killed) if it did not exit in time.
+    pub fn stop_within(&mut self, timeout: Duration) -> Option<bool> {
+        let mut child = self.child.take()?;
+        // SAFETY: sending a signal to our own child process.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGTERM);
+        }
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status.success());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+
     /// Starts the broker again on the same port and data directory.
+    ///
+    /// The port was free when the broker first took it, from the range the
+    /// kernel also hands to outgoing connections; while the broker was down
+    /// a connection of another process on this machine may have been given
+    /// it as its local port. A start refused for that is tried again, for
+    /// a while, until that connection is gone.
     pub fn restart(&mut self) -> Result<(), BenchError> {
         let listen = self.address.clone();
-        self.launch(&listen)
+        let deadline = std::time::Instant::now() + RESTART_PORT_WAIT;
+        loop {
+            let logged_before = std::fs::metadata(self.log_path()).map_or(0, |meta| meta.len());
+            match self.launch(&listen) {
+                Err(BenchError::Broker(_))
+                    if self
+                        .log_since(logged_before)
+                        .contains("Address already in use")
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                launched => return launched,
+            }
+        }
+    }
+
+    /// What the broker logged past the first `offset` bytes of its log.
+    fn log_since(&self, offset: u64) -> String {
+        let log = std::fs::read(self.log_path()).unwrap_or_default();
+        String::from_utf8_lossy(log.get(offset as usize..).unwrap_or_default()).into_owned()
     }
 
     /// Resident memory (VmRSS) of the running broker.

@@ -5,7 +5,9 @@
 //! must start under, so every executor is built here with a smaller pool;
 //! long-lived buffers (the log tail) come from the heap instead.
 
+use std::borrow::Cow;
 use std::future::Future;
+use std::path::Path;
 
 use glommio::{LocalExecutor, LocalExecutorBuilder, Placement};
 
@@ -28,4 +30,17 @@ where
         .make()
         .expect("creating a glommio executor");
     executor.run(future)
+}
+
+/// `path` as glommio must be given it: absolute. glommio opens every file
+/// and directory with `openat(-1, path)`, so a relative path fails with
+/// EBADF (the README's default `./brook-data` did). Every path this crate,
+/// the tools or the benchmark hand to glommio goes through here.
+pub fn glommio_path(path: &Path) -> Cow<'_, Path> {
+    if path.is_absolute() {
+        return Cow::Borrowed(path);
+    }
+    // `absolute` only fails for an empty path or an unreadable working
+    // directory; glommio then reports the open's own error.
+    std::path::absolute(path).map_or(Cow::Borrowed(path), Cow::Owned)
 }

@@ -46,6 +46,12 @@ impl Broker {
         self.process.stop()
     }
 
+    /// SIGTERM, and wait up to `timeout`: whether it exited 0, or `None`
+    /// if it had to be killed.
+    pub fn stop_within(&mut self, timeout: Duration) -> Option<bool> {
+        self.process.stop_within(timeout)
+    }
+
     /// Starts the broker again on the same port and data directory.
     pub fn restart(&mut self) {
         self.process

@@ -94,7 +94,7 @@ async fn read_direct(path: &Path, file_bytes: u64) -> Result<Throughput, BenchEr
     );
     let file = OpenOptions::new()
         .read(true)
-        .dma_open(path)
+        .dma_open(brook_shards::runtime::glommio_path(path))
         .await
         .map_err(io_error("opening", path))?;
     let reads = file_bytes / DIRECT_READ_BYTES;

@@ -66,7 +66,7 @@ pub async fn write_file(
         .write(true)
         .create(true)
         .truncate(true)
-        .dma_open(path)
+        .dma_open(brook_shards::runtime::glommio_path(path))
         .await
         .map_err(io_error("creating", path))?;
     let buffers = filled_buffers(&file, kind);

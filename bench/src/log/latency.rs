@@ -112,7 +112,7 @@ impl RawSyncer {
             .write(true)
             .create(true)
             .truncate(true)
-            .dma_open(path)
+            .dma_open(brook_shards::runtime::glommio_path(path))
             .await
             .map_err(io_error("creating", path))?;
         let mut buffer = file.alloc_dma_buffer(write_bytes as usize);

@@ -10,6 +10,7 @@ mod connection;
 mod context;
 mod controller;
 mod coordinator_host;
+pub(crate) mod exclusive;
 mod groups;
 mod handlers;
 mod mesh;
@@ -57,6 +58,11 @@ pub enum ServerError {
         address: SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot lock {}: another process is using this directory ({source})", path.display())]
+    DataDirInUse {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot start shard {shard}: {reason}")]
     Shard { shard: u16, reason: String },
 }
@@ -72,9 +78,11 @@ pub fn run(
     std::fs::create_dir_all(&options.data_dir).map_err(|source| {
         crate::storage::StorageError::io("creating", &options.data_dir, source)
     })?;
+    let listen = resolve_port(options.listen)?;
+    // Held until the process exits; another process then starts.
+    let _exclusive = exclusive::claim(&options.data_dir, listen)?;
     let cluster_id =
         meta_properties::load_or_create_cluster_id(&options.data_dir, options.config.broker_id)?;
-    let listen = resolve_port(options.listen)?;
     let cpus = allowed_cpus();
     let shards = options
         .cores

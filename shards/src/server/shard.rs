@@ -4,6 +4,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
+use std::os::fd::{FromRawFd, IntoRawFd};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -207,8 +208,10 @@ pub async fn run_shard(
             return;
         }
     };
-    let listener = match TcpListener::bind(shard.context.listen) {
-        Ok(listener) => listener,
+    let listener = match crate::server::exclusive::bind_listener(shard.context.listen) {
+        // SAFETY: the descriptor of a bound, listening socket, given up by
+        // the std listener it came in.
+        Ok(listener) => unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) },
         Err(error) => {
             let _ = ready.send(Err(format!(
                 "shard {}: binding {}: {error}",

@@ -45,7 +45,7 @@ pub async fn prepare_directory(directory: &Path) -> Result<(), StorageError> {
     std::fs::write(&path, [0u8; PROBE_BYTES]).map_err(io_error("writing probe", &path))?;
     let file = OpenOptions::new()
         .read(true)
-        .dma_open(&path)
+        .dma_open(crate::runtime::glommio_path(&path))
         .await
         .map_err(io_error("opening probe", &path))?;
     let probe = file

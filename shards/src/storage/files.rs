@@ -8,6 +8,7 @@ use brook_engine::log::file_name::{SegmentFileKind, segment_file_name};
 use brook_engine::types::Offset;
 use glommio::io::{BufferedFile, Directory, DmaFile, OpenOptions};
 
+use crate::runtime::glommio_path;
 use crate::storage::appender::{PAGE_BYTES, align_down};
 use crate::storage::error::{StorageError, io_error};
 
@@ -21,7 +22,7 @@ pub(crate) async fn open_dma(path: &Path, create: bool) -> Result<Rc<DmaFile>, S
         .read(true)
         .write(true)
         .create(create)
-        .dma_open(path)
+        .dma_open(glommio_path(path))
         .await
         .map_err(io_error("opening", path))?;
     Ok(Rc::new(file))
@@ -34,7 +35,7 @@ pub(crate) async fn create_dma(path: &Path) -> Result<Rc<DmaFile>, StorageError>
         .write(true)
         .create(true)
         .truncate(true)
-        .dma_open(path)
+        .dma_open(glommio_path(path))
         .await
         .map_err(io_error("creating", path))?;
     Ok(Rc::new(file))
@@ -133,7 +134,7 @@ pub(crate) async fn read_partial_page(
 /// new file: write a temporary, fsync it, rename over, fsync the directory.
 pub(crate) async fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), StorageError> {
     let temporary = path.with_extension("tmp");
-    let mut file = BufferedFile::create(&temporary)
+    let mut file = BufferedFile::create(glommio_path(&temporary))
         .await
         .map_err(io_error("creating", &temporary))?;
     let written = file
@@ -156,7 +157,7 @@ pub(crate) async fn write_atomically(path: &Path, contents: &[u8]) -> Result<(),
 
 /// Makes file creations, renames and deletions in `dir` durable.
 pub(crate) async fn sync_directory(dir: &Path) -> Result<(), StorageError> {
-    let directory = Directory::open(dir)
+    let directory = Directory::open(glommio_path(dir))
         .await
         .map_err(io_error("opening directory", dir))?;
     directory

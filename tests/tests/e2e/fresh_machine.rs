@@ -1,0 +1,188 @@
+//! What a new user meets first: the README's command run verbatim (no
+//! flags: port 9092, the relative default data directory `./brook-data`)
+//! from an empty working directory, a relative `--data-dir`, and a second
+//! `brook serve` on the same port or the same data directory, which Kafka
+//! refuses to start and so must Brook.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use brook_tests::broker::Broker;
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+const BROOK: &str = env!("CARGO_BIN_EXE_brook-e2e");
+/// The README's broker address (its defaults).
+const README_ADDRESS: &str = "127.0.0.1:9092";
+
+/// A `brook serve` started by hand; killed when dropped.
+struct Serve {
+    child: Child,
+    first_line: String,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `brook serve ARGS` in `cwd` and waits for its first line.
+fn serve(cwd: &Path, args: &[&str]) -> Serve {
+    let mut child = Command::new(BROOK)
+        .arg("serve")
+        .args(args)
+        .current_dir(cwd)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("brook starts");
+    let mut first_line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first_line)
+        .unwrap();
+    Serve { child, first_line }
+}
+
+/// Produces `count` records to a new topic through `address` and reads them
+/// back.
+fn round_trip(address: &str, topic: &str, count: usize) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", address)
+        .create()
+        .expect("a producer");
+    for index in 0..count {
+        let value = format!("record-{index}");
+        producer
+            .send(BaseRecord::<(), _>::to(topic).payload(&value))
+            .expect("queued");
+    }
+    producer.flush(Duration::from_secs(30)).expect("delivered");
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", address)
+        .set("group.id", "fresh-machine")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("a consumer");
+    consumer.subscribe(&[topic]).unwrap();
+    let mut values = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while values.len() < count && std::time::Instant::now() < deadline {
+        if let Some(message) = consumer.poll(Duration::from_millis(200)) {
+            let message = message.expect("a record");
+            values.push(String::from_utf8_lossy(message.payload().unwrap()).into_owned());
+        }
+    }
+    let expected: Vec<String> = (0..count).map(|index| format!("record-{index}")).collect();
+    assert_eq!(values, expected);
+}
+
+/// `brook serve`, exactly as the README says (the test runs the built
+/// binary; `cargo run --release -p brook -- serve` builds and runs the same
+/// program), from an empty directory: it listens on 127.0.0.1:9092 and
+/// keeps its data in `./brook-data`, and clients produce and consume.
+#[test]
+fn the_readme_command_starts_a_working_broker_from_an_empty_directory() {
+    let cwd = tempfile::tempdir().unwrap();
+    let broker = serve(cwd.path(), &[]);
+    assert!(
+        broker
+            .first_line
+            .starts_with(&format!("brook listening on {README_ADDRESS} ")),
+        "{:?} (is another broker on port 9092?)",
+        broker.first_line
+    );
+    round_trip(README_ADDRESS, "readme", 10);
+    let data = cwd.path().join("brook-data");
+    assert!(data.join("meta.properties").exists());
+    assert!(data.join("readme-0").is_dir());
+}
+
+/// A relative `--data-dir` is taken from the working directory.
+#[test]
+fn a_relative_data_directory_works() {
+    let cwd = tempfile::tempdir().unwrap();
+    let broker = serve(
+        cwd.path(),
+        &["--listen", "127.0.0.1:0", "--data-dir", "rel/data"],
+    );
+    let address = broker
+        .first_line
+        .split_whitespace()
+        .nth(3)
+        .unwrap_or_else(|| panic!("{:?}", broker.first_line))
+        .to_owned();
+    round_trip(&address, "relative", 5);
+    assert!(cwd.path().join("rel/data/relative-0").is_dir());
+}
+
+/// Runs `brook serve ARGS` to its end (it must not start) and returns its
+/// stderr.
+fn refused(args: &[&str]) -> String {
+    let mut child = Command::new(BROOK)
+        .arg("serve")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("brook runs");
+    let deadline = std::time::Instant::now() + REFUSAL_TIMEOUT;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("a second broker started ({args:?}) and ran for {REFUSAL_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        !output.status.success() && output.stdout.is_empty(),
+        "a second broker started: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// How long a refused `brook serve` may take to give up.
+const REFUSAL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A second process on the same address does not start (the shards of one
+/// process share the port with SO_REUSEPORT; another process may not), nor
+/// one on the same data directory; the first broker goes on serving.
+#[test]
+fn a_second_broker_on_the_same_port_or_data_dir_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(BROOK, dir.path(), 2, &[]);
+    let elsewhere = tempfile::tempdir().unwrap();
+    let same_port = refused(&[
+        "--listen",
+        &broker.address,
+        "--data-dir",
+        elsewhere.path().to_str().unwrap(),
+    ]);
+    assert!(
+        same_port.contains(&format!(
+            "cannot listen on {}: Address already in use",
+            broker.address
+        )),
+        "{same_port}"
+    );
+    let same_dir = refused(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(
+        same_dir.contains("another process is using this directory"),
+        "{same_dir}"
+    );
+    round_trip(&broker.address, "still-serving", 3);
+}
