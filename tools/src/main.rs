@@ -198,6 +198,11 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        // A log line that cannot be written (stderr on a full disk) is
+        // dropped: reporting it would be a second write to stderr, and
+        // `eprintln!` panics when that fails too. Logging must never stop
+        // the broker.
+        .log_internal_errors(false)
         .init();
     match cli.command {
         Command::Serve(args) => serve(args),

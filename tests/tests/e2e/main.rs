@@ -24,6 +24,7 @@ mod crash_recovery;
 mod exactly_once;
 mod fetch_sessions;
 mod fresh_machine;
+mod full_disk;
 mod group_protocol;
 mod idempotent_producer;
 mod kcat_quickstart;
