@@ -9,10 +9,12 @@ use brook_engine::log::builder::{BatchOptions, NewRecord, encode_batch};
 use brook_engine::types::TimestampMs;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::produce_response::PartitionProduceResponse;
 use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, CreateTopicsResponse, ProduceRequest, ProduceResponse,
-    RequestHeader, ResponseHeader, TopicName,
+    ApiKey, CreateTopicsRequest, CreateTopicsResponse, ListOffsetsRequest, ListOffsetsResponse,
+    ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -130,19 +132,52 @@ pub fn produce_filler(
         &BatchOptions::default(),
     );
     let len = batch.len();
+    let answer = produce_batch(stream, topic, partition, -1, batch);
+    assert_eq!(answer.error_code, 0, "producing to {topic}-{partition}");
+    (answer.base_offset, len)
+}
+
+/// Produces `batch` to one partition with `acks` (not 0) and returns the
+/// partition's answer.
+pub fn produce_batch(
+    stream: &mut TcpStream,
+    topic: &str,
+    partition: i32,
+    acks: i16,
+    batch: Vec<u8>,
+) -> PartitionProduceResponse {
     let data = PartitionProduceData::default()
         .with_index(partition)
         .with_records(Some(Bytes::from(batch)));
     let request = ProduceRequest::default()
-        .with_acks(-1)
+        .with_acks(acks)
         .with_timeout_ms(10_000)
         .with_topic_data(vec![
             TopicProduceData::default()
                 .with_name(topic_name(topic))
                 .with_partition_data(vec![data]),
         ]);
-    let response: ProduceResponse = exchange(stream, ApiKey::Produce, 9, &request);
-    let answer = &response.responses[0].partition_responses[0];
-    assert_eq!(answer.error_code, 0, "producing to {topic}-{partition}");
-    (answer.base_offset, len)
+    let mut response: ProduceResponse = exchange(stream, ApiKey::Produce, 9, &request);
+    response.responses.remove(0).partition_responses.remove(0)
+}
+
+/// ListOffsets for one partition at `timestamp` (-1 latest, -2 earliest),
+/// read_uncommitted: the offset answered.
+pub fn list_offset(stream: &mut TcpStream, topic: &str, partition: i32, timestamp: i64) -> i64 {
+    let topic = ListOffsetsTopic::default()
+        .with_name(topic_name(topic))
+        .with_partitions(vec![
+            ListOffsetsPartition::default()
+                .with_partition_index(partition)
+                .with_timestamp(timestamp),
+        ]);
+    let response: ListOffsetsResponse = exchange(
+        stream,
+        ApiKey::ListOffsets,
+        7,
+        &ListOffsetsRequest::default().with_topics(vec![topic]),
+    );
+    let answer = &response.topics[0].partitions[0];
+    assert_eq!(answer.error_code, 0, "ListOffsets: {answer:?}");
+    answer.offset
 }

@@ -8,6 +8,7 @@
 //! with a lock only its own binary's tests take) and `tests/broker_limits.rs`
 //! (it lowers the whole process's open-file limit for a moment).
 
+mod acks_visibility;
 mod bench_named;
 mod bench_workload;
 mod broker_bad_input;

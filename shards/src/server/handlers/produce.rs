@@ -1,8 +1,9 @@
 //! Produce: each partition's record bytes (a slice of the request frame,
 //! never copied here) go to the partition's owning shard, which validates
 //! and appends them (the one copy, into the DMA tail) and answers once the
-//! acks level is met: acks=0 not at all, acks=1 once written, acks=all once
-//! fsynced.
+//! acks level is met: acks=0 not at all, acks=1 once visible to consumers
+//! (the high watermark; with one replica and the default flush policy, once
+//! fsynced), acks=all once fsynced.
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -155,7 +156,10 @@ async fn append_on_owner(
     };
     let waited = match acks {
         0 => Ok(Ok(())),
-        1 => with_timeout(timeout, log.wait_written(info.log_end_offset)).await,
+        // The leader is the partition's only in-sync replica: acks=1 is
+        // answered once the record is visible (Kafka moves the high
+        // watermark before it answers), so the producer reads its write.
+        1 => with_timeout(timeout, log.wait_visible(info.log_end_offset)).await,
         _ => with_timeout(timeout, log.wait_durable(info.log_end_offset)).await,
     };
     match waited {
