@@ -116,7 +116,7 @@ struct ServeArgs {
     #[arg(long)]
     config: Option<PathBuf>,
     /// Single settings on top of the file, as key=value (repeatable).
-    #[arg(long = "set", value_name = "KEY=VALUE")]
+    #[arg(short = 'X', long = "set", value_name = "KEY=VALUE")]
     settings: Vec<String>,
 }
 
@@ -191,7 +191,7 @@ struct LogArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(cli::hoist_client_options(std::env::args_os().collect()));
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()

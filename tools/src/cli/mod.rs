@@ -37,11 +37,53 @@ pub struct ClientArgs {
     pub brokers: String,
     /// Output: `table` for people or `json` (one object per line); `brook
     /// consume` also takes a kcat-like template (%t %p %o %k %v %T %h).
-    #[arg(long, global = true, default_value = "table", value_parser = Format::parse)]
+    #[arg(short = 'f', long, global = true, default_value = "table", value_parser = Format::parse)]
     pub format: Format,
     /// How long to wait for a broker: each connect and each request (e.g. 10s, 500ms).
     #[arg(long, global = true, default_value = "10s", value_parser = time::parse_duration)]
     pub timeout: Duration,
+}
+
+/// The subcommands that take [`ClientArgs`].
+const CLIENT_SUBCOMMANDS: [&str; 5] = ["topic", "produce", "consume", "offsets", "group"];
+/// [`ClientArgs`]' options that take their value as the next argument.
+const CLIENT_OPTIONS: [&str; 4] = ["--brokers", "--format", "-f", "--timeout"];
+
+/// Moves the shared options given before a client subcommand
+/// (`brook --brokers h:9092 topic list`) to just after it, where clap takes
+/// them (`brook topic --brokers h:9092 list`): they are global within each
+/// client subcommand, not at the top (`serve`, `bench` and `log dump` have
+/// options of the same names that mean other things).
+pub fn hoist_client_options(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut hoisted = Vec::new();
+    let mut rest = args.into_iter();
+    let mut out: Vec<std::ffi::OsString> = rest.next().into_iter().collect();
+    while let Some(arg) = rest.next() {
+        let text = arg.to_string_lossy();
+        let takes_value = CLIENT_OPTIONS.contains(&text.as_ref());
+        let with_value = CLIENT_OPTIONS
+            .iter()
+            .any(|option| option.starts_with("--") && text.starts_with(&format!("{option}=")));
+        if takes_value {
+            hoisted.push(arg);
+            hoisted.extend(rest.next());
+        } else if with_value {
+            hoisted.push(arg);
+        } else if hoisted.is_empty() || !CLIENT_SUBCOMMANDS.contains(&text.as_ref()) {
+            // Not a client subcommand: leave everything for clap to judge.
+            out.append(&mut hoisted);
+            out.push(arg);
+            out.extend(rest);
+            return out;
+        } else {
+            out.push(arg);
+            out.append(&mut hoisted);
+            out.extend(rest);
+            return out;
+        }
+    }
+    out.append(&mut hoisted);
+    out
 }
 
 /// How results are printed.
@@ -197,6 +239,33 @@ mod tests {
         );
         assert!(Format::parse("yaml").is_err());
         assert!(Format::Template("%v".into()).table_or_json().is_err());
+    }
+
+    fn hoisted(args: &[&str]) -> Vec<String> {
+        hoist_client_options(args.iter().map(Into::into).collect())
+            .into_iter()
+            .map(|arg| arg.into_string().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn shared_options_before_a_client_subcommand_move_after_it() {
+        assert_eq!(
+            hoisted(&["brook", "--brokers", "h:1", "-f", "json", "topic", "list"]),
+            ["brook", "topic", "--brokers", "h:1", "-f", "json", "list"]
+        );
+        assert_eq!(
+            hoisted(&["brook", "--timeout=2s", "consume", "t", "-n", "1"]),
+            ["brook", "consume", "--timeout=2s", "t", "-n", "1"]
+        );
+        // Nothing before the subcommand, or a subcommand without them: as given.
+        for args in [
+            &["brook", "topic", "list", "--brokers", "h:1"][..],
+            &["brook", "--format", "json", "log", "dump", "x.log"],
+            &["brook", "serve", "--listen", "127.0.0.1:0"],
+        ] {
+            assert_eq!(hoisted(args), args);
+        }
     }
 
     #[test]

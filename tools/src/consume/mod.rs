@@ -58,7 +58,7 @@ pub struct ConsumeArgs {
     #[arg(long, conflicts_with_all = ["offset", "since"])]
     pub from_beginning: bool,
     /// Start at this offset, in --partition or in every partition.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(0..),
+    #[arg(short = 'o', long, value_name = "N", value_parser = clap::value_parser!(i64).range(0..),
           conflicts_with_all = ["since", "group"])]
     pub offset: Option<i64>,
     /// Start at the first record at or after TIME: milliseconds since the
@@ -66,10 +66,10 @@ pub struct ConsumeArgs {
     #[arg(long, value_name = "TIME", value_parser = parse_since_now, conflicts_with = "group")]
     pub since: Option<i64>,
     /// Read only this partition.
-    #[arg(long, value_name = "P", conflicts_with = "group")]
+    #[arg(short = 'p', long, value_name = "P", conflicts_with = "group")]
     pub partition: Option<i32>,
     /// Consume as a member of this consumer group, committing what is printed.
-    #[arg(long, value_name = "GROUP")]
+    #[arg(short = 'g', long, value_name = "GROUP")]
     pub group: Option<String>,
     /// Commit before printing (at-most-once) instead of after (at-least-once).
     #[arg(long, requires = "group")]

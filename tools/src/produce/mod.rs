@@ -64,10 +64,10 @@ pub struct ProduceArgs {
     #[arg(long, value_name = "SEP")]
     pub key_separator: Option<String>,
     /// A header added to every record, as KEY=VALUE (repeatable).
-    #[arg(long = "header", value_name = "KEY=VALUE")]
+    #[arg(short = 'H', long = "header", value_name = "KEY=VALUE")]
     pub headers: Vec<String>,
     /// Write every record to this partition.
-    #[arg(long, value_parser = clap::value_parser!(i32).range(0..))]
+    #[arg(short = 'p', long, value_parser = clap::value_parser!(i32).range(0..))]
     pub partition: Option<i32>,
     /// How records are placed when --partition is not given.
     #[arg(long, value_enum, default_value_t = Strategy::Murmur2)]
@@ -76,7 +76,7 @@ pub struct ProduceArgs {
     #[arg(long, default_value = "all", allow_hyphen_values = true, value_parser = Acks::parse)]
     pub acks: Acks,
     /// Compression of each batch.
-    #[arg(long, value_enum, default_value_t = Codec::None)]
+    #[arg(short = 'z', long, value_enum, default_value_t = Codec::None)]
     pub compression: Codec,
     /// Turn off idempotence (no producer id; a retried batch may be written twice).
     #[arg(long)]

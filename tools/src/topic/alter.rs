@@ -29,10 +29,10 @@ pub struct AlterConfigArgs {
     #[arg(value_name = "TOPIC")]
     topic: String,
     /// Set a config by its Kafka name, KEY=VALUE (repeatable).
-    #[arg(long = "set", value_name = "KEY=VALUE")]
+    #[arg(short = 's', long = "set", value_name = "KEY=VALUE")]
     sets: Vec<String>,
     /// Remove a config from the topic, back to its default (repeatable).
-    #[arg(long = "delete", value_name = "KEY")]
+    #[arg(short = 'd', long = "delete", value_name = "KEY")]
     deletes: Vec<String>,
 }
 

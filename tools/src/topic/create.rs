@@ -25,13 +25,13 @@ pub struct CreateArgs {
     #[arg(required = true, value_name = "TOPIC")]
     topics: Vec<String>,
     /// Partitions of each topic (-1: the broker's num.partitions).
-    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    #[arg(short = 'p', long, default_value_t = -1, allow_negative_numbers = true)]
     partitions: i32,
     /// Replicas of each partition (-1: the broker's default.replication.factor).
-    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    #[arg(short = 'r', long, default_value_t = -1, allow_negative_numbers = true)]
     replication_factor: i16,
     /// A topic config by its Kafka name, KEY=VALUE (repeatable).
-    #[arg(long = "config", value_name = "KEY=VALUE")]
+    #[arg(short = 'c', long = "config", value_name = "KEY=VALUE")]
     configs: Vec<String>,
     /// A topic that already exists is not an error.
     #[arg(long)]

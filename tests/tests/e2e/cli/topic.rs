@@ -6,7 +6,7 @@
 
 use serde_json::json;
 
-use super::common::{Record, Run, brook, create_topic, produce, start_broker};
+use super::common::{Record, Run, brook, brook_alone, create_topic, produce, start_broker};
 
 /// Exit status 1 and exactly one line on stderr, which says `expected`.
 fn fails_with_one_line(run: Run, expected: &str) -> Run {
@@ -325,5 +325,59 @@ fn describe_alter_and_grow() {
             "CONFIG        VALUE    SOURCE",
             "retention.ms  3600000  DYNAMIC_TOPIC_CONFIG",
         ]
+    );
+}
+
+/// rpk's short forms (`-p` partitions, `-r` replication factor, `-c`
+/// config, `-f` format, `-s` set) and the shared options given before the
+/// subcommand as well as after it.
+#[test]
+fn short_flags_and_shared_options_before_the_subcommand() {
+    let (_dir, broker) = start_broker();
+    let created = brook_alone(
+        &[
+            "--brokers",
+            &broker.address,
+            "topic",
+            "create",
+            "t",
+            "-p",
+            "3",
+            "-r",
+            "1",
+            "-c",
+            "retention.ms=60000",
+        ],
+        None,
+    )
+    .ok();
+    assert_eq!(
+        created.lines()[1],
+        "t      3           1            created"
+    );
+    let described = brook_alone(
+        &[
+            "--brokers",
+            &broker.address,
+            "-f",
+            "json",
+            "topic",
+            "describe",
+            "t",
+        ],
+        None,
+    )
+    .ok();
+    let described = described.json();
+    assert_eq!(described[0]["partition_count"], 3);
+    brook(
+        &broker,
+        &["topic", "alter-config", "t", "-s", "retention.ms=120000"],
+    )
+    .ok();
+    let configs = brook(&broker, &["-f", "json", "topic", "describe", "t"]).ok();
+    assert_eq!(
+        configs.json()[0]["configs"]["retention.ms"]["value"],
+        "120000"
     );
 }
