@@ -25,6 +25,9 @@ const (
 	adminPartitions = 3
 	// adminPartitionsB is topic B's partition count after CreatePartitions.
 	adminPartitionsB = 4
+	// adminDeleteBelow is where DeleteRecords moves topic A's partition 0's
+	// log start.
+	adminDeleteBelow = 4
 )
 
 // adminScenario: kadm over one broker's admin APIs, each answer reported.
@@ -165,7 +168,9 @@ func adminConfigs(ctx context.Context, admin *kadm.Client) {
 }
 
 // adminOffsets produces to both topics (record i to partition i % the
-// topic's partitions) and lists their start and end offsets.
+// topic's partitions), lists their start and end offsets and the first
+// after a time, describes the log dirs, and deletes the records of one
+// partition below an offset.
 func adminOffsets(ctx context.Context, admin *kadm.Client, addr string) {
 	producer := newClient(addr, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	defer producer.Close()
@@ -187,9 +192,48 @@ func adminOffsets(ctx context.Context, admin *kadm.Client, addr string) {
 	start := map[int32]int64{}
 	started.Each(func(offset kadm.ListedOffset) { start[offset.Partition] = offset.Offset })
 	report("admin.start.a", partitionOffsets(start))
+	after, err := admin.ListOffsetsAfterMilli(ctx, 0, adminTopicA)
+	check(err, "list offsets after 0 ms")
+	check(after.Error(), "offsets after 0 ms")
+	first := map[int32]int64{}
+	after.Each(func(offset kadm.ListedOffset) { first[offset.Partition] = offset.Offset })
+	report("admin.after_0ms.a", partitionOffsets(first))
+
+	var logDirTopics kadm.TopicsSet
+	for partition := int32(0); partition < adminPartitions; partition++ {
+		logDirTopics.Add(adminTopicA, partition)
+	}
+	described, err := admin.DescribeAllLogDirs(ctx, logDirTopics)
+	check(err, "describe log dirs")
+	stored := 0
+	described.Each(func(dir kadm.DescribedLogDir) {
+		check(dir.Err, "log dir "+dir.Dir)
+		dir.Topics.Each(func(partition kadm.DescribedLogDirPartition) {
+			if partition.Topic == adminTopicA && partition.Size > 0 {
+				stored++
+			}
+		})
+	})
+	report("admin.log_dirs.a.partitions_with_data", stored)
+
+	var deleteBelow kadm.Offsets
+	deleteBelow.AddOffset(adminTopicA, 0, adminDeleteBelow, -1)
+	deleted, err := admin.DeleteRecords(ctx, deleteBelow)
+	check(err, "delete records")
+	response, ok := deleted[adminTopicA][0]
+	if !ok {
+		fail("delete records: no answer for %s[0]", adminTopicA)
+	}
+	report("admin.delete_records.a.0", fmt.Sprintf("%s/%d", errorName(response.Err), response.LowWatermark))
+	started, err = admin.ListStartOffsets(ctx, adminTopicA)
+	check(err, "list start offsets")
+	check(started.Error(), "start offsets")
+	started.Each(func(offset kadm.ListedOffset) { start[offset.Partition] = offset.Offset })
+	report("admin.start_after_delete_records.a", partitionOffsets(start))
 }
 
-// adminGroups: a member of a group consumes topic A and commits; the group
+// adminGroups: a member of a group consumes topic A (from its log start:
+// DeleteRecords moved partition 0's) and commits; the group
 // is described, listed, its offsets and lag read while the member runs and
 // once it left, then it is deleted.
 func adminGroups(ctx context.Context, admin *kadm.Client, addr string) {
@@ -200,10 +244,12 @@ func adminGroups(ctx context.Context, admin *kadm.Client, addr string) {
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.DisableAutoCommit(),
 	)
+	// DeleteRecords took adminDeleteBelow records off partition 0.
+	want := adminRecordsA - adminDeleteBelow
 	consumed := 0
-	for consumed < adminRecordsA {
+	for consumed < want {
 		if ctx.Err() != nil {
-			fail("group consumed %d of %d records", consumed, adminRecordsA)
+			fail("group consumed %d of %d records", consumed, want)
 		}
 		fetches := consumer.PollFetches(ctx)
 		fetches.EachError(func(topic string, partition int32, err error) {
@@ -229,9 +275,22 @@ func adminGroups(ctx context.Context, admin *kadm.Client, addr string) {
 	check(lag.DescribeErr, "lag: describe")
 	check(lag.FetchErr, "lag: fetch")
 	report("admin.group.lag", lag.Lag.Total())
+	report("admin.group.consumed", consumed)
 
 	consumer.Close()
 	describeAdminGroup(ctx, admin, "admin.group.left")
+	var forget kadm.TopicsSet
+	forget.Add(adminTopicA, 0)
+	forgotten, err := admin.DeleteOffsets(ctx, adminGroup, forget)
+	check(err, "delete offsets")
+	forgottenError, ok := forgotten.Lookup(adminTopicA, 0)
+	report("admin.group.delete_offsets", ok && forgottenError == nil)
+	offsets, err = admin.FetchOffsets(ctx, adminGroup)
+	check(err, "fetch offsets")
+	check(offsets.Error(), "fetch offsets")
+	committed = map[int32]int64{}
+	offsets.Each(func(offset kadm.OffsetResponse) { committed[offset.Partition] = offset.At })
+	report("admin.group.committed_after_delete_offsets", partitionOffsets(committed))
 	deleted, err := admin.DeleteGroups(ctx, adminGroup)
 	check(err, "delete groups")
 	report("admin.group.delete", errorName(deleted.Error()))

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -85,12 +88,16 @@ func eosScenario(ctx context.Context, addr string) {
 	report("eos.committed_inputs", deliveries)
 	report("eos.committed_distinct", len(progress.committedInputs))
 
-	committed, err := admin.FetchOffsets(ctx, eosGroup)
-	check(err, "fetch offsets")
-	check(committed.Error(), "fetch offsets")
-	offsets := map[int32]int64{}
-	committed.Each(func(offset kadm.OffsetResponse) { offsets[offset.Partition] = offset.At })
-	report("eos.group_committed", partitionOffsets(offsets))
+	// EndTxn is answered once the commit is decided; its markers, and with
+	// them the transaction's offsets, follow: wait for both (bounded).
+	transaction := settledTransaction(ctx, admin)
+	report("eos.describe_transaction", fmt.Sprintf("%s/%d", transaction.State, len(transaction.Topics)))
+	listed, err := admin.ListTransactions(ctx, nil, nil)
+	check(err, "list transactions")
+	listedTransaction, ok := listed[eosTxnID]
+	report("eos.list_transactions", ok && listedTransaction.State == transaction.State &&
+		listedTransaction.ProducerID == transaction.ProducerID)
+	report("eos.group_committed", partitionOffsets(stableOffsets(ctx, admin, eosGroup)))
 	report("eos.input_end", partitionOffsets(endOffsets(ctx, admin, eosInput)))
 
 	total := 2 * eosPhaseRecords
@@ -98,6 +105,48 @@ func eosScenario(ctx context.Context, addr string) {
 		kgo.FetchIsolationLevel(kgo.ReadCommitted())))
 	readOutput("eos.read_uncommitted", readTopic(ctx, addr, eosOutput, total+progress.abortedOutputs,
 		kgo.FetchIsolationLevel(kgo.ReadUncommitted())))
+}
+
+// settlePollEOS is how often a wait for markers looks again.
+const settlePollEOS = 50 * time.Millisecond
+
+// settledTransaction describes the session's transactional id once it is
+// no longer preparing a commit or abort.
+func settledTransaction(ctx context.Context, admin *kadm.Client) kadm.DescribedTransaction {
+	for {
+		described, err := admin.DescribeTransactions(ctx, eosTxnID)
+		check(err, "describe transactions")
+		transaction, ok := described[eosTxnID]
+		if !ok {
+			fail("describe transactions: no %s", eosTxnID)
+		}
+		check(transaction.Err, "describe "+eosTxnID)
+		if !strings.HasPrefix(transaction.State, "Prepare") {
+			return transaction
+		}
+		if ctx.Err() != nil {
+			fail("transaction still %s at the deadline", transaction.State)
+		}
+		time.Sleep(settlePollEOS)
+	}
+}
+
+// stableOffsets is OffsetFetch with require_stable: retried while a
+// transaction's offsets are pending (UNSTABLE_OFFSET_COMMIT).
+func stableOffsets(ctx context.Context, admin *kadm.Client, group string) map[int32]int64 {
+	for {
+		committed, err := admin.FetchOffsets(kadm.RequireStable(ctx), group)
+		check(err, "fetch offsets")
+		err = committed.Error()
+		if errors.Is(err, kerr.UnstableOffsetCommit) && ctx.Err() == nil {
+			time.Sleep(settlePollEOS)
+			continue
+		}
+		check(err, "fetch offsets")
+		offsets := map[int32]int64{}
+		committed.Each(func(offset kadm.OffsetResponse) { offsets[offset.Partition] = offset.At })
+		return offsets
+	}
 }
 
 // transact runs one transaction: poll, one output record per input record
