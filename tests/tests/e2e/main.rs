@@ -23,6 +23,7 @@ mod client_transactions;
 mod crash_recovery;
 mod exactly_once;
 mod fetch_sessions;
+mod franz_go;
 mod group_protocol;
 mod idempotent_producer;
 mod kcat_quickstart;
