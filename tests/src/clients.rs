@@ -1,6 +1,7 @@
 //! Driving the other Kafka clients our users run (kafka-python 2.0.2 and
 //! 3.0.12, kafkajs 2.2.4, installed by `tests/run` into `target/test-clients`; the
-//! scripts in `tests/clients`; Debian's `kcat`) as processes against a real
+//! scripts in `tests/clients`; franz-go, whose program in `tests/clients/go`
+//! `tests/run` builds there; Debian's `kcat`) as processes against a real
 //! broker, and reading the `name value` lines the scripts print.
 
 use std::io::{Read, Write};
@@ -57,6 +58,17 @@ pub fn node_path() -> PathBuf {
         "kafkajs is missing: run tests/run (it installs the test clients)"
     );
     node_modules
+}
+
+/// The franz-go program (`tests/clients/go`, franz-go pinned in its
+/// `go.mod`), built by `tests/run` into `target/test-clients/go/franz`.
+pub fn franz_go() -> PathBuf {
+    let binary = clients_dir().join("go/franz");
+    assert!(
+        binary.exists(),
+        "the franz-go program is missing: run tests/run (it builds tests/clients/go)"
+    );
+    binary
 }
 
 /// Runs a client to its end with `input` on its stdin and returns its

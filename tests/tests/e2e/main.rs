@@ -24,6 +24,7 @@ mod client_transactions;
 mod crash_recovery;
 mod exactly_once;
 mod fetch_sessions;
+mod franz_go;
 mod fresh_machine;
 mod full_disk;
 mod group_protocol;
