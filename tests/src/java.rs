@@ -10,7 +10,7 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -139,14 +139,21 @@ impl Spawned {
     /// Waits (at most `timeout`) for the process to exit by itself; returns
     /// whether it exited 0 (it is killed if it runs past the timeout).
     pub fn wait(&mut self, timeout: Duration) -> bool {
+        self.wait_status(timeout)
+            .is_some_and(|status| status.success())
+    }
+
+    /// Waits (at most `timeout`) for the process to exit and returns its
+    /// status; `None` if it ran past the timeout (then it is killed).
+    pub fn wait_status(&mut self, timeout: Duration) -> Option<ExitStatus> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
-                return status.success();
+                return Some(status);
             }
             if Instant::now() > deadline {
                 self.kill();
-                return false;
+                return None;
             }
             std::thread::sleep(crate::clients::CLIENT_POLL);
         }
@@ -158,11 +165,12 @@ impl Spawned {
         let _ = self.child.wait();
     }
 
-    /// SIGTERM (a clean shutdown), then SIGKILL after `timeout`.
-    pub fn terminate(&mut self, timeout: Duration) -> bool {
+    /// SIGTERM (a clean shutdown), then SIGKILL after `timeout`; the exit
+    /// status, `None` if it had to be killed.
+    pub fn terminate(&mut self, timeout: Duration) -> Option<ExitStatus> {
         // Safety: a plain kill(2) on our own child's pid.
         unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        self.wait(timeout)
+        self.wait_status(timeout)
     }
 
     pub fn pid(&self) -> u32 {

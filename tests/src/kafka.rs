@@ -59,9 +59,14 @@ impl KafkaBroker {
     }
 
     /// SIGTERM and wait for a clean exit (Kafka trims its indexes and
-    /// writes its checkpoints); returns whether it exited 0.
+    /// writes its checkpoints); returns whether it exited cleanly: a JVM
+    /// whose shutdown hooks ran after SIGTERM exits 143 (128 + 15).
     pub fn stop(&mut self) -> bool {
-        self.process.terminate(KAFKA_STOP_TIMEOUT)
+        let status = self.process.terminate(KAFKA_STOP_TIMEOUT);
+        let clean = status
+            .and_then(|status| status.code())
+            .is_some_and(|code| code == 0 || code == 143);
+        clean && self.log().contains("shut down completed")
     }
 
     /// Kafka's output so far (for failure messages).
