@@ -29,7 +29,7 @@ const CONSUMER_PERF: &str = "org.apache.kafka.tools.ConsumerPerformance";
 /// A broker and the tools pointed at it.
 struct Tools {
     broker: Broker,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Tools {
@@ -41,7 +41,7 @@ impl Tools {
             2,
             &["--set", "group.initial.rebalance.delay.ms=0"],
         );
-        Tools { broker, _dir: dir }
+        Tools { broker, dir }
     }
 
     /// `main_class --bootstrap-server <broker> args…` (stdin `input`); its stdout.
@@ -291,7 +291,7 @@ fn kafka_tools_topics_configs_console_groups_offsets() {
     let delete = format!(
         r#"{{"partitions":[{{"topic":"{TOPIC}","partition":{partition},"offset":1}}],"version":1}}"#
     );
-    let delete_file = tools._dir.path().join("delete-records.json");
+    let delete_file = tools.dir.path().join("delete-records.json");
     std::fs::write(&delete_file, delete).unwrap();
     let deleted = tools.run(
         DELETE_RECORDS,
