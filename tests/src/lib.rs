@@ -4,6 +4,8 @@ pub mod broker;
 pub mod clients;
 pub mod deliveries;
 pub mod groups;
+pub mod java;
+pub mod kafka;
 pub mod raw;
 
 pub mod crash {

@@ -69,6 +69,7 @@ pub const SUPPORTED: &[Supported] = &[
     api(ApiKey::EndTxn, 0, 5),
     api(ApiKey::TxnOffsetCommit, 0, 5),
     api(ApiKey::WriteTxnMarkers, 1, 1),
+    api(ApiKey::DescribeProducers, 0, 0),
     api(ApiKey::DescribeTransactions, 0, 0),
     api(ApiKey::ListTransactions, 0, 1),
 ];

@@ -40,4 +40,4 @@ pub use partition_log::{PartitionLog, RecoveryHints, UNWRITTEN_BYTES_MAX};
 pub use read::{FileRange, LogData, ReadOptions, ReadOutcome};
 pub use state::{AppendInfo, LogStats};
 pub use store::{MaintenanceSchedule, Store, StoreOptions};
-pub use transactions::ABORTED_TRANSACTIONS_PER_FETCH_MAX;
+pub use transactions::{ABORTED_TRANSACTIONS_PER_FETCH_MAX, ActiveProducer};

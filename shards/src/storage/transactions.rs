@@ -33,7 +33,39 @@ use crate::storage::state::AppendInfo;
 /// wire; Kafka has no bound).
 pub const ABORTED_TRANSACTIONS_PER_FETCH_MAX: usize = 100_000;
 
+/// One producer id's state on a partition, as DescribeProducers shows it
+/// (Kafka's `UnifiedLog.activeProducers`). An owned copy, so that it can
+/// leave the partition's shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ActiveProducer {
+    pub producer_id: ProducerId,
+    pub producer_epoch: ProducerEpoch,
+    /// Of the newest batch the partition remembers; -1 if none.
+    pub last_sequence: i32,
+    pub last_timestamp: TimestampMs,
+    pub coordinator_epoch: i32,
+    /// The first offset of the producer's open transaction, if one is open.
+    pub current_transaction_first_offset: Option<Offset>,
+}
+
 impl PartitionLog {
+    /// Every producer id the partition keeps state for, by id.
+    pub fn active_producers(&self) -> Vec<ActiveProducer> {
+        let producers = self.inner.producers.borrow();
+        producers
+            .manager
+            .producers()
+            .map(|(producer_id, entry)| ActiveProducer {
+                producer_id: *producer_id,
+                producer_epoch: entry.producer_epoch(),
+                last_sequence: entry.last_sequence().0,
+                last_timestamp: entry.last_timestamp(),
+                coordinator_epoch: entry.coordinator_epoch(),
+                current_transaction_first_offset: entry.current_transaction_first_offset(),
+            })
+            .collect()
+    }
+
     /// Appends the coordinator's COMMIT or ABORT marker for a producer's
     /// transaction (Kafka's WriteTxnMarkers on the partition leader).
     pub async fn append_marker(

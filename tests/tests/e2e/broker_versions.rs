@@ -210,6 +210,17 @@ fn sweep(stream: &mut TcpStream, api_key: ApiKey, version: i16, topic_id: Uuid) 
                 exchange(stream, api_key, version, &DescribeClusterRequest::default());
             assert_eq!((response.error_code, response.brokers.len()), (0, 1));
         }
+        ApiKey::DescribeProducers => {
+            let topic = describe_producers_request::TopicRequest::default()
+                .with_name(name(TOPIC))
+                .with_partition_indexes(vec![0, 7]);
+            let request = DescribeProducersRequest::default().with_topics(vec![topic]);
+            let response: DescribeProducersResponse = exchange(stream, api_key, version, &request);
+            let partitions = &response.topics[0].partitions;
+            assert_eq!(partitions[0].error_code, 0, "{response:?}");
+            // Partition 7 does not exist.
+            assert_eq!(partitions[1].error_code, 3, "{response:?}");
+        }
         ApiKey::DescribeLogDirs => {
             let response: DescribeLogDirsResponse = exchange(
                 stream,

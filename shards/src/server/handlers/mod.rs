@@ -69,6 +69,7 @@ async fn handle(shard: &Rc<Shard>, request: Request) -> Response {
         ApiKey::DeleteGroups => group_offsets::delete_groups(shard, &request).await,
         ApiKey::OffsetDelete => group_offsets::offset_delete(shard, &request).await,
         ApiKey::InitProducerId => producers::init_producer_id(shard, &request).await,
+        ApiKey::DescribeProducers => producers::describe_producers(shard, &request).await,
         ApiKey::AddPartitionsToTxn => transactions::add_partitions_to_txn(shard, &request).await,
         ApiKey::AddOffsetsToTxn => transactions::add_offsets_to_txn(shard, &request).await,
         ApiKey::EndTxn => transactions::end_txn(shard, &request).await,

@@ -36,7 +36,7 @@ const LATEST_TIERED: i64 = -5;
 
 /// Runs `work` on the shard owning `topic_partition` with its log, or
 /// returns `missing` if the partition does not exist.
-async fn on_owner<T: Send + 'static>(
+pub(crate) async fn on_owner<T: Send + 'static>(
     shard: &Rc<Shard>,
     topic_partition: TopicPartition,
     missing: T,

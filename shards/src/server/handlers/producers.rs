@@ -1,20 +1,30 @@
-//! InitProducerId. For idempotent producers (no transactional id): a new
+//! InitProducerId and DescribeProducers. For idempotent producers (no transactional id): a new
 //! producer id from the controller shard's allocator, epoch 0, as Kafka's
 //! `TransactionCoordinator.handleInitProducerId` answers a null
 //! transactional id (it ignores any producer id and epoch the request
 //! carries, KIP-360's bump being for transactional producers). With a
 //! transactional id, the id's coordinator decides (see
-//! [`super::transactions`]).
+//! [`super::transactions`]). DescribeProducers lists the producer state of
+//! each partition asked for, read on the partition's shard.
 
 use std::rc::Rc;
 
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::frame::{FrameError, Request};
-use brook_engine::types::ProducerId;
-use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse};
+use brook_engine::types::{PartitionId, ProducerId, TopicPartition};
+use kafka_protocol::messages::describe_producers_response::{
+    PartitionResponse, ProducerState, TopicResponse,
+};
+use kafka_protocol::messages::{
+    DescribeProducersRequest, DescribeProducersResponse, InitProducerIdRequest,
+    InitProducerIdResponse,
+};
 
+use crate::server::handlers::offsets::on_owner;
+use crate::server::handlers::topic_name;
 use crate::server::response::{Response, encode};
 use crate::server::shard::Shard;
+use crate::storage::ActiveProducer;
 
 pub async fn init_producer_id(
     shard: &Rc<Shard>,
@@ -52,4 +62,61 @@ pub(crate) async fn allocate_producer_id(shard: &Rc<Shard>) -> Result<ProducerId
         })
         .await
         .unwrap_or(Err(ErrorCode::COORDINATOR_NOT_AVAILABLE))
+}
+
+/// DescribeProducers (KIP-664): each partition's producer ids with their
+/// epoch, last sequence and timestamp, coordinator epoch and open
+/// transaction's first offset (-1 for none), as Kafka's
+/// `ReplicaManager.activeProducerState` answers; an unknown partition is
+/// UNKNOWN_TOPIC_OR_PARTITION.
+pub async fn describe_producers(
+    shard: &Rc<Shard>,
+    request: &Request,
+) -> Result<Response, FrameError> {
+    let body: DescribeProducersRequest = request.decode_body()?;
+    let mut topics = Vec::with_capacity(body.topics.len());
+    for topic in body.topics {
+        let name = topic.name.to_string();
+        let mut partitions = Vec::with_capacity(topic.partition_indexes.len());
+        for partition_index in topic.partition_indexes {
+            let topic_partition = TopicPartition {
+                topic: name.clone(),
+                partition: PartitionId(partition_index),
+            };
+            let active = on_owner(shard, topic_partition, None, |log| {
+                Box::pin(async move { Some(log.active_producers()) })
+            })
+            .await;
+            let response = PartitionResponse::default().with_partition_index(partition_index);
+            partitions.push(match active {
+                Some(active) => {
+                    response.with_active_producers(active.iter().map(producer_state).collect())
+                }
+                None => response.with_error_code(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.0),
+            });
+        }
+        topics.push(
+            TopicResponse::default()
+                .with_name(topic_name(&name))
+                .with_partitions(partitions),
+        );
+    }
+    encode(
+        request,
+        &DescribeProducersResponse::default().with_topics(topics),
+    )
+}
+
+fn producer_state(active: &ActiveProducer) -> ProducerState {
+    ProducerState::default()
+        .with_producer_id(active.producer_id.0.into())
+        .with_producer_epoch(i32::from(active.producer_epoch.0))
+        .with_last_sequence(active.last_sequence)
+        .with_last_timestamp(active.last_timestamp.0)
+        .with_coordinator_epoch(active.coordinator_epoch)
+        .with_current_txn_start_offset(
+            active
+                .current_transaction_first_offset
+                .map_or(-1, |offset| offset.0),
+        )
 }
