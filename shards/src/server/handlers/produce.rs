@@ -14,7 +14,10 @@ use brook_engine::types::{PartitionId, TopicPartition};
 use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::{LocalBoxFuture, join_all, ready};
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use brook_engine::log::client_batch::{RecordError, Rejected, Validated, validate_client_records};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 
 use crate::server::handlers::cluster::ensure_topics;
@@ -37,6 +40,8 @@ struct Produced {
     base_offset: i64,
     log_append_time: i64,
     log_start_offset: i64,
+    /// The records that made the batch invalid (Produce v8+).
+    record_errors: Vec<RecordError>,
 }
 
 impl Produced {
@@ -47,6 +52,15 @@ impl Produced {
             base_offset: -1,
             log_append_time: -1,
             log_start_offset: -1,
+            record_errors: Vec::new(),
+        }
+    }
+
+    /// A batch refused for some of its records, which it names.
+    fn rejected(rejected: Rejected) -> Produced {
+        Produced {
+            record_errors: rejected.record_errors,
+            ..Produced::failed(rejected.error, rejected.message)
         }
     }
 }
@@ -120,6 +134,14 @@ async fn append_on_owner(
             "the partition is not open here",
         );
     };
+    // Kafka's LogValidator: keys of compacted topics, timestamp bounds,
+    // the topic's codec (the batch bytes are kept unless it differs).
+    let records = match validate_client_records(&records, &log.config(), &topic_partition, now_ms())
+    {
+        Ok(Validated::AsProduced) => records,
+        Ok(Validated::Rewritten(bytes)) => Bytes::from(bytes),
+        Err(rejected) => return Produced::rejected(rejected),
+    };
     let (acks, timeout) = (context.acks, context.timeout);
     let appended = match transactional_batch(&records) {
         None => log.append(&records, LEADER_EPOCH, now_ms()).await,
@@ -144,12 +166,19 @@ async fn append_on_owner(
     };
     let info = match appended {
         Ok(info) => info,
-        Err(StorageError::RecordWithoutKey { .. }) => {
+        Err(StorageError::RecordWithoutKey { record_index }) => {
             // Kafka's words (LogValidator.validateKey), which clients show.
             let message = format!(
                 "Compacted topic cannot accept message without key in topic partition {topic_partition}."
             );
-            return Produced::failed(ErrorCode::INVALID_RECORD, message);
+            let record_errors = vec![RecordError {
+                batch_index: record_index as i32,
+                message: message.clone(),
+            }];
+            return Produced {
+                record_errors,
+                ..Produced::failed(ErrorCode::INVALID_RECORD, message)
+            };
         }
         Err(error) => return Produced::failed(storage_error_code(&error), error.to_string()),
     };
@@ -165,6 +194,7 @@ async fn append_on_owner(
             base_offset: info.base_offset.0,
             log_append_time: info.log_append_time.map_or(-1, |time| time.0),
             log_start_offset: log.log_start_offset().0,
+            record_errors: Vec::new(),
         },
         Ok(Err(error)) => Produced::failed(storage_error_code(&error), error.to_string()),
         Err(()) => Produced::failed(
@@ -342,12 +372,22 @@ pub async fn start(shard: &Rc<Shard>, request: Request) -> LocalBoxFuture<'stati
 }
 
 fn partition_response(index: i32, produced: Produced) -> PartitionProduceResponse {
+    let record_errors = produced
+        .record_errors
+        .iter()
+        .map(|error| {
+            BatchIndexAndErrorMessage::default()
+                .with_batch_index(error.batch_index)
+                .with_batch_index_error_message(Some(text(&error.message)))
+        })
+        .collect();
     PartitionProduceResponse::default()
         .with_index(index)
         .with_error_code(produced.error.0)
         .with_base_offset(produced.base_offset)
         .with_log_append_time_ms(produced.log_append_time)
         .with_log_start_offset(produced.log_start_offset)
+        .with_record_errors(record_errors)
         .with_error_message(produced.message.as_deref().map(text))
 }
 
