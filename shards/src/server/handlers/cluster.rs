@@ -6,8 +6,12 @@ use std::sync::Arc;
 
 use brook_engine::cluster::image::{MetadataImage, TopicId, TopicMetadata, validate_topic_name};
 use brook_engine::group::records::OFFSETS_TOPIC_NAME;
+use brook_engine::protocol::acl::{
+    AUTHORIZED_OPERATIONS_OMITTED, AclResource, authorized_operations_if,
+};
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::frame::{FrameError, Request};
+use brook_engine::txn::records::TRANSACTION_STATE_TOPIC_NAME;
 use brook_engine::types::{PartitionId, TopicPartition};
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::describe_log_dirs_response::{
@@ -26,9 +30,6 @@ use crate::server::controller::{self, Change, NewTopic};
 use crate::server::handlers::{text, topic_name};
 use crate::server::response::{Response, encode};
 use crate::server::shard::{LEADER_EPOCH, Shard};
-
-/// Kafka's "authorized operations not requested" marker.
-const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
 
 /// Creates the missing topics among `names` (auto topic creation) and
 /// returns the image that includes them.
@@ -73,7 +74,12 @@ fn broker(shard: &Shard) -> MetadataResponseBroker {
         .with_port(i32::from(shard.context.advertised_port))
 }
 
-fn topic_response(shard: &Shard, topic: &TopicMetadata) -> MetadataResponseTopic {
+/// Kafka's internal topics (`Topic.isInternal`).
+pub(crate) fn is_internal_topic(name: &str) -> bool {
+    name == OFFSETS_TOPIC_NAME || name == TRANSACTION_STATE_TOPIC_NAME
+}
+
+fn topic_response(shard: &Shard, topic: &TopicMetadata, operations: i32) -> MetadataResponseTopic {
     let node = BrokerId(shard.context.broker_id);
     let partitions = (0..topic.partitions.len())
         .map(|index| {
@@ -88,17 +94,22 @@ fn topic_response(shard: &Shard, topic: &TopicMetadata) -> MetadataResponseTopic
     MetadataResponseTopic::default()
         .with_name(Some(topic_name(&topic.name)))
         .with_topic_id(uuid(topic.id))
-        .with_is_internal(topic.name == OFFSETS_TOPIC_NAME)
+        .with_is_internal(is_internal_topic(&topic.name))
         .with_partitions(partitions)
-        .with_topic_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
+        .with_topic_authorized_operations(operations)
 }
 
-fn missing_topic(name: Option<&str>, id: Uuid, error: ErrorCode) -> MetadataResponseTopic {
+fn missing_topic(
+    name: Option<&str>,
+    id: Uuid,
+    error: ErrorCode,
+    operations: i32,
+) -> MetadataResponseTopic {
     MetadataResponseTopic::default()
         .with_error_code(error.0)
         .with_name(name.map(topic_name))
         .with_topic_id(id)
-        .with_topic_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
+        .with_topic_authorized_operations(operations)
 }
 
 pub async fn metadata(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
@@ -119,29 +130,48 @@ pub async fn metadata(shard: &Rc<Shard>, request: &Request) -> Result<Response, 
         }
         _ => shard.image(),
     };
+    // Without an authorizer every supported operation is allowed (Kafka's
+    // answer); v8+ asks for them. Topics named by an unknown id get none.
+    let topic_operations = authorized_operations_if(
+        version >= 8 && body.include_topic_authorized_operations,
+        AclResource::Topic,
+    );
+    let cluster_operations = authorized_operations_if(
+        (8..=10).contains(&version) && body.include_cluster_authorized_operations,
+        AclResource::Cluster,
+    );
     let topics = match wanted {
         None => image
             .topics
             .values()
-            .map(|topic| topic_response(shard, topic))
+            .map(|topic| topic_response(shard, topic, topic_operations))
             .collect(),
         Some(topics) => topics
             .iter()
             .map(|requested| match &requested.name {
                 Some(name) => match image.topic(name) {
-                    Some(topic) => topic_response(shard, topic),
-                    None if validate_topic_name(name).is_err() => {
-                        missing_topic(Some(name), Uuid::nil(), ErrorCode::INVALID_TOPIC_EXCEPTION)
-                    }
+                    Some(topic) => topic_response(shard, topic, topic_operations),
+                    None if validate_topic_name(name).is_err() => missing_topic(
+                        Some(name),
+                        Uuid::nil(),
+                        ErrorCode::INVALID_TOPIC_EXCEPTION,
+                        topic_operations,
+                    ),
                     None => missing_topic(
                         Some(name),
                         Uuid::nil(),
                         ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                        topic_operations,
                     ),
                 },
                 None => match image.topic_by_id(TopicId(*requested.topic_id.as_bytes())) {
-                    Some(topic) => topic_response(shard, topic),
-                    None => missing_topic(None, requested.topic_id, ErrorCode::UNKNOWN_TOPIC_ID),
+                    Some(topic) => topic_response(shard, topic, topic_operations),
+                    None => missing_topic(
+                        None,
+                        requested.topic_id,
+                        ErrorCode::UNKNOWN_TOPIC_ID,
+                        AUTHORIZED_OPERATIONS_OMITTED,
+                    ),
                 },
             })
             .collect(),
@@ -151,7 +181,7 @@ pub async fn metadata(shard: &Rc<Shard>, request: &Request) -> Result<Response, 
         .with_cluster_id(Some(text(&shard.context.cluster_id)))
         .with_controller_id(BrokerId(shard.context.broker_id))
         .with_topics(topics)
-        .with_cluster_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED);
+        .with_cluster_authorized_operations(cluster_operations);
     encode(request, &response)
 }
 
@@ -171,7 +201,10 @@ pub fn describe_cluster(shard: &Rc<Shard>, request: &Request) -> Result<Response
         .with_cluster_id(text(&shard.context.cluster_id))
         .with_controller_id(BrokerId(shard.context.broker_id))
         .with_brokers(vec![broker])
-        .with_cluster_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED);
+        .with_cluster_authorized_operations(authorized_operations_if(
+            body.include_cluster_authorized_operations,
+            AclResource::Cluster,
+        ));
     encode(request, &response)
 }
 
