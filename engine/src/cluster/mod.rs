@@ -10,3 +10,4 @@ pub mod describe;
 pub mod image;
 pub mod producer_ids;
 pub mod topic_config;
+pub mod topic_pages;

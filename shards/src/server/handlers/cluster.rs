@@ -5,24 +5,33 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use brook_engine::cluster::image::{MetadataImage, TopicId, TopicMetadata, validate_topic_name};
+use brook_engine::cluster::topic_pages::{Cursor, PageTopic, page};
 use brook_engine::group::records::OFFSETS_TOPIC_NAME;
 use brook_engine::protocol::acl::{
-    AUTHORIZED_OPERATIONS_OMITTED, AclResource, authorized_operations_if,
+    AUTHORIZED_OPERATIONS_OMITTED, AclResource, authorized_operations, authorized_operations_if,
 };
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::frame::{FrameError, Request};
 use brook_engine::txn::records::TRANSACTION_STATE_TOPIC_NAME;
 use brook_engine::types::{PartitionId, TopicPartition};
+use kafka_protocol::messages::alter_replica_log_dirs_response::{
+    AlterReplicaLogDirPartitionResult, AlterReplicaLogDirTopicResult,
+};
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::describe_log_dirs_response::{
     DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
+};
+use kafka_protocol::messages::describe_topic_partitions_response::{
+    self, DescribeTopicPartitionsResponsePartition, DescribeTopicPartitionsResponseTopic,
 };
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::{
-    BrokerId, DescribeClusterRequest, DescribeClusterResponse, DescribeLogDirsRequest,
-    DescribeLogDirsResponse, MetadataRequest, MetadataResponse,
+    AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, BrokerId, DescribeClusterRequest,
+    DescribeClusterResponse, DescribeLogDirsRequest, DescribeLogDirsResponse,
+    DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse, MetadataRequest,
+    MetadataResponse,
 };
 use uuid::Uuid;
 
@@ -284,4 +293,188 @@ fn filesystem_space(dir: &std::path::Path) -> (i64, i64) {
     }
     let block = stat.f_frsize as i64;
     (stat.f_blocks as i64 * block, stat.f_bavail as i64 * block)
+}
+
+fn partition_metadata(shard: &Shard, index: usize) -> DescribeTopicPartitionsResponsePartition {
+    let node = BrokerId(shard.context.broker_id);
+    DescribeTopicPartitionsResponsePartition::default()
+        .with_partition_index(index as i32)
+        .with_leader_id(node)
+        .with_leader_epoch(LEADER_EPOCH.0)
+        .with_replica_nodes(vec![node])
+        .with_isr_nodes(vec![node])
+        // No eligible leader replicas (KIP-966) on one broker: empty, not null.
+        .with_eligible_leader_replicas(Some(Vec::new()))
+        .with_last_known_elr(Some(Vec::new()))
+}
+
+/// DescribeTopicPartitions (KIP-966; the Java admin client's first choice
+/// for describing topics): Metadata's partition view, paged by a cursor.
+pub fn describe_topic_partitions(
+    shard: &Rc<Shard>,
+    request: &Request,
+) -> Result<Response, FrameError> {
+    let body: DescribeTopicPartitionsRequest = request.decode_body()?;
+    let requested: Vec<String> = body
+        .topics
+        .iter()
+        .map(|topic| topic.name.to_string())
+        .collect();
+    let cursor = body.cursor.as_ref().map(|cursor| Cursor {
+        topic: cursor.topic_name.to_string(),
+        partition: cursor.partition_index,
+    });
+    let image = shard.image();
+    let operations = authorized_operations(AclResource::Topic);
+    let response = match page(
+        &image,
+        &requested,
+        cursor.as_ref(),
+        body.response_partition_limit,
+    ) {
+        // Kafka fails every named topic with the request's error.
+        Err(_) => DescribeTopicPartitionsResponse::default().with_topics(
+            requested
+                .iter()
+                .map(|name| {
+                    DescribeTopicPartitionsResponseTopic::default()
+                        .with_name(Some(topic_name(name)))
+                        .with_error_code(ErrorCode::INVALID_REQUEST.0)
+                })
+                .collect(),
+        ),
+        Ok(page) => {
+            let topics = page
+                .topics
+                .into_iter()
+                .map(|topic| match topic {
+                    PageTopic::Found { name, partitions } => {
+                        let id = image
+                            .topic(&name)
+                            .map_or(TopicId::default(), |topic| topic.id);
+                        DescribeTopicPartitionsResponseTopic::default()
+                            .with_name(Some(topic_name(&name)))
+                            .with_topic_id(uuid(id))
+                            .with_is_internal(is_internal_topic(&name))
+                            .with_partitions(
+                                partitions
+                                    .map(|index| partition_metadata(shard, index))
+                                    .collect(),
+                            )
+                            .with_topic_authorized_operations(operations)
+                    }
+                    PageTopic::Missing { name, invalid } => {
+                        let error = if invalid {
+                            ErrorCode::INVALID_TOPIC_EXCEPTION
+                        } else {
+                            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+                        };
+                        DescribeTopicPartitionsResponseTopic::default()
+                            .with_name(Some(topic_name(&name)))
+                            .with_error_code(error.0)
+                            .with_is_internal(is_internal_topic(&name))
+                            .with_topic_authorized_operations(operations)
+                    }
+                })
+                .collect();
+            let next = page.next.map(|next| {
+                describe_topic_partitions_response::Cursor::default()
+                    .with_topic_name(topic_name(&next.topic))
+                    .with_partition_index(next.partition)
+            });
+            DescribeTopicPartitionsResponse::default()
+                .with_topics(topics)
+                .with_next_cursor(next)
+        }
+    };
+    encode(request, &response)
+}
+
+/// Where a replica may move (AlterReplicaLogDirs), given the broker's one
+/// log directory: nowhere else. Kafka's answers: LOG_DIR_NOT_FOUND for a
+/// directory not in the config, REPLICA_NOT_AVAILABLE for a partition the
+/// broker does not have, NONE for one already in the directory asked for.
+fn replica_move(log_dirs: &[String], path: &str, hosted: bool) -> ErrorCode {
+    if !log_dirs.iter().any(|dir| dir == path) {
+        ErrorCode::LOG_DIR_NOT_FOUND
+    } else if !hosted {
+        ErrorCode::REPLICA_NOT_AVAILABLE
+    } else {
+        ErrorCode::NONE
+    }
+}
+
+/// The names the broker's log directory goes by: as configured, absolute,
+/// and resolved (Kafka compares absolute paths).
+fn log_dir_names(dir: &std::path::Path) -> Vec<String> {
+    let mut names = vec![dir.display().to_string()];
+    if let Ok(absolute) = std::path::absolute(dir) {
+        names.push(absolute.display().to_string());
+    }
+    if let Ok(canonical) = dir.canonicalize() {
+        names.push(canonical.display().to_string());
+    }
+    names
+}
+
+/// AlterReplicaLogDirs: with one log directory a replica can only stay
+/// where it is.
+pub fn alter_replica_log_dirs(
+    shard: &Rc<Shard>,
+    request: &Request,
+) -> Result<Response, FrameError> {
+    let body: AlterReplicaLogDirsRequest = request.decode_body()?;
+    let image = shard.image();
+    let log_dirs = log_dir_names(&shard.context.data_dir);
+    let mut by_topic: Vec<(String, Vec<AlterReplicaLogDirPartitionResult>)> = Vec::new();
+    for dir in &body.dirs {
+        for topic in &dir.topics {
+            let name = topic.name.to_string();
+            let results = topic.partitions.iter().map(|partition| {
+                let hosted = image.owner_at(&name, PartitionId(*partition)).is_some();
+                AlterReplicaLogDirPartitionResult::default()
+                    .with_partition_index(*partition)
+                    .with_error_code(replica_move(&log_dirs, &dir.path, hosted).0)
+            });
+            match by_topic.iter_mut().find(|(known, _)| *known == name) {
+                Some((_, partitions)) => partitions.extend(results),
+                None => by_topic.push((name.clone(), results.collect())),
+            }
+        }
+    }
+    let results = by_topic
+        .into_iter()
+        .map(|(name, partitions)| {
+            AlterReplicaLogDirTopicResult::default()
+                .with_topic_name(topic_name(&name))
+                .with_partitions(partitions)
+        })
+        .collect();
+    encode(
+        request,
+        &AlterReplicaLogDirsResponse::default().with_results(results),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replica_can_only_stay_in_the_one_log_directory() {
+        let dirs = vec!["/data".to_owned()];
+        assert_eq!(replica_move(&dirs, "/data", true), ErrorCode::NONE);
+        assert_eq!(
+            replica_move(&dirs, "/data", false),
+            ErrorCode::REPLICA_NOT_AVAILABLE
+        );
+        assert_eq!(
+            replica_move(&dirs, "/other", false),
+            ErrorCode::LOG_DIR_NOT_FOUND
+        );
+        assert_eq!(
+            replica_move(&dirs, "/other", true),
+            ErrorCode::LOG_DIR_NOT_FOUND
+        );
+    }
 }
