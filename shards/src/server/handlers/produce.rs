@@ -7,14 +7,15 @@
 use std::rc::Rc;
 use std::time::Duration;
 
+use brook_engine::cluster::image::TopicId;
 use brook_engine::log::batch::{BatchError, BatchHeader};
+use brook_engine::log::client_batch::{RecordError, Rejected, Validated, validate_client_records};
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::frame::Request;
 use brook_engine::types::{PartitionId, TopicPartition};
 use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::{LocalBoxFuture, join_all, ready};
-use brook_engine::log::client_batch::{RecordError, Rejected, Validated, validate_client_records};
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
@@ -314,7 +315,9 @@ pub async fn start(shard: &Rc<Shard>, request: Request) -> LocalBoxFuture<'stati
         version: request.api_version,
     };
     let acks_valid = matches!(acks, -1..=1);
-    if acks_valid {
+    // v13 names topics by id (KIP-516), which no auto-creation can make.
+    let by_id = request.api_version >= 13;
+    if acks_valid && !by_id {
         let names: Vec<String> = body
             .topic_data
             .iter()
@@ -322,12 +325,26 @@ pub async fn start(shard: &Rc<Shard>, request: Request) -> LocalBoxFuture<'stati
             .collect();
         ensure_topics(shard, &names).await;
     }
+    let image = shard.image();
     let mut topics = Vec::with_capacity(body.topic_data.len());
     for topic in body.topic_data {
-        let name = topic.name.to_string();
+        let known = if by_id {
+            image
+                .topic_by_id(TopicId(*topic.topic_id.as_bytes()))
+                .map(|known| known.name.clone())
+        } else {
+            Some(topic.name.to_string())
+        };
+        let name = known.clone().unwrap_or_default();
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for partition in topic.partition_data {
-            let produced = if acks_valid {
+            let produced = if known.is_none() {
+                ready(Produced::failed(
+                    ErrorCode::UNKNOWN_TOPIC_ID,
+                    format!("no topic with id {}", topic.topic_id),
+                ))
+                .boxed_local()
+            } else if acks_valid {
                 let topic_partition = TopicPartition {
                     topic: name.clone(),
                     partition: PartitionId(partition.index),
@@ -342,11 +359,11 @@ pub async fn start(shard: &Rc<Shard>, request: Request) -> LocalBoxFuture<'stati
             };
             partitions.push((partition.index, produced));
         }
-        topics.push((name, partitions));
+        topics.push((name, topic.topic_id, partitions));
     }
     async move {
         let mut responses = Vec::with_capacity(topics.len());
-        for (name, partitions) in topics {
+        for (name, topic_id, partitions) in topics {
             let (indexes, produced): (Vec<i32>, Vec<_>) = partitions.into_iter().unzip();
             let partition_responses = indexes
                 .into_iter()
@@ -356,6 +373,7 @@ pub async fn start(shard: &Rc<Shard>, request: Request) -> LocalBoxFuture<'stati
             responses.push(
                 TopicProduceResponse::default()
                     .with_name(topic_name(&name))
+                    .with_topic_id(topic_id)
                     .with_partition_responses(partition_responses),
             );
         }
