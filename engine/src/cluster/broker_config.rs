@@ -1,7 +1,9 @@
 //! The broker's settings, read from a Kafka `server.properties`-style file
 //! with Kafka's names; every setting has Kafka's default, so no file is needed.
 
-use crate::cluster::topic_config::TOPIC_CONFIGS;
+use std::collections::BTreeMap;
+
+use crate::cluster::topic_config::by_broker_name;
 use crate::group::state::GroupSettings;
 use crate::log::compaction::CleanerSettings;
 use crate::log::config::{ConfigError, LogConfig};
@@ -56,6 +58,9 @@ pub struct BrokerConfig {
     pub transactions: TransactionConfig,
     /// Settings Brook does not know; the caller logs them (as Kafka does).
     pub unknown: Vec<String>,
+    /// Every setting as given (file, then `--set`), known or not: what
+    /// DescribeConfigs reports as STATIC_BROKER_CONFIG.
+    pub given: BTreeMap<String, String>,
 }
 
 impl Default for BrokerConfig {
@@ -78,6 +83,7 @@ impl Default for BrokerConfig {
             offsets_commit_timeout_ms: 5_000,
             transactions: TransactionConfig::default(),
             unknown: Vec::new(),
+            given: BTreeMap::new(),
         }
     }
 }
@@ -101,7 +107,10 @@ pub fn parse_properties(text: &str) -> Vec<(String, String)> {
 impl BrokerConfig {
     /// Applies `server.properties`-style settings over the defaults.
     pub fn from_properties(settings: &[(String, String)]) -> Result<BrokerConfig, ConfigError> {
-        let mut config = BrokerConfig::default();
+        let mut config = BrokerConfig {
+            given: settings.iter().cloned().collect(),
+            ..BrokerConfig::default()
+        };
         let mut topic_level = Vec::new();
         // Kafka's precedence for time settings: ms over minutes over hours.
         let mut retention = (None, None, None);
@@ -241,7 +250,7 @@ impl BrokerConfig {
                 "log.retention.hours" => retention.2 = Some(number()?),
                 "log.roll.ms" => roll.0 = Some(number()?),
                 "log.roll.hours" => roll.1 = Some(number()?),
-                broker => match TOPIC_CONFIGS.iter().find(|name| name.broker == broker) {
+                broker => match by_broker_name(broker) {
                     Some(name) => topic_level.push((name.topic, value.as_str())),
                     None => config.unknown.push(key.clone()),
                 },

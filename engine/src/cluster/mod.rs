@@ -5,6 +5,9 @@
 //! immutable image.
 
 pub mod broker_config;
+pub mod broker_describe;
+pub mod describe;
 pub mod image;
 pub mod producer_ids;
 pub mod topic_config;
+pub mod topic_pages;

@@ -6,44 +6,212 @@ use std::collections::BTreeMap;
 
 use crate::log::config::{ConfigError, LogConfig};
 
-/// A topic config Brook implements: its topic-level name, and the
-/// broker-level name whose value is the topic default.
+/// Kafka's `ConfigDef.Type` of a config, as DescribeConfigs v3+ reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i8)]
+pub enum ConfigType {
+    Unknown = 0,
+    Boolean = 1,
+    String = 2,
+    Int = 3,
+    Short = 4,
+    Long = 5,
+    Double = 6,
+    List = 7,
+    Class = 8,
+    Password = 9,
+}
+
+/// A topic config Brook implements: its topic-level name, the broker-level
+/// names whose values set its default (the first is the one Brook reads;
+/// Kafka's unit variants such as `log.retention.hours` follow), its type,
+/// and whether DescribeConfigs lists it always or only once it is set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TopicConfigName {
     pub topic: &'static str,
-    pub broker: &'static str,
+    pub broker: &'static [&'static str],
+    pub config_type: ConfigType,
+    pub listed: Listed,
 }
 
-const fn name(topic: &'static str, broker: &'static str) -> TopicConfigName {
-    TopicConfigName { topic, broker }
+/// When DescribeConfigs lists a topic config.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listed {
+    Always,
+    /// Kafka 4 dropped it; Brook still takes it, and names it where set.
+    WhenSet,
 }
 
-/// Every topic config Brook acts on. Anything else is rejected
-/// (INVALID_CONFIG) rather than stored and ignored.
+impl TopicConfigName {
+    /// The broker-level name Brook reads for the default, if any.
+    pub fn broker_name(&self) -> Option<&'static str> {
+        self.broker.first().copied()
+    }
+}
+
+const fn name(
+    topic: &'static str,
+    broker: &'static [&'static str],
+    config_type: ConfigType,
+) -> TopicConfigName {
+    TopicConfigName {
+        topic,
+        broker,
+        config_type,
+        listed: Listed::Always,
+    }
+}
+
+/// Every topic config Brook takes, in Kafka's (alphabetical) order. Anything
+/// else is rejected (INVALID_CONFIG) rather than stored and ignored.
 pub const TOPIC_CONFIGS: &[TopicConfigName] = &[
-    name("cleanup.policy", "log.cleanup.policy"),
-    name("segment.bytes", "log.segment.bytes"),
-    name("segment.ms", "log.roll.ms"),
-    name("segment.jitter.ms", "log.roll.jitter.ms"),
-    name("segment.index.bytes", "log.index.size.max.bytes"),
-    name("index.interval.bytes", "log.index.interval.bytes"),
-    name("retention.ms", "log.retention.ms"),
-    name("retention.bytes", "log.retention.bytes"),
-    name("flush.messages", "log.flush.interval.messages"),
-    name("flush.ms", "log.flush.interval.ms"),
-    name("max.message.bytes", "message.max.bytes"),
-    name("message.timestamp.type", "log.message.timestamp.type"),
+    name("cleanup.policy", &["log.cleanup.policy"], ConfigType::List),
+    name(
+        "compression.gzip.level",
+        &["compression.gzip.level"],
+        ConfigType::Int,
+    ),
+    name(
+        "compression.lz4.level",
+        &["compression.lz4.level"],
+        ConfigType::Int,
+    ),
+    name(
+        "compression.type",
+        &["compression.type"],
+        ConfigType::String,
+    ),
+    name(
+        "compression.zstd.level",
+        &["compression.zstd.level"],
+        ConfigType::Int,
+    ),
+    name(
+        "delete.retention.ms",
+        &["log.cleaner.delete.retention.ms"],
+        ConfigType::Long,
+    ),
+    name(
+        "flush.messages",
+        &["log.flush.interval.messages"],
+        ConfigType::Long,
+    ),
+    name(
+        "flush.ms",
+        &["log.flush.interval.ms", "log.flush.scheduler.interval.ms"],
+        ConfigType::Long,
+    ),
+    name(
+        "follower.replication.throttled.replicas",
+        &[],
+        ConfigType::List,
+    ),
+    name(
+        "index.interval.bytes",
+        &["log.index.interval.bytes"],
+        ConfigType::Int,
+    ),
+    name(
+        "leader.replication.throttled.replicas",
+        &[],
+        ConfigType::List,
+    ),
+    name(
+        "max.compaction.lag.ms",
+        &["log.cleaner.max.compaction.lag.ms"],
+        ConfigType::Long,
+    ),
+    name("max.message.bytes", &["message.max.bytes"], ConfigType::Int),
+    name(
+        "message.timestamp.after.max.ms",
+        &["log.message.timestamp.after.max.ms"],
+        ConfigType::Long,
+    ),
+    name(
+        "message.timestamp.before.max.ms",
+        &["log.message.timestamp.before.max.ms"],
+        ConfigType::Long,
+    ),
+    TopicConfigName {
+        listed: Listed::WhenSet,
+        ..name(
+            "message.timestamp.difference.max.ms",
+            &["log.message.timestamp.difference.max.ms"],
+            ConfigType::Long,
+        )
+    },
+    name(
+        "message.timestamp.type",
+        &["log.message.timestamp.type"],
+        ConfigType::String,
+    ),
     name(
         "min.cleanable.dirty.ratio",
-        "log.cleaner.min.cleanable.ratio",
+        &["log.cleaner.min.cleanable.ratio"],
+        ConfigType::Double,
     ),
-    name("delete.retention.ms", "log.cleaner.delete.retention.ms"),
-    name("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms"),
-    name("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms"),
+    name(
+        "min.compaction.lag.ms",
+        &["log.cleaner.min.compaction.lag.ms"],
+        ConfigType::Long,
+    ),
+    name(
+        "min.insync.replicas",
+        &["min.insync.replicas"],
+        ConfigType::Int,
+    ),
+    name("preallocate", &["log.preallocate"], ConfigType::Boolean),
+    name(
+        "retention.bytes",
+        &["log.retention.bytes"],
+        ConfigType::Long,
+    ),
+    name(
+        "retention.ms",
+        &[
+            "log.retention.ms",
+            "log.retention.minutes",
+            "log.retention.hours",
+        ],
+        ConfigType::Long,
+    ),
+    name("segment.bytes", &["log.segment.bytes"], ConfigType::Int),
+    name(
+        "segment.index.bytes",
+        &["log.index.size.max.bytes"],
+        ConfigType::Int,
+    ),
+    name(
+        "segment.jitter.ms",
+        &["log.roll.jitter.ms", "log.roll.jitter.hours"],
+        ConfigType::Long,
+    ),
+    name(
+        "segment.ms",
+        &["log.roll.ms", "log.roll.hours"],
+        ConfigType::Long,
+    ),
+    name(
+        "unclean.leader.election.enable",
+        &["unclean.leader.election.enable"],
+        ConfigType::Boolean,
+    ),
 ];
 
 pub fn is_topic_config(key: &str) -> bool {
-    TOPIC_CONFIGS.iter().any(|config| config.topic == key)
+    topic_config(key).is_some()
+}
+
+pub fn topic_config(key: &str) -> Option<&'static TopicConfigName> {
+    TOPIC_CONFIGS.iter().find(|config| config.topic == key)
+}
+
+/// The topic config whose default the broker-level `key` sets (its first,
+/// Brook-read name).
+pub fn by_broker_name(key: &str) -> Option<&'static TopicConfigName> {
+    TOPIC_CONFIGS
+        .iter()
+        .find(|config| config.broker_name() == Some(key))
 }
 
 /// The effective value of a topic config as Kafka reports it (its string
@@ -55,12 +223,17 @@ pub fn effective_value(config: &LogConfig, key: &str) -> Option<String> {
         FlushPolicy::Continuous => (None, None),
         FlushPolicy::Interval { messages, ms } => (messages, ms),
     };
+    let replication = &config.replication;
     Some(match key {
         "cleanup.policy" => match config.cleanup_policy {
             CleanupPolicy::Delete => "delete".into(),
             CleanupPolicy::Compact => "compact".into(),
             CleanupPolicy::CompactAndDelete => "compact,delete".into(),
         },
+        "compression.type" => config.compression.codec.name().into(),
+        "compression.gzip.level" => config.compression.gzip_level.to_string(),
+        "compression.lz4.level" => config.compression.lz4_level.to_string(),
+        "compression.zstd.level" => config.compression.zstd_level.to_string(),
         "segment.bytes" => config.segment_bytes.to_string(),
         "segment.ms" => config.segment_ms.to_string(),
         "segment.jitter.ms" => config.segment_jitter_ms.to_string(),
@@ -71,17 +244,39 @@ pub fn effective_value(config: &LogConfig, key: &str) -> Option<String> {
             .retention_bytes
             .map_or("-1".into(), |bytes| bytes.to_string()),
         "flush.messages" => messages.map_or(never.clone(), |n| n.to_string()),
-        "flush.ms" => ms.map_or(never, |n| n.to_string()),
+        "flush.ms" => ms.map_or(never.clone(), |n| n.to_string()),
         "max.message.bytes" => config.max_message_bytes.to_string(),
         "message.timestamp.type" => match config.message_timestamp_type {
             MessageTimestampType::CreateTime => "CreateTime".into(),
             MessageTimestampType::LogAppendTime => "LogAppendTime".into(),
         },
+        "message.timestamp.before.max.ms" => config
+            .timestamps
+            .before_max_ms
+            .unwrap_or(i64::MAX)
+            .to_string(),
+        "message.timestamp.after.max.ms" => config
+            .timestamps
+            .after_max_ms
+            .unwrap_or(crate::log::config::TIMESTAMP_AFTER_MAX_MS_DEFAULT)
+            .to_string(),
+        "message.timestamp.difference.max.ms" => config
+            .timestamps
+            .difference_max_ms
+            .unwrap_or(i64::MAX)
+            .to_string(),
         // Java's Double.toString: "0.5", "1.0".
         "min.cleanable.dirty.ratio" => format!("{:?}", config.min_cleanable_dirty_ratio.get()),
         "delete.retention.ms" => config.delete_retention_ms.to_string(),
         "min.compaction.lag.ms" => config.min_compaction_lag_ms.to_string(),
         "max.compaction.lag.ms" => config.max_compaction_lag_ms.to_string(),
+        "min.insync.replicas" => replication.min_insync_replicas.to_string(),
+        "preallocate" => config.preallocate.to_string(),
+        "unclean.leader.election.enable" => replication.unclean_leader_election.to_string(),
+        "leader.replication.throttled.replicas" => replication.leader_throttled_replicas.to_value(),
+        "follower.replication.throttled.replicas" => {
+            replication.follower_throttled_replicas.to_value()
+        }
         _ => return None,
     })
 }
@@ -123,7 +318,7 @@ impl ConfigOperation {
 
 /// Whether a topic config is a comma-separated list (APPEND/SUBTRACT apply).
 pub fn is_list_config(name: &str) -> bool {
-    name == "cleanup.policy"
+    topic_config(name).is_some_and(|config| config.config_type == ConfigType::List)
 }
 
 /// A topic's overrides after `changes`, in order. APPEND and SUBTRACT edit
@@ -204,7 +399,11 @@ mod tests {
             effective_value(&config, "flush.ms").as_deref(),
             Some("9223372036854775807")
         );
-        assert_eq!(effective_value(&config, "compression.type"), None);
+        assert_eq!(
+            effective_value(&config, "compression.type").as_deref(),
+            Some("producer")
+        );
+        assert_eq!(effective_value(&config, "remote.storage.enable"), None);
         assert_eq!(
             effective_value(&config, "min.cleanable.dirty.ratio").as_deref(),
             Some("0.5")

@@ -3,6 +3,7 @@
 
 use thiserror::Error;
 
+use crate::log::batch::Compression;
 use crate::log::recovery::Contiguity;
 
 /// When the log forces its data to stable storage.
@@ -83,6 +84,185 @@ pub enum MessageTimestampType {
     LogAppendTime,
 }
 
+/// `compression.type`: the codec the broker stores a topic's batches in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TopicCompression {
+    /// Keep each batch as its producer compressed it (Kafka's default).
+    Producer,
+    Uncompressed,
+    Gzip,
+    Snappy,
+    Lz4,
+    Zstd,
+}
+
+impl TopicCompression {
+    /// The codec batches are rewritten into, or `None` for `producer`.
+    pub fn codec(self) -> Option<Compression> {
+        Some(match self {
+            TopicCompression::Producer => return None,
+            TopicCompression::Uncompressed => Compression::None,
+            TopicCompression::Gzip => Compression::Gzip,
+            TopicCompression::Snappy => Compression::Snappy,
+            TopicCompression::Lz4 => Compression::Lz4,
+            TopicCompression::Zstd => Compression::Zstd,
+        })
+    }
+
+    /// Kafka's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            TopicCompression::Producer => "producer",
+            TopicCompression::Uncompressed => "uncompressed",
+            TopicCompression::Gzip => "gzip",
+            TopicCompression::Snappy => "snappy",
+            TopicCompression::Lz4 => "lz4",
+            TopicCompression::Zstd => "zstd",
+        }
+    }
+}
+
+/// `compression.type` and the levels of `compression.gzip.level`,
+/// `compression.lz4.level` and `compression.zstd.level` (KIP-390).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompressionConfig {
+    pub codec: TopicCompression,
+    /// -1 (the codec's default) or 1..=9.
+    pub gzip_level: i32,
+    /// 1..=17 (9).
+    pub lz4_level: i32,
+    /// -131072..=22 (3).
+    pub zstd_level: i32,
+}
+
+impl Default for CompressionConfig {
+    fn default() -> CompressionConfig {
+        CompressionConfig {
+            codec: TopicCompression::Producer,
+            gzip_level: -1,
+            lz4_level: 9,
+            zstd_level: 3,
+        }
+    }
+}
+
+/// Kafka 4's `message.timestamp.after.max.ms` default (KIP-1030): one hour.
+pub const TIMESTAMP_AFTER_MAX_MS_DEFAULT: i64 = 3_600_000;
+
+/// `message.timestamp.before.max.ms`, `message.timestamp.after.max.ms` and
+/// Kafka 3's `message.timestamp.difference.max.ms`, as set (`None`: not set
+/// at this level or below). The older setting bounds both sides where the
+/// newer ones are not set (Kafka 3.6's rule); Kafka 4 dropped it, Brook still
+/// takes it for clients written for Kafka 3.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimestampBounds {
+    pub before_max_ms: Option<i64>,
+    pub after_max_ms: Option<i64>,
+    pub difference_max_ms: Option<i64>,
+}
+
+impl TimestampBounds {
+    /// How far in the past a CreateTime record's timestamp may be.
+    pub fn before_ms(&self) -> i64 {
+        self.before_max_ms
+            .or(self.difference_max_ms)
+            .unwrap_or(i64::MAX)
+    }
+
+    /// How far in the future a CreateTime record's timestamp may be.
+    pub fn after_ms(&self) -> i64 {
+        self.after_max_ms
+            .or(self.difference_max_ms)
+            .unwrap_or(TIMESTAMP_AFTER_MAX_MS_DEFAULT)
+    }
+}
+
+/// `leader.replication.throttled.replicas` /
+/// `follower.replication.throttled.replicas`: validated and kept for
+/// replication (they name which replicas a replication quota throttles).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ThrottledReplicas {
+    #[default]
+    None,
+    /// `*`: every replica.
+    All,
+    /// `partition:broker` pairs, in the order given.
+    Listed(std::sync::Arc<[(i32, i32)]>),
+}
+
+impl ThrottledReplicas {
+    /// Kafka's `ThrottledReplicaListValidator`: `*`, or a comma-separated
+    /// list of `partition:broker` (blank items allowed).
+    pub fn parse(value: &str) -> Option<ThrottledReplicas> {
+        if value.split(',').next().map(str::trim) == Some("*") {
+            return Some(ThrottledReplicas::All);
+        }
+        let mut pairs = Vec::new();
+        for item in value
+            .split(',')
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+        {
+            let (partition, broker) = item.split_once(':')?;
+            let digits = |text: &str| {
+                (!text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit()))
+                    .then(|| text.parse::<i32>().ok())
+                    .flatten()
+            };
+            pairs.push((digits(partition)?, digits(broker)?));
+        }
+        Some(if pairs.is_empty() {
+            ThrottledReplicas::None
+        } else {
+            ThrottledReplicas::Listed(pairs.into())
+        })
+    }
+
+    /// Kafka's string form.
+    pub fn to_value(&self) -> String {
+        match self {
+            ThrottledReplicas::None => String::new(),
+            ThrottledReplicas::All => "*".into(),
+            ThrottledReplicas::Listed(pairs) => pairs
+                .iter()
+                .map(|(partition, broker)| format!("{partition}:{broker}"))
+                .collect::<Vec<_>>()
+                .join(","),
+        }
+    }
+}
+
+/// Settings that only matter once partitions have several replicas; kept
+/// (validated) for replication. On one broker a partition's ISR is that
+/// broker, so `min.insync.replicas` never refuses an `acks=all` produce:
+/// Kafka caps it at the replica count ([`effective_min_insync_replicas`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicationConfig {
+    /// `min.insync.replicas` (1).
+    pub min_insync_replicas: u32,
+    /// `unclean.leader.election.enable` (false).
+    pub unclean_leader_election: bool,
+    pub leader_throttled_replicas: ThrottledReplicas,
+    pub follower_throttled_replicas: ThrottledReplicas,
+}
+
+impl Default for ReplicationConfig {
+    fn default() -> ReplicationConfig {
+        ReplicationConfig {
+            min_insync_replicas: 1,
+            unclean_leader_election: false,
+            leader_throttled_replicas: ThrottledReplicas::None,
+            follower_throttled_replicas: ThrottledReplicas::None,
+        }
+    }
+}
+
+/// The ISR size `acks=all` needs: `min.insync.replicas`, but never more
+/// than the partition has replicas (Kafka's `Partition.effectiveMinIsr`).
+pub fn effective_min_insync_replicas(min_insync_replicas: u32, replicas: usize) -> usize {
+    (min_insync_replicas as usize).min(replicas.max(1))
+}
+
 /// Topic-level log settings with Kafka's defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogConfig {
@@ -120,6 +300,15 @@ pub struct LogConfig {
     /// `max.compaction.lag.ms` (`Long.MAX_VALUE`): a log whose oldest
     /// uncleaned segment is older than this is cleaned whatever its ratio.
     pub max_compaction_lag_ms: i64,
+    /// `compression.type` and its levels.
+    pub compression: CompressionConfig,
+    /// The `message.timestamp.*.max.ms` bounds on CreateTime records.
+    pub timestamps: TimestampBounds,
+    /// `preallocate` (false). Brook reserves the active segment's file
+    /// ahead of its appends whatever this says (see the README's on-disk
+    /// format); the setting is kept and described.
+    pub preallocate: bool,
+    pub replication: ReplicationConfig,
 }
 
 impl Default for LogConfig {
@@ -140,6 +329,10 @@ impl Default for LogConfig {
             delete_retention_ms: 24 * 60 * 60 * 1000,
             min_compaction_lag_ms: 0,
             max_compaction_lag_ms: i64::MAX,
+            compression: CompressionConfig::default(),
+            timestamps: TimestampBounds::default(),
+            preallocate: false,
+            replication: ReplicationConfig::default(),
         }
     }
 }
@@ -288,7 +481,7 @@ impl LogConfig {
                 "delete.retention.ms" => self.delete_retention_ms = at_least(0)?,
                 "min.compaction.lag.ms" => self.min_compaction_lag_ms = at_least(0)?,
                 "max.compaction.lag.ms" => self.max_compaction_lag_ms = at_least(1)?,
-                _ => return Err(ConfigError::Unknown(name.to_owned())),
+                _ => self.apply_produce_or_replication_setting(name, value)?,
             }
         }
         // Kafka's LogConfig.validateValues refuses the pair, whichever was set.
@@ -308,6 +501,103 @@ impl LogConfig {
             };
         }
         Ok(self)
+    }
+
+    /// The settings of compression, timestamps, preallocation and
+    /// replication (Kafka's ranges and values), or `Unknown`.
+    fn apply_produce_or_replication_setting(
+        &mut self,
+        name: &str,
+        value: &str,
+    ) -> Result<(), ConfigError> {
+        let invalid = |reason| ConfigError::Invalid {
+            name: name.to_owned(),
+            value: value.to_owned(),
+            reason,
+        };
+        let int_in = |range: std::ops::RangeInclusive<i64>, reason| {
+            value
+                .trim()
+                .parse::<i64>()
+                .ok()
+                .filter(|n| range.contains(n))
+                .map(|n| n as i32)
+                .ok_or(invalid(reason))
+        };
+        let non_negative = || {
+            value
+                .trim()
+                .parse::<i64>()
+                .ok()
+                .filter(|n| *n >= 0)
+                .ok_or(invalid("must be a non-negative integer"))
+        };
+        let boolean = || match value.trim() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(invalid("expected true or false")),
+        };
+        let throttled = || {
+            ThrottledReplicas::parse(value).ok_or(invalid(
+                "must be the literal '*' or a list of replicas as [partitionId]:[brokerId],...",
+            ))
+        };
+        match name {
+            "compression.type" => {
+                self.compression.codec = match value.trim() {
+                    "producer" => TopicCompression::Producer,
+                    "uncompressed" => TopicCompression::Uncompressed,
+                    "gzip" => TopicCompression::Gzip,
+                    "snappy" => TopicCompression::Snappy,
+                    "lz4" => TopicCompression::Lz4,
+                    "zstd" => TopicCompression::Zstd,
+                    _ => {
+                        return Err(invalid(
+                            "expected uncompressed, zstd, lz4, snappy, gzip or producer",
+                        ));
+                    }
+                }
+            }
+            "compression.gzip.level" => {
+                let level = int_in(-1..=9, "must be -1 or between 1 and 9")?;
+                if level == 0 {
+                    return Err(invalid("must be -1 or between 1 and 9"));
+                }
+                self.compression.gzip_level = level;
+            }
+            "compression.lz4.level" => {
+                self.compression.lz4_level = int_in(1..=17, "must be between 1 and 17")?
+            }
+            "compression.zstd.level" => {
+                self.compression.zstd_level =
+                    int_in(-131_072..=22, "must be between -131072 and 22")?
+            }
+            "message.timestamp.before.max.ms" => {
+                self.timestamps.before_max_ms = Some(non_negative()?)
+            }
+            "message.timestamp.after.max.ms" => {
+                self.timestamps.after_max_ms = Some(non_negative()?)
+            }
+            "message.timestamp.difference.max.ms" => {
+                self.timestamps.difference_max_ms = Some(non_negative()?)
+            }
+            "preallocate" => self.preallocate = boolean()?,
+            "min.insync.replicas" => {
+                self.replication.min_insync_replicas =
+                    int_in(1..=i64::from(i32::MAX), "must be at least 1")? as u32
+            }
+            "unclean.leader.election.enable" => {
+                self.replication.unclean_leader_election = boolean()?
+            }
+            "leader.replication.throttled.replicas" => {
+                self.replication.leader_throttled_replicas = throttled()?
+            }
+            "follower.replication.throttled.replicas" => {
+                self.replication.follower_throttled_replicas = throttled()?
+            }
+            _ => return Err(ConfigError::Unknown(name.to_owned())),
+        }
+        Ok(())
     }
 
     /// Offset index entries the segment may hold before it must roll.
@@ -409,6 +699,95 @@ mod tests {
             config.message_timestamp_type,
             MessageTimestampType::LogAppendTime
         );
+    }
+
+    #[test]
+    fn produce_and_replication_settings_have_kafkas_names_ranges_and_defaults() {
+        let defaults = LogConfig::default();
+        assert_eq!(defaults.compression.codec, TopicCompression::Producer);
+        assert_eq!(defaults.compression.codec.codec(), None);
+        assert_eq!(
+            (
+                defaults.compression.gzip_level,
+                defaults.compression.lz4_level,
+                defaults.compression.zstd_level
+            ),
+            (-1, 9, 3)
+        );
+        assert_eq!(defaults.timestamps.before_ms(), i64::MAX);
+        assert_eq!(defaults.timestamps.after_ms(), 3_600_000);
+        assert_eq!(defaults.replication.min_insync_replicas, 1);
+        assert!(!defaults.replication.unclean_leader_election && !defaults.preallocate);
+        let config = LogConfig::default()
+            .with_overrides([
+                ("compression.type", "zstd"),
+                ("compression.zstd.level", "-5"),
+                ("message.timestamp.before.max.ms", "1000"),
+                ("min.insync.replicas", "2"),
+                ("unclean.leader.election.enable", "true"),
+                ("preallocate", "true"),
+                ("leader.replication.throttled.replicas", "0:1, 1:1"),
+                ("follower.replication.throttled.replicas", "*"),
+            ])
+            .unwrap();
+        assert_eq!(config.compression.codec.codec(), Some(Compression::Zstd));
+        assert_eq!(config.compression.zstd_level, -5);
+        assert_eq!(config.timestamps.before_ms(), 1000);
+        assert_eq!(config.replication.min_insync_replicas, 2);
+        assert!(config.replication.unclean_leader_election && config.preallocate);
+        assert_eq!(
+            config.replication.leader_throttled_replicas.to_value(),
+            "0:1,1:1"
+        );
+        assert_eq!(
+            config.replication.follower_throttled_replicas,
+            ThrottledReplicas::All
+        );
+        for (name, value) in [
+            ("compression.type", "brotli"),
+            ("compression.gzip.level", "0"),
+            ("compression.gzip.level", "10"),
+            ("compression.lz4.level", "18"),
+            ("compression.zstd.level", "23"),
+            ("message.timestamp.after.max.ms", "-1"),
+            ("min.insync.replicas", "0"),
+            ("preallocate", "yes"),
+            ("leader.replication.throttled.replicas", "0-1"),
+            ("follower.replication.throttled.replicas", "a:1"),
+        ] {
+            assert!(
+                matches!(
+                    LogConfig::default().with_overrides([(name, value)]),
+                    Err(ConfigError::Invalid { .. })
+                ),
+                "{name}={value}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_kafka_3_difference_bound_fills_in_for_unset_sides() {
+        let config = LogConfig::default()
+            .with_overrides([("message.timestamp.difference.max.ms", "500")])
+            .unwrap();
+        assert_eq!(
+            (config.timestamps.before_ms(), config.timestamps.after_ms()),
+            (500, 500)
+        );
+        let config = config
+            .with_overrides([("message.timestamp.after.max.ms", "9")])
+            .unwrap();
+        assert_eq!(
+            (config.timestamps.before_ms(), config.timestamps.after_ms()),
+            (500, 9)
+        );
+    }
+
+    #[test]
+    fn min_insync_replicas_never_exceeds_the_replicas() {
+        assert_eq!(effective_min_insync_replicas(2, 1), 1);
+        assert_eq!(effective_min_insync_replicas(2, 3), 2);
+        assert_eq!(effective_min_insync_replicas(1, 0), 1);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 pub mod batch;
 pub mod builder;
 pub mod checkpoint;
+pub mod client_batch;
 pub mod compaction;
 pub mod config;
 pub mod control;

@@ -15,9 +15,11 @@ impl ErrorCode {
     pub const LEADER_NOT_AVAILABLE: ErrorCode = ErrorCode(5);
     pub const NOT_LEADER_OR_FOLLOWER: ErrorCode = ErrorCode(6);
     pub const REQUEST_TIMED_OUT: ErrorCode = ErrorCode(7);
+    pub const REPLICA_NOT_AVAILABLE: ErrorCode = ErrorCode(9);
     pub const MESSAGE_TOO_LARGE: ErrorCode = ErrorCode(10);
     pub const INVALID_TOPIC_EXCEPTION: ErrorCode = ErrorCode(17);
     pub const RECORD_LIST_TOO_LARGE: ErrorCode = ErrorCode(18);
+    pub const NOT_ENOUGH_REPLICAS: ErrorCode = ErrorCode(19);
     pub const INVALID_REQUIRED_ACKS: ErrorCode = ErrorCode(21);
     pub const INVALID_TIMESTAMP: ErrorCode = ErrorCode(32);
     pub const UNSUPPORTED_VERSION: ErrorCode = ErrorCode(35);
@@ -68,9 +70,45 @@ impl ErrorCode {
     pub const INVALID_FETCH_SESSION_EPOCH: ErrorCode = ErrorCode(71);
     pub const FETCH_SESSION_TOPIC_ID_ERROR: ErrorCode = ErrorCode(106);
     pub const RESOURCE_NOT_FOUND: ErrorCode = ErrorCode(91);
+    pub const INVALID_REGULAR_EXPRESSION: ErrorCode = ErrorCode(128);
 
     pub fn is_error(self) -> bool {
         self != ErrorCode::NONE
+    }
+
+    /// Kafka's `Errors.message()`: the error's default message, "NONE" for
+    /// no error, and "UNKNOWN" for one Brook has no text for. Some
+    /// responses (FindCoordinator v1-3) carry it as their error message.
+    pub fn message(self) -> &'static str {
+        match self {
+            ErrorCode::NONE => "NONE",
+            ErrorCode::UNKNOWN_SERVER_ERROR => {
+                "The server experienced an unexpected error when processing the request."
+            }
+            ErrorCode::COORDINATOR_LOAD_IN_PROGRESS => {
+                "The coordinator is loading and hence can't process requests."
+            }
+            ErrorCode::COORDINATOR_NOT_AVAILABLE => "The coordinator is not available.",
+            ErrorCode::NOT_COORDINATOR => "This is not the correct coordinator.",
+            ErrorCode::INVALID_REQUEST => {
+                "This most likely occurs because of a request being malformed by the client \
+                 library or the message was sent to an incompatible broker. See the broker logs \
+                 for more details."
+            }
+            ErrorCode::KAFKA_STORAGE_ERROR => {
+                "Disk error when trying to access log file on the disk."
+            }
+            ErrorCode::INVALID_RECORD => {
+                "This record has failed the validation on broker and hence will be rejected."
+            }
+            ErrorCode::INVALID_TIMESTAMP => {
+                "The timestamp of the message is out of acceptable range."
+            }
+            ErrorCode::NOT_ENOUGH_REPLICAS => {
+                "Messages are rejected since there are fewer in-sync replicas than required."
+            }
+            _ => "UNKNOWN",
+        }
     }
 }
 
@@ -84,5 +122,25 @@ impl Default for ErrorCode {
 impl From<ErrorCode> for i16 {
     fn from(code: ErrorCode) -> i16 {
         code.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_kafkas_defaults() {
+        assert_eq!(ErrorCode::NONE.message(), "NONE");
+        assert_eq!(
+            ErrorCode::COORDINATOR_NOT_AVAILABLE.message(),
+            "The coordinator is not available."
+        );
+        assert!(
+            ErrorCode::INVALID_REQUEST
+                .message()
+                .ends_with("for more details.")
+        );
+        assert_eq!(ErrorCode(9999).message(), "UNKNOWN");
     }
 }

@@ -11,7 +11,9 @@
 use crate::protocol::wire::WireWriter;
 
 /// Fetch versions this encoder writes.
-pub const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 4..=16;
+/// v17 (a follower's directory id) and v18 (a follower's high watermark,
+/// KIP-1166) changed only the request; their responses are v16's.
+pub const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 4..=18;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AbortedTransaction {
@@ -316,8 +318,8 @@ mod tests {
     fn unknown_versions_and_oversized_responses_are_errors() {
         let (mut data, _) = sample();
         assert_eq!(
-            encode_fetch_response(1, 17, &data),
-            Err(FetchEncodeError::Version(17))
+            encode_fetch_response(1, 19, &data),
+            Err(FetchEncodeError::Version(19))
         );
         data.topics[0].partitions[0].records_bytes = 1 << 31;
         assert_eq!(

@@ -4,6 +4,7 @@
 //! Message structs and the other codecs come from the `kafka-protocol` crate,
 //! generated from Kafka's own schemas.
 
+pub mod acl;
 pub mod errors;
 pub mod fetch;
 pub mod fetch_session;

@@ -53,6 +53,38 @@ pub struct TransactionList {
     pub transactions: Vec<TransactionListing>,
 }
 
+/// ListTransactions v2's `TransactionalIdPattern` (KIP-1152): a regular
+/// expression an id must match whole, as Java's `Matcher.matches` does.
+/// Rust's regex syntax is close to Java's for the patterns ids need
+/// (classes, alternation, repetition) but has no look-around or
+/// back-references; a pattern using them is refused as invalid.
+#[derive(Clone, Debug)]
+pub struct TransactionalIdPattern(regex_automata::meta::Regex);
+
+impl TransactionalIdPattern {
+    /// The pattern, or INVALID_REGULAR_EXPRESSION.
+    pub fn new(pattern: &str) -> Result<TransactionalIdPattern, ErrorCode> {
+        regex_automata::meta::Regex::new(&format!("^(?:{pattern})$"))
+            .map(TransactionalIdPattern)
+            .map_err(|_| ErrorCode::INVALID_REGULAR_EXPRESSION)
+    }
+
+    pub fn matches(&self, transactional_id: &str) -> bool {
+        self.0.is_match(transactional_id)
+    }
+}
+
+/// ListTransactions' filters; an empty list or an absent value matches all.
+#[derive(Clone, Debug, Default)]
+pub struct ListFilters {
+    pub states: Vec<String>,
+    pub producer_ids: Vec<ProducerId>,
+    /// v1+: only transactions running longer than this (negative: all).
+    pub duration_ms: i64,
+    /// v2+.
+    pub pattern: Option<TransactionalIdPattern>,
+}
+
 impl TransactionCoordinator {
     /// The outcome of an [`Action::Persist`]: `Err` carries the append's
     /// error (mapped to what clients are told as Kafka maps it). Applies the
@@ -421,14 +453,11 @@ impl TransactionCoordinator {
         description
     }
 
-    /// ListTransactions (KIP-664) over this partition's ids: filtered by
-    /// state names and producer ids (an empty filter matches all). Dead ids
-    /// are being removed and never listed.
-    pub fn list(
-        &self,
-        state_filters: &[String],
-        producer_id_filters: &[ProducerId],
-    ) -> TransactionList {
+    /// ListTransactions (KIP-664) over this partition's ids at `now_ms`,
+    /// filtered as Kafka's `TransactionStateManager` filters: by state names,
+    /// producer ids, how long they have run (KIP-994) and an id pattern
+    /// (KIP-1152). Dead ids are being removed and never listed.
+    pub fn list(&self, now_ms: i64, filters: &ListFilters) -> TransactionList {
         let mut list = TransactionList {
             error: ErrorCode::NONE,
             unknown_state_filters: Vec::new(),
@@ -439,7 +468,7 @@ impl TransactionCoordinator {
             return list;
         }
         let mut states = Vec::new();
-        for name in state_filters {
+        for name in &filters.states {
             match TransactionState::from_name(name) {
                 Some(state) => states.push(state),
                 None => list.unknown_state_filters.push(name.clone()),
@@ -450,9 +479,15 @@ impl TransactionCoordinator {
             .values()
             .filter(|metadata| {
                 metadata.state != TransactionState::Dead
-                    && (producer_id_filters.is_empty()
-                        || producer_id_filters.contains(&metadata.producer_id))
-                    && (state_filters.is_empty() || states.contains(&metadata.state))
+                    && (filters.producer_ids.is_empty()
+                        || filters.producer_ids.contains(&metadata.producer_id))
+                    && (filters.states.is_empty() || states.contains(&metadata.state))
+                    && (filters.duration_ms < 0
+                        || now_ms.saturating_sub(metadata.start_timestamp_ms) > filters.duration_ms)
+                    && filters
+                        .pattern
+                        .as_ref()
+                        .is_none_or(|pattern| pattern.matches(&metadata.transactional_id))
             })
             .map(|metadata| TransactionListing {
                 transactional_id: metadata.transactional_id.clone(),

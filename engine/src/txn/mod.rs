@@ -27,7 +27,10 @@ pub mod state;
 #[cfg(test)]
 mod tests;
 
-pub use self::lifecycle::{TransactionDescription, TransactionList, TransactionListing};
+pub use self::lifecycle::{
+    ListFilters, TransactionDescription, TransactionList, TransactionListing,
+    TransactionalIdPattern,
+};
 
 use crate::protocol::errors::ErrorCode;
 use crate::replica::producer_state::ProducerEpoch;

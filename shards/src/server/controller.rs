@@ -85,6 +85,12 @@ pub enum Change {
         changes: Vec<(String, ConfigOperation)>,
         validate_only: bool,
     },
+    /// AlterConfigs: one topic's overrides become exactly `configs`.
+    ReplaceConfigs {
+        topic: String,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    },
 }
 
 pub fn load_image(data_dir: &Path) -> Result<MetadataImage, StorageError> {
@@ -122,9 +128,9 @@ fn change_names(change: &Change) -> Vec<String> {
     match change {
         Change::Create { topics, .. } => topics.iter().map(|topic| topic.name.clone()).collect(),
         Change::Delete { names } => names.clone(),
-        Change::AddPartitions { topic, .. } | Change::AlterConfigs { topic, .. } => {
-            vec![topic.clone()]
-        }
+        Change::AddPartitions { topic, .. }
+        | Change::AlterConfigs { topic, .. }
+        | Change::ReplaceConfigs { topic, .. } => vec![topic.clone()],
     }
 }
 
@@ -188,6 +194,35 @@ async fn apply_here(controller: &Rc<Shard>, change: Change) -> Vec<TopicOutcome>
             changes,
             validate_only,
         } => {
+            vec![alter_configs(
+                &mut image,
+                &mut effects,
+                &defaults,
+                &topic,
+                &changes,
+                validate_only,
+            )]
+        }
+        Change::ReplaceConfigs {
+            topic,
+            configs,
+            validate_only,
+        } => {
+            // Every override goes, then the given ones are set: under the
+            // controller lock, against the configs as they are here.
+            let current = image
+                .topic(&topic)
+                .map(|known| known.configs.keys().cloned().collect::<Vec<_>>())
+                .unwrap_or_default();
+            let changes: Vec<(String, ConfigOperation)> = current
+                .into_iter()
+                .map(|key| (key, ConfigOperation::Delete))
+                .chain(
+                    configs
+                        .into_iter()
+                        .map(|(key, value)| (key, ConfigOperation::Set(Some(value)))),
+                )
+                .collect();
             vec![alter_configs(
                 &mut image,
                 &mut effects,

@@ -174,8 +174,8 @@ fn admin_operations_and_auto_creation() {
     let duplicate = NewTopic::new("configured", 1, TopicReplication::Fixed(1));
     let results = block_on(admin.create_topics([&duplicate], &AdminOptions::new())).unwrap();
     assert!(results[0].is_err(), "creating an existing topic fails");
-    let unsupported =
-        NewTopic::new("strange", 1, TopicReplication::Fixed(1)).set("compression.type", "lz4");
+    let unsupported = NewTopic::new("strange", 1, TopicReplication::Fixed(1))
+        .set("remote.storage.enable", "true");
     assert!(
         block_on(admin.create_topics([&unsupported], &AdminOptions::new())).unwrap()[0].is_err(),
         "unsupported configs are refused"

@@ -57,15 +57,22 @@ fn sweep(stream: &mut TcpStream, api_key: ApiKey, version: i16, topic_id: Uuid) 
             let partition = PartitionProduceData::default()
                 .with_index(0)
                 .with_records(Some(batch()));
-            let topic = TopicProduceData::default()
-                .with_name(name(TOPIC))
-                .with_partition_data(vec![partition]);
+            // v13 names the topic by id (KIP-516).
+            let topic = if version >= 13 {
+                TopicProduceData::default().with_topic_id(topic_id)
+            } else {
+                TopicProduceData::default().with_name(name(TOPIC))
+            }
+            .with_partition_data(vec![partition]);
             let request = ProduceRequest::default()
                 .with_acks(-1)
                 .with_timeout_ms(10_000)
                 .with_topic_data(vec![topic]);
             let response: ProduceResponse = exchange(stream, api_key, version, &request);
             assert_eq!(response.responses[0].partition_responses[0].error_code, 0);
+            if version >= 13 {
+                assert_eq!(response.responses[0].topic_id, topic_id);
+            }
         }
         ApiKey::Fetch => {
             let partition = FetchPartition::default()
@@ -235,6 +242,64 @@ fn sweep(stream: &mut TcpStream, api_key: ApiKey, version: i16, topic_id: Uuid) 
                     .iter()
                     .any(|topic| topic.name.as_str() == TOPIC)
             );
+        }
+        ApiKey::AlterConfigs => {
+            let config = alter_configs_request::AlterableConfig::default()
+                .with_name(StrBytes::from_static_str("retention.ms"))
+                .with_value(Some(StrBytes::from_static_str("86400000")));
+            let resource = alter_configs_request::AlterConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(StrBytes::from_static_str(TOPIC))
+                .with_configs(vec![config]);
+            let request = AlterConfigsRequest::default().with_resources(vec![resource]);
+            let response: AlterConfigsResponse = exchange(stream, api_key, version, &request);
+            assert_eq!(response.responses[0].error_code, 0);
+            assert_eq!(response.responses[0].error_message, None);
+        }
+        ApiKey::AlterReplicaLogDirs => {
+            let described: DescribeLogDirsResponse = exchange(
+                stream,
+                ApiKey::DescribeLogDirs,
+                4,
+                &DescribeLogDirsRequest::default().with_topics(None),
+            );
+            let topic = alter_replica_log_dirs_request::AlterReplicaLogDirTopic::default()
+                .with_name(name(TOPIC))
+                .with_partitions(vec![0]);
+            let dir = alter_replica_log_dirs_request::AlterReplicaLogDir::default()
+                .with_path(described.results[0].log_dir.clone())
+                .with_topics(vec![topic]);
+            let request = AlterReplicaLogDirsRequest::default().with_dirs(vec![dir]);
+            let response: AlterReplicaLogDirsResponse =
+                exchange(stream, api_key, version, &request);
+            assert_eq!(response.results[0].partitions[0].error_code, 0);
+        }
+        ApiKey::DescribeTopicPartitions => {
+            let topic =
+                describe_topic_partitions_request::TopicRequest::default().with_name(name(TOPIC));
+            let request = DescribeTopicPartitionsRequest::default()
+                .with_topics(vec![topic])
+                .with_response_partition_limit(2000);
+            let response: DescribeTopicPartitionsResponse =
+                exchange(stream, api_key, version, &request);
+            let described = &response.topics[0];
+            assert_eq!((described.error_code, described.topic_id), (0, topic_id));
+            assert_eq!(described.partitions.len(), 1);
+        }
+        ApiKey::ListConfigResources => {
+            let response: ListConfigResourcesResponse = exchange(
+                stream,
+                api_key,
+                version,
+                &ListConfigResourcesRequest::default(),
+            );
+            assert_eq!(response.error_code, 0);
+            // v0 (ListClientMetricsResources) lists client metrics only.
+            let topic_listed = response
+                .config_resources
+                .iter()
+                .any(|resource| resource.resource_name.as_str() == TOPIC);
+            assert_eq!(topic_listed, version >= 1, "v{version}");
         }
         other if sweep_groups(stream, other, version) => {}
         other if sweep_transactions(stream, other, version) => {}

@@ -14,6 +14,7 @@ mod bench_workload;
 mod broker_bad_input;
 mod broker_clients;
 mod broker_compaction;
+mod broker_conformance;
 mod broker_crash;
 mod broker_fetch;
 mod broker_produce_order;

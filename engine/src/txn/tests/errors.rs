@@ -431,31 +431,63 @@ fn describe_and_list_show_the_transactions() {
         ErrorCode::INVALID_REQUEST
     );
 
-    let all = harness.coordinator.list(&[], &[]);
+    let list = |coordinator: &TransactionCoordinator, states: &[&str], producers: &[ProducerId]| {
+        let filters = ListFilters {
+            states: states.iter().map(|state| (*state).to_owned()).collect(),
+            producer_ids: producers.to_vec(),
+            duration_ms: -1,
+            pattern: None,
+        };
+        coordinator.list(2_000, &filters)
+    };
+    let all = list(&harness.coordinator, &[], &[]);
     assert_eq!(all.transactions.len(), 1);
-    let filtered = harness.coordinator.list(
-        &["Ongoing".into(), "Bogus".into()],
+    let filtered = list(
+        &harness.coordinator,
+        &["Ongoing", "Bogus"],
         &[ProducerId(FIRST_PRODUCER_ID)],
     );
     assert_eq!(filtered.unknown_state_filters, ["Bogus"]);
     assert_eq!(filtered.transactions[0].state, TransactionState::Ongoing);
     assert!(
-        harness
-            .coordinator
-            .list(&["Empty".into()], &[])
+        list(&harness.coordinator, &["Empty"], &[])
             .transactions
             .is_empty()
     );
     assert!(
-        harness
-            .coordinator
-            .list(&[], &[ProducerId(1)])
+        list(&harness.coordinator, &[], &[ProducerId(1)])
             .transactions
             .is_empty()
     );
+    // Running since 1000: at 2000 it has run 1000 ms, not more.
+    let longer = |duration_ms| {
+        let filters = ListFilters {
+            duration_ms,
+            ..ListFilters::default()
+        };
+        harness.coordinator.list(2_000, &filters).transactions.len()
+    };
+    assert_eq!((longer(999), longer(1_000), longer(-1)), (1, 0, 1));
+    let matching = |pattern: &str| {
+        let filters = ListFilters {
+            duration_ms: -1,
+            pattern: Some(TransactionalIdPattern::new(pattern).unwrap()),
+            ..ListFilters::default()
+        };
+        harness.coordinator.list(2_000, &filters).transactions.len()
+    };
+    // Whole-id matches, as Java's Matcher.matches.
+    assert_eq!(
+        (matching(".*"), matching(&ID[..1]), matching(ID)),
+        (1, 0, 1)
+    );
+    assert_eq!(
+        TransactionalIdPattern::new("(").unwrap_err(),
+        ErrorCode::INVALID_REGULAR_EXPRESSION
+    );
     let loading = TransactionCoordinator::new(config(), 0, 0);
     assert_eq!(
-        loading.list(&[], &[]).error,
+        list(&loading, &[], &[]).error,
         ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
     );
     harness.end(4, 0, TransactionResult::Commit);

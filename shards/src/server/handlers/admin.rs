@@ -3,8 +3,9 @@
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
+use brook_engine::cluster::broker_config::BrokerConfig;
+use brook_engine::cluster::describe::topic_entries;
 use brook_engine::cluster::image::TopicId;
-use brook_engine::cluster::topic_config::{effective_value, resolve};
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::frame::{FrameError, Request};
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
@@ -21,7 +22,6 @@ use uuid::Uuid;
 
 use crate::server::controller::{self, Change, NewTopic, TopicOutcome};
 use crate::server::handlers::cluster::uuid;
-use crate::server::handlers::configs::{CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC};
 use crate::server::handlers::{text, topic_name};
 use crate::server::response::{Response, encode};
 use crate::server::shard::Shard;
@@ -106,7 +106,7 @@ pub async fn create_topics(shard: &Rc<Shard>, request: &Request) -> Result<Respo
     )
     .await;
     let mut outcomes = outcomes.into_iter();
-    let defaults = shard.context.config.log_defaults.clone();
+    let broker = &shard.context.config;
     let topics = results
         .into_iter()
         .zip(&body.topics)
@@ -129,7 +129,7 @@ pub async fn create_topics(shard: &Rc<Shard>, request: &Request) -> Result<Respo
                             .map(|value| (config.name.to_string(), value.to_string()))
                     })
                     .collect();
-                created_result(&outcome, &defaults, &configs)
+                created_result(&outcome, broker, &configs)
             })
         })
         .collect();
@@ -150,7 +150,7 @@ fn failed_result(name: &str, error: ErrorCode, message: &str) -> CreatableTopicR
 
 fn created_result(
     outcome: &TopicOutcome,
-    defaults: &brook_engine::log::config::LogConfig,
+    broker: &BrokerConfig,
     overrides: &BTreeMap<String, String>,
 ) -> CreatableTopicResult {
     if outcome.error.is_error() {
@@ -160,23 +160,21 @@ fn created_result(
             outcome.message.as_deref().unwrap_or(""),
         );
     }
-    let resolved = resolve(defaults, overrides).unwrap_or_else(|_| defaults.clone());
-    let configs = brook_engine::cluster::topic_config::TOPIC_CONFIGS
-        .iter()
-        .map(|name| {
-            let source = if overrides.contains_key(name.topic) {
-                CONFIG_SOURCE_TOPIC
-            } else {
-                CONFIG_SOURCE_DEFAULT
-            };
+    let configs = topic_entries(broker, overrides)
+        .into_iter()
+        .map(|entry| {
             CreatableTopicConfigs::default()
-                .with_name(text(name.topic))
-                .with_value(effective_value(&resolved, name.topic).map(|value| text(&value)))
-                .with_config_source(source)
+                .with_name(text(&entry.name))
+                .with_value(entry.value.as_deref().map(text))
+                .with_read_only(entry.read_only)
+                .with_config_source(entry.source as i8)
         })
         .collect();
+    // Kafka's controller sets a null message on success (the schema's
+    // default would be "").
     CreatableTopicResult::default()
         .with_name(topic_name(&outcome.name))
+        .with_error_message(None)
         .with_topic_id(uuid(outcome.topic_id))
         .with_num_partitions(outcome.partitions as i32)
         .with_replication_factor(1)

@@ -5,20 +5,33 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use brook_engine::cluster::image::{MetadataImage, TopicId, TopicMetadata, validate_topic_name};
+use brook_engine::cluster::topic_pages::{Cursor, PageTopic, page};
 use brook_engine::group::records::OFFSETS_TOPIC_NAME;
+use brook_engine::protocol::acl::{
+    AUTHORIZED_OPERATIONS_OMITTED, AclResource, authorized_operations, authorized_operations_if,
+};
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::frame::{FrameError, Request};
+use brook_engine::txn::records::TRANSACTION_STATE_TOPIC_NAME;
 use brook_engine::types::{PartitionId, TopicPartition};
+use kafka_protocol::messages::alter_replica_log_dirs_response::{
+    AlterReplicaLogDirPartitionResult, AlterReplicaLogDirTopicResult,
+};
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::describe_log_dirs_response::{
     DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
+};
+use kafka_protocol::messages::describe_topic_partitions_response::{
+    self, DescribeTopicPartitionsResponsePartition, DescribeTopicPartitionsResponseTopic,
 };
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::{
-    BrokerId, DescribeClusterRequest, DescribeClusterResponse, DescribeLogDirsRequest,
-    DescribeLogDirsResponse, MetadataRequest, MetadataResponse,
+    AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, BrokerId, DescribeClusterRequest,
+    DescribeClusterResponse, DescribeLogDirsRequest, DescribeLogDirsResponse,
+    DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse, MetadataRequest,
+    MetadataResponse,
 };
 use uuid::Uuid;
 
@@ -26,9 +39,6 @@ use crate::server::controller::{self, Change, NewTopic};
 use crate::server::handlers::{text, topic_name};
 use crate::server::response::{Response, encode};
 use crate::server::shard::{LEADER_EPOCH, Shard};
-
-/// Kafka's "authorized operations not requested" marker.
-const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
 
 /// Creates the missing topics among `names` (auto topic creation) and
 /// returns the image that includes them.
@@ -73,7 +83,12 @@ fn broker(shard: &Shard) -> MetadataResponseBroker {
         .with_port(i32::from(shard.context.advertised_port))
 }
 
-fn topic_response(shard: &Shard, topic: &TopicMetadata) -> MetadataResponseTopic {
+/// Kafka's internal topics (`Topic.isInternal`).
+pub(crate) fn is_internal_topic(name: &str) -> bool {
+    name == OFFSETS_TOPIC_NAME || name == TRANSACTION_STATE_TOPIC_NAME
+}
+
+fn topic_response(shard: &Shard, topic: &TopicMetadata, operations: i32) -> MetadataResponseTopic {
     let node = BrokerId(shard.context.broker_id);
     let partitions = (0..topic.partitions.len())
         .map(|index| {
@@ -88,17 +103,22 @@ fn topic_response(shard: &Shard, topic: &TopicMetadata) -> MetadataResponseTopic
     MetadataResponseTopic::default()
         .with_name(Some(topic_name(&topic.name)))
         .with_topic_id(uuid(topic.id))
-        .with_is_internal(topic.name == OFFSETS_TOPIC_NAME)
+        .with_is_internal(is_internal_topic(&topic.name))
         .with_partitions(partitions)
-        .with_topic_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
+        .with_topic_authorized_operations(operations)
 }
 
-fn missing_topic(name: Option<&str>, id: Uuid, error: ErrorCode) -> MetadataResponseTopic {
+fn missing_topic(
+    name: Option<&str>,
+    id: Uuid,
+    error: ErrorCode,
+    operations: i32,
+) -> MetadataResponseTopic {
     MetadataResponseTopic::default()
         .with_error_code(error.0)
         .with_name(name.map(topic_name))
         .with_topic_id(id)
-        .with_topic_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
+        .with_topic_authorized_operations(operations)
 }
 
 pub async fn metadata(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
@@ -119,29 +139,48 @@ pub async fn metadata(shard: &Rc<Shard>, request: &Request) -> Result<Response, 
         }
         _ => shard.image(),
     };
+    // Without an authorizer every supported operation is allowed (Kafka's
+    // answer); v8+ asks for them. Topics named by an unknown id get none.
+    let topic_operations = authorized_operations_if(
+        version >= 8 && body.include_topic_authorized_operations,
+        AclResource::Topic,
+    );
+    let cluster_operations = authorized_operations_if(
+        (8..=10).contains(&version) && body.include_cluster_authorized_operations,
+        AclResource::Cluster,
+    );
     let topics = match wanted {
         None => image
             .topics
             .values()
-            .map(|topic| topic_response(shard, topic))
+            .map(|topic| topic_response(shard, topic, topic_operations))
             .collect(),
         Some(topics) => topics
             .iter()
             .map(|requested| match &requested.name {
                 Some(name) => match image.topic(name) {
-                    Some(topic) => topic_response(shard, topic),
-                    None if validate_topic_name(name).is_err() => {
-                        missing_topic(Some(name), Uuid::nil(), ErrorCode::INVALID_TOPIC_EXCEPTION)
-                    }
+                    Some(topic) => topic_response(shard, topic, topic_operations),
+                    None if validate_topic_name(name).is_err() => missing_topic(
+                        Some(name),
+                        Uuid::nil(),
+                        ErrorCode::INVALID_TOPIC_EXCEPTION,
+                        topic_operations,
+                    ),
                     None => missing_topic(
                         Some(name),
                         Uuid::nil(),
                         ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                        topic_operations,
                     ),
                 },
                 None => match image.topic_by_id(TopicId(*requested.topic_id.as_bytes())) {
-                    Some(topic) => topic_response(shard, topic),
-                    None => missing_topic(None, requested.topic_id, ErrorCode::UNKNOWN_TOPIC_ID),
+                    Some(topic) => topic_response(shard, topic, topic_operations),
+                    None => missing_topic(
+                        None,
+                        requested.topic_id,
+                        ErrorCode::UNKNOWN_TOPIC_ID,
+                        AUTHORIZED_OPERATIONS_OMITTED,
+                    ),
                 },
             })
             .collect(),
@@ -151,7 +190,7 @@ pub async fn metadata(shard: &Rc<Shard>, request: &Request) -> Result<Response, 
         .with_cluster_id(Some(text(&shard.context.cluster_id)))
         .with_controller_id(BrokerId(shard.context.broker_id))
         .with_topics(topics)
-        .with_cluster_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED);
+        .with_cluster_authorized_operations(cluster_operations);
     encode(request, &response)
 }
 
@@ -171,7 +210,10 @@ pub fn describe_cluster(shard: &Rc<Shard>, request: &Request) -> Result<Response
         .with_cluster_id(text(&shard.context.cluster_id))
         .with_controller_id(BrokerId(shard.context.broker_id))
         .with_brokers(vec![broker])
-        .with_cluster_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED);
+        .with_cluster_authorized_operations(authorized_operations_if(
+            body.include_cluster_authorized_operations,
+            AclResource::Cluster,
+        ));
     encode(request, &response)
 }
 
@@ -251,4 +293,188 @@ fn filesystem_space(dir: &std::path::Path) -> (i64, i64) {
     }
     let block = stat.f_frsize as i64;
     (stat.f_blocks as i64 * block, stat.f_bavail as i64 * block)
+}
+
+fn partition_metadata(shard: &Shard, index: usize) -> DescribeTopicPartitionsResponsePartition {
+    let node = BrokerId(shard.context.broker_id);
+    DescribeTopicPartitionsResponsePartition::default()
+        .with_partition_index(index as i32)
+        .with_leader_id(node)
+        .with_leader_epoch(LEADER_EPOCH.0)
+        .with_replica_nodes(vec![node])
+        .with_isr_nodes(vec![node])
+        // No eligible leader replicas (KIP-966) on one broker: empty, not null.
+        .with_eligible_leader_replicas(Some(Vec::new()))
+        .with_last_known_elr(Some(Vec::new()))
+}
+
+/// DescribeTopicPartitions (KIP-966; the Java admin client's first choice
+/// for describing topics): Metadata's partition view, paged by a cursor.
+pub fn describe_topic_partitions(
+    shard: &Rc<Shard>,
+    request: &Request,
+) -> Result<Response, FrameError> {
+    let body: DescribeTopicPartitionsRequest = request.decode_body()?;
+    let requested: Vec<String> = body
+        .topics
+        .iter()
+        .map(|topic| topic.name.to_string())
+        .collect();
+    let cursor = body.cursor.as_ref().map(|cursor| Cursor {
+        topic: cursor.topic_name.to_string(),
+        partition: cursor.partition_index,
+    });
+    let image = shard.image();
+    let operations = authorized_operations(AclResource::Topic);
+    let response = match page(
+        &image,
+        &requested,
+        cursor.as_ref(),
+        body.response_partition_limit,
+    ) {
+        // Kafka fails every named topic with the request's error.
+        Err(_) => DescribeTopicPartitionsResponse::default().with_topics(
+            requested
+                .iter()
+                .map(|name| {
+                    DescribeTopicPartitionsResponseTopic::default()
+                        .with_name(Some(topic_name(name)))
+                        .with_error_code(ErrorCode::INVALID_REQUEST.0)
+                })
+                .collect(),
+        ),
+        Ok(page) => {
+            let topics = page
+                .topics
+                .into_iter()
+                .map(|topic| match topic {
+                    PageTopic::Found { name, partitions } => {
+                        let id = image
+                            .topic(&name)
+                            .map_or(TopicId::default(), |topic| topic.id);
+                        DescribeTopicPartitionsResponseTopic::default()
+                            .with_name(Some(topic_name(&name)))
+                            .with_topic_id(uuid(id))
+                            .with_is_internal(is_internal_topic(&name))
+                            .with_partitions(
+                                partitions
+                                    .map(|index| partition_metadata(shard, index))
+                                    .collect(),
+                            )
+                            .with_topic_authorized_operations(operations)
+                    }
+                    PageTopic::Missing { name, invalid } => {
+                        let error = if invalid {
+                            ErrorCode::INVALID_TOPIC_EXCEPTION
+                        } else {
+                            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+                        };
+                        DescribeTopicPartitionsResponseTopic::default()
+                            .with_name(Some(topic_name(&name)))
+                            .with_error_code(error.0)
+                            .with_is_internal(is_internal_topic(&name))
+                            .with_topic_authorized_operations(operations)
+                    }
+                })
+                .collect();
+            let next = page.next.map(|next| {
+                describe_topic_partitions_response::Cursor::default()
+                    .with_topic_name(topic_name(&next.topic))
+                    .with_partition_index(next.partition)
+            });
+            DescribeTopicPartitionsResponse::default()
+                .with_topics(topics)
+                .with_next_cursor(next)
+        }
+    };
+    encode(request, &response)
+}
+
+/// Where a replica may move (AlterReplicaLogDirs), given the broker's one
+/// log directory: nowhere else. Kafka's answers: LOG_DIR_NOT_FOUND for a
+/// directory not in the config, REPLICA_NOT_AVAILABLE for a partition the
+/// broker does not have, NONE for one already in the directory asked for.
+fn replica_move(log_dirs: &[String], path: &str, hosted: bool) -> ErrorCode {
+    if !log_dirs.iter().any(|dir| dir == path) {
+        ErrorCode::LOG_DIR_NOT_FOUND
+    } else if !hosted {
+        ErrorCode::REPLICA_NOT_AVAILABLE
+    } else {
+        ErrorCode::NONE
+    }
+}
+
+/// The names the broker's log directory goes by: as configured, absolute,
+/// and resolved (Kafka compares absolute paths).
+fn log_dir_names(dir: &std::path::Path) -> Vec<String> {
+    let mut names = vec![dir.display().to_string()];
+    if let Ok(absolute) = std::path::absolute(dir) {
+        names.push(absolute.display().to_string());
+    }
+    if let Ok(canonical) = dir.canonicalize() {
+        names.push(canonical.display().to_string());
+    }
+    names
+}
+
+/// AlterReplicaLogDirs: with one log directory a replica can only stay
+/// where it is.
+pub fn alter_replica_log_dirs(
+    shard: &Rc<Shard>,
+    request: &Request,
+) -> Result<Response, FrameError> {
+    let body: AlterReplicaLogDirsRequest = request.decode_body()?;
+    let image = shard.image();
+    let log_dirs = log_dir_names(&shard.context.data_dir);
+    let mut by_topic: Vec<(String, Vec<AlterReplicaLogDirPartitionResult>)> = Vec::new();
+    for dir in &body.dirs {
+        for topic in &dir.topics {
+            let name = topic.name.to_string();
+            let results = topic.partitions.iter().map(|partition| {
+                let hosted = image.owner_at(&name, PartitionId(*partition)).is_some();
+                AlterReplicaLogDirPartitionResult::default()
+                    .with_partition_index(*partition)
+                    .with_error_code(replica_move(&log_dirs, &dir.path, hosted).0)
+            });
+            match by_topic.iter_mut().find(|(known, _)| *known == name) {
+                Some((_, partitions)) => partitions.extend(results),
+                None => by_topic.push((name.clone(), results.collect())),
+            }
+        }
+    }
+    let results = by_topic
+        .into_iter()
+        .map(|(name, partitions)| {
+            AlterReplicaLogDirTopicResult::default()
+                .with_topic_name(topic_name(&name))
+                .with_partitions(partitions)
+        })
+        .collect();
+    encode(
+        request,
+        &AlterReplicaLogDirsResponse::default().with_results(results),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replica_can_only_stay_in_the_one_log_directory() {
+        let dirs = vec!["/data".to_owned()];
+        assert_eq!(replica_move(&dirs, "/data", true), ErrorCode::NONE);
+        assert_eq!(
+            replica_move(&dirs, "/data", false),
+            ErrorCode::REPLICA_NOT_AVAILABLE
+        );
+        assert_eq!(
+            replica_move(&dirs, "/other", false),
+            ErrorCode::LOG_DIR_NOT_FOUND
+        );
+        assert_eq!(
+            replica_move(&dirs, "/other", true),
+            ErrorCode::LOG_DIR_NOT_FOUND
+        );
+    }
 }

@@ -1,12 +1,16 @@
-//! DescribeConfigs and IncrementalAlterConfigs, for topics (Kafka's names,
-//! effective values and sources) and, read-only, for the broker.
+//! DescribeConfigs, IncrementalAlterConfigs and AlterConfigs: topic configs
+//! (Kafka's names, effective values and sources), the broker's configs
+//! (read-only) and groups' configs (Kafka 4's GROUP resource; read-only, as
+//! Brook runs no KIP-848 groups they would apply to).
 
 use std::rc::Rc;
 
-use brook_engine::cluster::topic_config::{
-    ConfigOperation, TOPIC_CONFIGS, effective_value, is_list_config, resolve,
+use brook_engine::cluster::broker_describe::{BrokerIdentity, broker_entries};
+use brook_engine::cluster::describe::{
+    ConfigEntry, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_GROUP, RESOURCE_TOPIC,
+    config_resources, group_entries, topic_entries, wanted,
 };
-use brook_engine::log::config::LogConfig;
+use brook_engine::cluster::topic_config::ConfigOperation;
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::frame::{FrameError, Request};
 use kafka_protocol::messages::describe_configs_response::{
@@ -14,8 +18,9 @@ use kafka_protocol::messages::describe_configs_response::{
 };
 use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{
-    DescribeConfigsRequest, DescribeConfigsResponse, IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
+    AlterConfigsRequest, AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, ListConfigResourcesRequest,
+    ListConfigResourcesResponse, alter_configs_response, list_config_resources_response,
 };
 
 use crate::server::controller::{self, Change};
@@ -23,136 +28,95 @@ use crate::server::handlers::text;
 use crate::server::response::{Response, encode};
 use crate::server::shard::Shard;
 
-/// Kafka's `ConfigResource.Type`.
-const RESOURCE_TOPIC: i8 = 2;
-const RESOURCE_BROKER: i8 = 4;
-/// Kafka's `DescribeConfigsResponse.ConfigSource`.
-pub const CONFIG_SOURCE_TOPIC: i8 = 1;
-pub const CONFIG_SOURCE_STATIC_BROKER: i8 = 4;
-pub const CONFIG_SOURCE_DEFAULT: i8 = 5;
-/// Kafka's `ConfigType` values used here (v3+).
-const CONFIG_TYPE_STRING: i8 = 2;
-const CONFIG_TYPE_INT: i8 = 3;
-const CONFIG_TYPE_LONG: i8 = 5;
-const CONFIG_TYPE_DOUBLE: i8 = 6;
-const CONFIG_TYPE_LIST: i8 = 7;
-
-fn config_type(name: &str) -> i8 {
-    match name {
-        name if is_list_config(name) => CONFIG_TYPE_LIST,
-        "message.timestamp.type" => CONFIG_TYPE_STRING,
-        "min.cleanable.dirty.ratio" => CONFIG_TYPE_DOUBLE,
-        "segment.bytes" | "segment.index.bytes" | "index.interval.bytes" | "max.message.bytes" => {
-            CONFIG_TYPE_INT
-        }
-        _ => CONFIG_TYPE_LONG,
+/// This broker as the broker configs describe it.
+pub(crate) fn identity(shard: &Shard) -> BrokerIdentity {
+    let context = &shard.context;
+    BrokerIdentity {
+        listen: context.listen.to_string(),
+        advertised: format!("{}:{}", context.advertised_host, context.advertised_port),
+        log_dir: context.data_dir.display().to_string(),
     }
 }
 
-fn entry(
-    name: &str,
-    value: Option<String>,
-    source: i8,
-    synonyms: Vec<DescribeConfigsSynonym>,
-) -> DescribeConfigsResourceResult {
-    DescribeConfigsResourceResult::default()
-        .with_name(text(name))
-        .with_value(value.map(|value| text(&value)))
-        .with_config_source(source)
-        .with_synonyms(synonyms)
-        .with_config_type(config_type(name))
-}
-
-/// Topic configs with effective values; sources say where each came from.
-fn describe_topic(
-    shard: &Shard,
-    name: &str,
-    keys: Option<&[String]>,
-    synonyms: bool,
-) -> DescribeConfigsResult {
-    let result = DescribeConfigsResult::default()
-        .with_resource_type(RESOURCE_TOPIC)
-        .with_resource_name(text(name));
-    let image = shard.image();
-    let Some(topic) = image.topic(name) else {
-        return result
-            .with_error_code(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.0)
-            .with_error_message(Some(text("unknown topic")));
+fn wire_entry(entry: ConfigEntry, synonyms: bool) -> DescribeConfigsResourceResult {
+    let synonyms = if synonyms {
+        entry
+            .synonyms
+            .iter()
+            .map(|synonym| {
+                DescribeConfigsSynonym::default()
+                    .with_name(text(&synonym.name))
+                    .with_value(synonym.value.as_deref().map(text))
+                    .with_source(synonym.source as i8)
+            })
+            .collect()
+    } else {
+        Vec::new()
     };
-    let broker_defaults = &shard.context.config.log_defaults;
-    let resolved =
-        resolve(broker_defaults, &topic.configs).unwrap_or_else(|_| broker_defaults.clone());
-    let configs = TOPIC_CONFIGS
-        .iter()
-        .filter(|config| keys.is_none_or(|keys| keys.iter().any(|key| key == config.topic)))
-        .map(|config| {
-            let broker_value = effective_value(broker_defaults, config.topic);
-            let from_broker = broker_value != effective_value(&LogConfig::default(), config.topic);
-            let source = if topic.configs.contains_key(config.topic) {
-                CONFIG_SOURCE_TOPIC
-            } else if from_broker {
-                CONFIG_SOURCE_STATIC_BROKER
-            } else {
-                CONFIG_SOURCE_DEFAULT
-            };
-            let synonyms = if synonyms && from_broker {
-                vec![
-                    DescribeConfigsSynonym::default()
-                        .with_name(text(config.broker))
-                        .with_value(broker_value.map(|v| text(&v)))
-                        .with_source(CONFIG_SOURCE_STATIC_BROKER),
-                ]
-            } else {
-                Vec::new()
-            };
-            entry(
-                config.topic,
-                effective_value(&resolved, config.topic),
-                source,
-                synonyms,
-            )
-        })
-        .collect();
-    result.with_configs(configs)
+    DescribeConfigsResourceResult::default()
+        .with_name(text(&entry.name))
+        .with_value(entry.value.as_deref().map(text))
+        .with_read_only(entry.read_only)
+        .with_config_source(entry.source as i8)
+        .with_synonyms(synonyms)
+        .with_config_type(entry.config_type as i8)
+        // Kafka sends documentation only when asked for it, else null.
+        .with_documentation(None)
 }
 
-/// The broker's log defaults under their broker-level names (read-only).
-fn describe_broker(shard: &Shard, name: &str, keys: Option<&[String]>) -> DescribeConfigsResult {
-    let result = DescribeConfigsResult::default()
-        .with_resource_type(RESOURCE_BROKER)
-        .with_resource_name(text(name));
-    if name != shard.context.broker_id.to_string() && !name.is_empty() {
-        return result
-            .with_error_code(ErrorCode::INVALID_REQUEST.0)
-            .with_error_message(Some(text("unknown broker")));
+/// One resource's result: its entries, or an error (with Kafka's message
+/// where Kafka gives one).
+fn described(
+    shard: &Shard,
+    resource_type: i8,
+    name: &str,
+) -> Result<Vec<ConfigEntry>, (ErrorCode, Option<String>)> {
+    match resource_type {
+        RESOURCE_TOPIC => {
+            let image = shard.image();
+            match image.topic(name) {
+                Some(topic) => Ok(topic_entries(&shard.context.config, &topic.configs)),
+                None => Err((ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, None)),
+            }
+        }
+        // An empty name asks for the cluster-wide dynamic defaults, which
+        // Brook has none of.
+        RESOURCE_BROKER if name.is_empty() => Ok(Vec::new()),
+        RESOURCE_BROKER => match name.parse::<i32>() {
+            Ok(id) if id == shard.context.broker_id => {
+                Ok(broker_entries(&shard.context.config, &identity(shard)))
+            }
+            Ok(_) => Err((
+                ErrorCode::INVALID_REQUEST,
+                Some(format!(
+                    "Unexpected broker id, expected {} or empty string, but received {name}",
+                    shard.context.broker_id
+                )),
+            )),
+            Err(_) => Err((
+                ErrorCode::INVALID_REQUEST,
+                Some(format!("Broker id must be an integer, but it is: {name}")),
+            )),
+        },
+        // Brook's log levels are not configs: a broker's loggers are none.
+        RESOURCE_BROKER_LOGGER if name == shard.context.broker_id.to_string() => Ok(Vec::new()),
+        RESOURCE_BROKER_LOGGER => Err((
+            ErrorCode::INVALID_REQUEST,
+            Some(format!(
+                "Unexpected broker id, expected {} but received {name}",
+                shard.context.broker_id
+            )),
+        )),
+        RESOURCE_GROUP if name.is_empty() => Err((
+            ErrorCode::INVALID_REQUEST,
+            Some("Group name must not be empty".into()),
+        )),
+        RESOURCE_GROUP => Ok(group_entries(&Default::default())),
+        other => Err((
+            ErrorCode::INVALID_REQUEST,
+            Some(format!("Unsupported resource type: {other}")),
+        )),
     }
-    let config = &shard.context.config;
-    let mut values: Vec<(&str, Option<String>)> = TOPIC_CONFIGS
-        .iter()
-        .map(|entry| {
-            (
-                entry.broker,
-                effective_value(&config.log_defaults, entry.topic),
-            )
-        })
-        .collect();
-    values.push(("num.partitions", Some(config.num_partitions.to_string())));
-    values.push((
-        "auto.create.topics.enable",
-        Some(config.auto_create_topics_enable.to_string()),
-    ));
-    values.push((
-        "socket.request.max.bytes",
-        Some(config.socket_request_max_bytes.to_string()),
-    ));
-    let configs = values
-        .into_iter()
-        .filter(|(key, _)| keys.is_none_or(|keys| keys.iter().any(|wanted| wanted == key)))
-        .map(|(key, value)| {
-            entry(key, value, CONFIG_SOURCE_STATIC_BROKER, Vec::new()).with_read_only(true)
-        })
-        .collect();
-    result.with_configs(configs)
 }
 
 pub fn describe_configs(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
@@ -166,16 +130,22 @@ pub fn describe_configs(shard: &Rc<Shard>, request: &Request) -> Result<Response
                 .configuration_keys
                 .as_ref()
                 .map(|keys| keys.iter().map(|key| key.to_string()).collect());
-            match resource.resource_type {
-                RESOURCE_TOPIC => {
-                    describe_topic(shard, &name, keys.as_deref(), body.include_synonyms)
-                }
-                RESOURCE_BROKER => describe_broker(shard, &name, keys.as_deref()),
-                other => DescribeConfigsResult::default()
-                    .with_resource_type(other)
-                    .with_resource_name(text(&name))
-                    .with_error_code(ErrorCode::INVALID_REQUEST.0)
-                    .with_error_message(Some(text("unsupported resource type"))),
+            let result = DescribeConfigsResult::default()
+                .with_resource_type(resource.resource_type)
+                .with_resource_name(text(&name));
+            match described(shard, resource.resource_type, &name) {
+                Ok(entries) => result.with_configs(
+                    wanted(entries, keys.as_deref())
+                        .into_iter()
+                        .map(|entry| wire_entry(entry, body.include_synonyms))
+                        .collect(),
+                ),
+                // Without a message the field keeps the schema's "", as
+                // Kafka leaves it (an unknown topic).
+                Err((error, Some(message))) => result
+                    .with_error_code(error.0)
+                    .with_error_message(Some(text(&message))),
+                Err((error, None)) => result.with_error_code(error.0),
             }
         })
         .collect();
@@ -196,8 +166,7 @@ pub async fn incremental_alter_configs(
         let response = AlterConfigsResourceResponse::default()
             .with_resource_type(resource.resource_type)
             .with_resource_name(text(&name));
-        if resource.resource_type != RESOURCE_TOPIC {
-            let message = "dynamic broker configs are not supported; set them in the config file";
+        if let Some(message) = unalterable(resource.resource_type) {
             responses.push(
                 response
                     .with_error_code(ErrorCode::INVALID_REQUEST.0)
@@ -243,4 +212,89 @@ pub async fn incremental_alter_configs(
         request,
         &IncrementalAlterConfigsResponse::default().with_responses(responses),
     )
+}
+
+/// Why Brook refuses to alter configs of this resource type (only topic
+/// configs can be altered).
+fn unalterable(resource_type: i8) -> Option<&'static str> {
+    match resource_type {
+        RESOURCE_TOPIC => None,
+        RESOURCE_BROKER | RESOURCE_BROKER_LOGGER => {
+            Some("dynamic broker configs are not supported; set them in the config file")
+        }
+        RESOURCE_GROUP => Some("group configs are not supported: Brook runs classic groups only"),
+        _ => Some("unsupported resource type"),
+    }
+}
+
+/// AlterConfigs (Kafka's older, non-incremental API, still used by
+/// aiokafka and kafkajs): each topic's overrides become exactly the configs
+/// given; one left out (or given a null value) goes back to its default.
+pub async fn alter_configs(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
+    let body: AlterConfigsRequest = request.decode_body()?;
+    let mut responses = Vec::with_capacity(body.resources.len());
+    for resource in body.resources {
+        let name = resource.resource_name.to_string();
+        let (error, message) = match unalterable(resource.resource_type) {
+            Some(message) => (ErrorCode::INVALID_REQUEST, Some(message.to_owned())),
+            None => {
+                let configs = resource
+                    .configs
+                    .iter()
+                    .filter_map(|config| {
+                        let value = config.value.as_ref()?;
+                        Some((config.name.to_string(), value.to_string()))
+                    })
+                    .collect();
+                let change = Change::ReplaceConfigs {
+                    topic: name.clone(),
+                    configs,
+                    validate_only: body.validate_only,
+                };
+                controller::apply(shard, change)
+                    .await
+                    .pop()
+                    .map_or((ErrorCode::UNKNOWN_SERVER_ERROR, None), |outcome| {
+                        (outcome.error, outcome.message)
+                    })
+            }
+        };
+        responses.push(
+            alter_configs_response::AlterConfigsResourceResponse::default()
+                .with_resource_type(resource.resource_type)
+                .with_resource_name(text(&name))
+                .with_error_code(error.0)
+                .with_error_message(message.as_deref().map(text)),
+        );
+    }
+    encode(
+        request,
+        &AlterConfigsResponse::default().with_responses(responses),
+    )
+}
+
+/// ListConfigResources (v0 is Kafka's ListClientMetricsResources).
+pub fn list_config_resources(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
+    let body: ListConfigResourcesRequest = request.decode_body()?;
+    let image = shard.image();
+    let listed = config_resources(
+        request.api_version,
+        &body.resource_types,
+        image.topics.keys().cloned(),
+        shard.context.broker_id,
+    );
+    let response = match listed {
+        Ok(resources) => ListConfigResourcesResponse::default().with_config_resources(
+            resources
+                .into_iter()
+                .map(|(kind, name)| {
+                    list_config_resources_response::ConfigResource::default()
+                        .with_resource_name(text(&name))
+                        .with_resource_type(kind)
+                })
+                .collect(),
+        ),
+        Err(error) => ListConfigResourcesResponse::default().with_error_code(error.0),
+    };
+    encode(request, &response)
 }

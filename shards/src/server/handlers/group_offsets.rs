@@ -7,6 +7,7 @@ use std::rc::Rc;
 use brook_engine::group::offsets::{CommitPartition, CommitRequest};
 use brook_engine::group::state::{CommittedOffset, GroupState};
 use brook_engine::group::txn_offsets::{FetchedOffset, Stability};
+use brook_engine::protocol::acl::{AclResource, authorized_operations_if};
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::frame::{FrameError, Request};
 use brook_engine::types::{PartitionId, TopicPartition};
@@ -35,12 +36,6 @@ use crate::server::handlers::groups::{group_id, on_coordinator};
 use crate::server::handlers::{text, topic_name};
 use crate::server::response::{Response, encode};
 use crate::server::shard::{Shard, now_ms};
-
-/// Kafka's "authorized operations not requested" marker.
-const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
-/// READ, DELETE and DESCRIBE (bits of Kafka's AclOperation codes 3, 6, 8):
-/// everything one may do to a group, as there is no authorizer.
-const GROUP_OPERATIONS_ALL: i32 = (1 << 3) | (1 << 6) | (1 << 8);
 
 /// The group type ListGroups v5 reports for classic groups.
 const GROUP_TYPE_CLASSIC: &str = "classic";
@@ -342,11 +337,9 @@ pub async fn list_groups(shard: &Rc<Shard>, request: &Request) -> Result<Respons
 
 pub async fn describe_groups(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
     let body: DescribeGroupsRequest = request.decode_body()?;
-    let operations = if body.include_authorized_operations {
-        GROUP_OPERATIONS_ALL
-    } else {
-        AUTHORIZED_OPERATIONS_OMITTED
-    };
+    // Everything one may do to a group, as there is no authorizer.
+    let operations =
+        authorized_operations_if(body.include_authorized_operations, AclResource::Group);
     let described = body.groups.iter().map(|group| {
         let group = group.to_string();
         async move {
@@ -372,6 +365,18 @@ pub async fn describe_groups(shard: &Rc<Shard>, request: &Request) -> Result<Res
                 .with_error_code(error.0)
                 .with_group_state(text(GroupState::Dead.name()))
                 .with_authorized_operations(operations),
+            // v6 (KIP-1043) names an unknown group an error; older
+            // versions describe it as Dead.
+            Ok(description)
+                if request.api_version >= 6 && description.state == GroupState::Dead =>
+            {
+                DescribedGroup::default()
+                    .with_group_id(group_id(&group))
+                    .with_error_code(ErrorCode::GROUP_ID_NOT_FOUND.0)
+                    .with_error_message(Some(text(&format!("Group {group} not found."))))
+                    .with_group_state(text(GroupState::Dead.name()))
+                    .with_authorized_operations(operations)
+            }
             Ok(description) => DescribedGroup::default()
                 .with_group_id(group_id(&group))
                 .with_group_state(text(description.state.name()))

@@ -121,9 +121,12 @@ pub async fn find_coordinator(
         FindCoordinatorResponse::default()
             .with_coordinators(keys.iter().map(|key| node(key)).collect())
     } else {
+        // Kafka answers v1-3 with `Errors.message()`: the error's default
+        // message, and "NONE" on success (v4+ leaves the field at "").
         let single = node(&keys[0]);
         FindCoordinatorResponse::default()
             .with_error_code(single.error_code)
+            .with_error_message(Some(text(error.message())))
             .with_node_id(single.node_id)
             .with_host(single.host)
             .with_port(single.port)

@@ -56,7 +56,11 @@ async fn handle(shard: &Rc<Shard>, request: Request) -> Response {
         ApiKey::IncrementalAlterConfigs => {
             configs::incremental_alter_configs(shard, &request).await
         }
+        ApiKey::AlterConfigs => configs::alter_configs(shard, &request).await,
+        ApiKey::ListConfigResources => configs::list_config_resources(shard, &request),
         ApiKey::DescribeLogDirs => cluster::describe_log_dirs(shard, &request).await,
+        ApiKey::AlterReplicaLogDirs => cluster::alter_replica_log_dirs(shard, &request),
+        ApiKey::DescribeTopicPartitions => cluster::describe_topic_partitions(shard, &request),
         ApiKey::FindCoordinator => groups::find_coordinator(shard, &request).await,
         ApiKey::JoinGroup => groups::join_group(shard, &request).await,
         ApiKey::SyncGroup => groups::sync_group(shard, &request).await,

@@ -8,14 +8,18 @@
 use std::rc::Rc;
 use std::time::Duration;
 
+use brook_engine::cluster::image::TopicId;
 use brook_engine::log::batch::{BatchError, BatchHeader};
+use brook_engine::log::client_batch::{RecordError, Rejected, Validated, validate_client_records};
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::frame::Request;
 use brook_engine::types::{PartitionId, TopicPartition};
 use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::{LocalBoxFuture, join_all, ready};
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 
 use crate::server::handlers::cluster::ensure_topics;
@@ -38,6 +42,8 @@ struct Produced {
     base_offset: i64,
     log_append_time: i64,
     log_start_offset: i64,
+    /// The records that made the batch invalid (Produce v8+).
+    record_errors: Vec<RecordError>,
 }
 
 impl Produced {
@@ -48,6 +54,15 @@ impl Produced {
             base_offset: -1,
             log_append_time: -1,
             log_start_offset: -1,
+            record_errors: Vec::new(),
+        }
+    }
+
+    /// A batch refused for some of its records, which it names.
+    fn rejected(rejected: Rejected) -> Produced {
+        Produced {
+            record_errors: rejected.record_errors,
+            ..Produced::failed(rejected.error, rejected.message)
         }
     }
 }
@@ -121,6 +136,14 @@ async fn append_on_owner(
             "the partition is not open here",
         );
     };
+    // Kafka's LogValidator: keys of compacted topics, timestamp bounds,
+    // the topic's codec (the batch bytes are kept unless it differs).
+    let records = match validate_client_records(&records, &log.config(), &topic_partition, now_ms())
+    {
+        Ok(Validated::AsProduced) => records,
+        Ok(Validated::Rewritten(bytes)) => Bytes::from(bytes),
+        Err(rejected) => return Produced::rejected(rejected),
+    };
     let (acks, timeout) = (context.acks, context.timeout);
     let appended = match transactional_batch(&records) {
         None => log.append(&records, LEADER_EPOCH, now_ms()).await,
@@ -145,12 +168,19 @@ async fn append_on_owner(
     };
     let info = match appended {
         Ok(info) => info,
-        Err(StorageError::RecordWithoutKey { .. }) => {
+        Err(StorageError::RecordWithoutKey { record_index }) => {
             // Kafka's words (LogValidator.validateKey), which clients show.
             let message = format!(
                 "Compacted topic cannot accept message without key in topic partition {topic_partition}."
             );
-            return Produced::failed(ErrorCode::INVALID_RECORD, message);
+            let record_errors = vec![RecordError {
+                batch_index: record_index as i32,
+                message: message.clone(),
+            }];
+            return Produced {
+                record_errors,
+                ..Produced::failed(ErrorCode::INVALID_RECORD, message)
+            };
         }
         Err(error) => return Produced::failed(storage_error_code(&error), error.to_string()),
     };
@@ -169,6 +199,7 @@ async fn append_on_owner(
             base_offset: info.base_offset.0,
             log_append_time: info.log_append_time.map_or(-1, |time| time.0),
             log_start_offset: log.log_start_offset().0,
+            record_errors: Vec::new(),
         },
         Ok(Err(error)) => Produced::failed(storage_error_code(&error), error.to_string()),
         Err(()) => Produced::failed(
@@ -288,7 +319,9 @@ pub async fn start(shard: &Rc<Shard>, request: Request) -> LocalBoxFuture<'stati
         version: request.api_version,
     };
     let acks_valid = matches!(acks, -1..=1);
-    if acks_valid {
+    // v13 names topics by id (KIP-516), which no auto-creation can make.
+    let by_id = request.api_version >= 13;
+    if acks_valid && !by_id {
         let names: Vec<String> = body
             .topic_data
             .iter()
@@ -296,12 +329,26 @@ pub async fn start(shard: &Rc<Shard>, request: Request) -> LocalBoxFuture<'stati
             .collect();
         ensure_topics(shard, &names).await;
     }
+    let image = shard.image();
     let mut topics = Vec::with_capacity(body.topic_data.len());
     for topic in body.topic_data {
-        let name = topic.name.to_string();
+        let known = if by_id {
+            image
+                .topic_by_id(TopicId(*topic.topic_id.as_bytes()))
+                .map(|known| known.name.clone())
+        } else {
+            Some(topic.name.to_string())
+        };
+        let name = known.clone().unwrap_or_default();
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for partition in topic.partition_data {
-            let produced = if acks_valid {
+            let produced = if known.is_none() {
+                ready(Produced::failed(
+                    ErrorCode::UNKNOWN_TOPIC_ID,
+                    format!("no topic with id {}", topic.topic_id),
+                ))
+                .boxed_local()
+            } else if acks_valid {
                 let topic_partition = TopicPartition {
                     topic: name.clone(),
                     partition: PartitionId(partition.index),
@@ -316,11 +363,11 @@ pub async fn start(shard: &Rc<Shard>, request: Request) -> LocalBoxFuture<'stati
             };
             partitions.push((partition.index, produced));
         }
-        topics.push((name, partitions));
+        topics.push((name, topic.topic_id, partitions));
     }
     async move {
         let mut responses = Vec::with_capacity(topics.len());
-        for (name, partitions) in topics {
+        for (name, topic_id, partitions) in topics {
             let (indexes, produced): (Vec<i32>, Vec<_>) = partitions.into_iter().unzip();
             let partition_responses = indexes
                 .into_iter()
@@ -330,6 +377,7 @@ pub async fn start(shard: &Rc<Shard>, request: Request) -> LocalBoxFuture<'stati
             responses.push(
                 TopicProduceResponse::default()
                     .with_name(topic_name(&name))
+                    .with_topic_id(topic_id)
                     .with_partition_responses(partition_responses),
             );
         }
@@ -346,12 +394,22 @@ pub async fn start(shard: &Rc<Shard>, request: Request) -> LocalBoxFuture<'stati
 }
 
 fn partition_response(index: i32, produced: Produced) -> PartitionProduceResponse {
+    let record_errors = produced
+        .record_errors
+        .iter()
+        .map(|error| {
+            BatchIndexAndErrorMessage::default()
+                .with_batch_index(error.batch_index)
+                .with_batch_index_error_message(Some(text(&error.message)))
+        })
+        .collect();
     PartitionProduceResponse::default()
         .with_index(index)
         .with_error_code(produced.error.0)
         .with_base_offset(produced.base_offset)
         .with_log_append_time_ms(produced.log_append_time)
         .with_log_start_offset(produced.log_start_offset)
+        .with_record_errors(record_errors)
         .with_error_message(produced.message.as_deref().map(text))
 }
 

@@ -16,7 +16,8 @@ use brook_engine::txn::coordinator::{
     AddOffsetsRequest, AddPartitionsRequest, EndTxnRequest, InitProducerIdRequest as InitRequest,
 };
 use brook_engine::txn::{
-    FencingApi, InitProducerIdResult, MarkerWrite, Response as TxnResponse, TransactionResult,
+    FencingApi, InitProducerIdResult, ListFilters, MarkerWrite, Response as TxnResponse,
+    TransactionResult, TransactionalIdPattern,
 };
 use brook_engine::types::{PartitionId, ProducerId, TopicPartition};
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
@@ -336,21 +337,36 @@ pub async fn list_transactions(
     request: &Request,
 ) -> Result<Response, FrameError> {
     let body: ListTransactionsRequest = request.decode_body()?;
-    let states: Vec<String> = body.state_filters.iter().map(ToString::to_string).collect();
-    let producers: Vec<ProducerId> = body
-        .producer_id_filters
-        .iter()
-        .map(|id| ProducerId(id.0))
-        .collect();
+    let pattern = match body.transactional_id_pattern.as_deref() {
+        Some(pattern) if !pattern.is_empty() => match TransactionalIdPattern::new(pattern) {
+            Ok(pattern) => Some(pattern),
+            Err(error) => {
+                let response = ListTransactionsResponse::default().with_error_code(error.0);
+                return encode(request, &response);
+            }
+        },
+        _ => None,
+    };
+    let filters = ListFilters {
+        states: body.state_filters.iter().map(ToString::to_string).collect(),
+        producer_ids: body
+            .producer_id_filters
+            .iter()
+            .map(|id| ProducerId(id.0))
+            .collect(),
+        duration_ms: body.duration_filter,
+        pattern,
+    };
+    let now = now_ms();
     let mut unknown = None;
     let mut listed = Vec::new();
     for owner in shard.context.shard_ids() {
-        let (states, producers) = (states.clone(), producers.clone());
+        let filters = filters.clone();
         let lists = shard
             .on_shard(owner, move |owner| async move {
                 owner
                     .transactions
-                    .each_loaded(|coordinator| coordinator.list(&states, &producers))
+                    .each_loaded(|coordinator| coordinator.list(now, &filters))
             })
             .await
             .unwrap_or_default();

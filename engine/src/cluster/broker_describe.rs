@@ -1,0 +1,548 @@
+//! The broker's configs as DescribeConfigs reports them: Kafka 4.1's broker
+//! config names with their types, each with the value this broker runs with
+//! and its source (STATIC_BROKER_CONFIG where the file or `--set` gave it,
+//! DEFAULT_CONFIG otherwise). All are read-only: Brook has no dynamic broker
+//! configs.
+//!
+//! Three kinds of value: what Brook reads from its [`BrokerConfig`] (the
+//! `log.*` topic defaults, `num.partitions`, `group.*`, `offsets.*`,
+//! `transaction.*`, …), what the broker's identity says (`broker.id`,
+//! `listeners`, `advertised.listeners`, `log.dirs`), and Kafka's default for
+//! settings Brook has no use for yet (thread pools, quotas, KRaft) — listed
+//! so that clients reading a key Kafka always returns find it (a client failed
+//! on a missing `default.replication.factor`). A given value of one of those
+//! is reported as given.
+
+use crate::cluster::broker_config::BrokerConfig;
+use crate::cluster::describe::{ConfigEntry, ConfigSource, Synonym};
+use crate::cluster::topic_config::{ConfigType, Listed, TOPIC_CONFIGS, effective_value};
+use crate::log::config::LogConfig;
+
+/// Who this broker is, for the configs that say it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerIdentity {
+    /// The address it listens on (`host:port`).
+    pub listen: String,
+    /// What clients are told to connect to (`host:port`).
+    pub advertised: String,
+    pub log_dir: String,
+}
+
+use ConfigType::{Boolean, Class, Double, Int, List, Long, Short, String as Text};
+
+/// Kafka 4.1 broker configs Brook does not act on, with Kafka's defaults
+/// (`None`: Kafka's default is null).
+const KAFKA_DEFAULTS: &[(&str, ConfigType, Option<&str>)] = &[
+    ("alter.config.policy.class.name", Class, None),
+    ("authorizer.class.name", Text, Some("")),
+    ("auto.leader.rebalance.enable", Boolean, Some("true")),
+    ("background.threads", Int, Some("10")),
+    ("broker.heartbeat.interval.ms", Int, Some("2000")),
+    ("broker.rack", Text, None),
+    ("broker.session.timeout.ms", Int, Some("9000")),
+    (
+        "connection.failed.authentication.delay.ms",
+        Int,
+        Some("100"),
+    ),
+    ("connections.max.idle.ms", Long, Some("600000")),
+    ("controlled.shutdown.enable", Boolean, Some("true")),
+    ("controller.listener.names", Text, None),
+    ("controller.quorum.bootstrap.servers", List, Some("")),
+    ("controller.quorum.voters", List, Some("")),
+    ("create.topic.policy.class.name", Class, None),
+    ("default.replication.factor", Int, Some("1")),
+    (
+        "delete.records.purgatory.purge.interval.requests",
+        Int,
+        Some("1"),
+    ),
+    ("delete.topic.enable", Boolean, Some("true")),
+    ("early.start.listeners", Text, None),
+    ("eligible.leader.replicas.enable", Boolean, Some("false")),
+    ("fetch.purgatory.purge.interval.requests", Int, Some("1000")),
+    (
+        "follower.replication.throttled.rate",
+        Long,
+        Some("9223372036854775807"),
+    ),
+    ("group.consumer.assignors", List, Some("uniform,range")),
+    ("group.consumer.heartbeat.interval.ms", Int, Some("5000")),
+    (
+        "group.consumer.max.heartbeat.interval.ms",
+        Int,
+        Some("15000"),
+    ),
+    ("group.consumer.max.session.timeout.ms", Int, Some("60000")),
+    ("group.consumer.max.size", Int, Some("2147483647")),
+    (
+        "group.consumer.migration.policy",
+        Text,
+        Some("bidirectional"),
+    ),
+    (
+        "group.consumer.min.heartbeat.interval.ms",
+        Int,
+        Some("5000"),
+    ),
+    ("group.consumer.min.session.timeout.ms", Int, Some("45000")),
+    ("group.consumer.session.timeout.ms", Int, Some("45000")),
+    // Brook runs the classic protocol only.
+    (
+        "group.coordinator.rebalance.protocols",
+        List,
+        Some("classic"),
+    ),
+    ("group.coordinator.threads", Int, Some("4")),
+    ("group.share.heartbeat.interval.ms", Int, Some("5000")),
+    ("group.share.record.lock.duration.ms", Int, Some("30000")),
+    ("group.share.session.timeout.ms", Int, Some("45000")),
+    ("group.streams.heartbeat.interval.ms", Int, Some("5000")),
+    ("group.streams.num.standby.replicas", Int, Some("0")),
+    ("group.streams.session.timeout.ms", Int, Some("45000")),
+    ("initial.broker.registration.timeout.ms", Int, Some("60000")),
+    ("inter.broker.listener.name", Text, None),
+    ("leader.imbalance.check.interval.seconds", Long, Some("300")),
+    ("leader.imbalance.per.broker.percentage", Int, Some("10")),
+    (
+        "leader.replication.throttled.rate",
+        Long,
+        Some("9223372036854775807"),
+    ),
+    (
+        "listener.security.protocol.map",
+        Text,
+        Some("PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"),
+    ),
+    ("log.cleaner.io.buffer.load.factor", Double, Some("0.9")),
+    ("log.cleaner.io.buffer.size", Int, Some("524288")),
+    (
+        "log.cleaner.io.max.bytes.per.second",
+        Double,
+        Some("1.7976931348623157E308"),
+    ),
+    ("log.cleaner.threads", Int, Some("1")),
+    ("log.dir.failure.timeout.ms", Long, Some("30000")),
+    (
+        "log.flush.scheduler.interval.ms",
+        Long,
+        Some("9223372036854775807"),
+    ),
+    (
+        "log.flush.start.offset.checkpoint.interval.ms",
+        Int,
+        Some("60000"),
+    ),
+    ("log.initial.task.delay.ms", Long, Some("30000")),
+    ("log.retention.hours", Int, Some("168")),
+    ("log.retention.minutes", Int, None),
+    ("log.roll.hours", Int, Some("168")),
+    ("log.roll.jitter.hours", Int, Some("0")),
+    ("log.segment.delete.delay.ms", Long, Some("60000")),
+    ("max.connection.creation.rate", Int, Some("2147483647")),
+    ("max.connections", Int, Some("2147483647")),
+    ("max.connections.per.ip", Int, Some("2147483647")),
+    ("max.connections.per.ip.overrides", Text, Some("")),
+    ("max.request.partition.size.limit", Int, Some("2000")),
+    ("metadata.log.dir", Text, None),
+    (
+        "metadata.log.max.record.bytes.between.snapshots",
+        Long,
+        Some("20971520"),
+    ),
+    (
+        "metadata.log.max.snapshot.interval.ms",
+        Long,
+        Some("3600000"),
+    ),
+    ("metadata.log.segment.bytes", Int, Some("1073741824")),
+    ("metadata.log.segment.ms", Long, Some("604800000")),
+    ("metadata.max.idle.interval.ms", Int, Some("500")),
+    ("metadata.max.retention.bytes", Long, Some("104857600")),
+    ("metadata.max.retention.ms", Long, Some("604800000")),
+    ("metric.reporters", List, Some("")),
+    ("metrics.num.samples", Int, Some("2")),
+    ("metrics.recording.level", Text, Some("INFO")),
+    ("metrics.sample.window.ms", Long, Some("30000")),
+    ("num.io.threads", Int, Some("8")),
+    ("num.network.threads", Int, Some("3")),
+    ("num.recovery.threads.per.data.dir", Int, Some("2")),
+    ("num.replica.alter.log.dirs.threads", Int, None),
+    ("num.replica.fetchers", Int, Some("1")),
+    ("offsets.load.buffer.size", Int, Some("5242880")),
+    ("offsets.topic.compression.codec", Int, Some("0")),
+    (
+        "producer.id.expiration.check.interval.ms",
+        Int,
+        Some("600000"),
+    ),
+    ("producer.id.expiration.ms", Int, Some("86400000")),
+    (
+        "producer.purgatory.purge.interval.requests",
+        Int,
+        Some("1000"),
+    ),
+    ("queued.max.request.bytes", Long, Some("-1")),
+    ("queued.max.requests", Int, Some("500")),
+    ("quota.window.num", Int, Some("11")),
+    ("quota.window.size.seconds", Int, Some("1")),
+    (
+        "replica.alter.log.dirs.io.max.bytes.per.second",
+        Long,
+        Some("9223372036854775807"),
+    ),
+    ("replica.fetch.backoff.ms", Int, Some("1000")),
+    ("replica.fetch.max.bytes", Int, Some("1048576")),
+    ("replica.fetch.min.bytes", Int, Some("1")),
+    ("replica.fetch.response.max.bytes", Int, Some("10485760")),
+    ("replica.fetch.wait.max.ms", Int, Some("500")),
+    (
+        "replica.high.watermark.checkpoint.interval.ms",
+        Long,
+        Some("5000"),
+    ),
+    ("replica.lag.time.max.ms", Long, Some("30000")),
+    ("replica.selector.class", Text, None),
+    ("replica.socket.receive.buffer.bytes", Int, Some("65536")),
+    ("replica.socket.timeout.ms", Int, Some("30000")),
+    ("request.timeout.ms", Int, Some("30000")),
+    ("sasl.mechanism.controller.protocol", Text, Some("GSSAPI")),
+    ("security.inter.broker.protocol", Text, Some("PLAINTEXT")),
+    (
+        "socket.connection.setup.timeout.max.ms",
+        Long,
+        Some("30000"),
+    ),
+    ("socket.connection.setup.timeout.ms", Long, Some("10000")),
+    ("socket.listen.backlog.size", Int, Some("50")),
+    ("socket.receive.buffer.bytes", Int, Some("102400")),
+    ("socket.send.buffer.bytes", Int, Some("102400")),
+    (
+        "transaction.partition.verification.enable",
+        Boolean,
+        Some("true"),
+    ),
+    ("unclean.leader.election.interval.ms", Long, Some("300000")),
+    ("unstable.api.versions.enable", Boolean, Some("false")),
+];
+
+/// The settings Brook reads, with the values it runs with.
+fn brook_values(
+    config: &BrokerConfig,
+    identity: &BrokerIdentity,
+) -> Vec<(&'static str, ConfigType, Option<String>)> {
+    let id = config.broker_id.to_string();
+    let groups = &config.groups;
+    let transactions = &config.transactions;
+    let value = |value: &dyn ToString| Some(value.to_string());
+    vec![
+        (
+            "advertised.listeners",
+            Text,
+            Some(format!("PLAINTEXT://{}", identity.advertised)),
+        ),
+        (
+            "auto.create.topics.enable",
+            Boolean,
+            value(&config.auto_create_topics_enable),
+        ),
+        ("broker.id", Int, Some(id.clone())),
+        ("fetch.max.bytes", Int, value(&config.fetch_max_bytes)),
+        (
+            "group.initial.rebalance.delay.ms",
+            Int,
+            value(&groups.initial_rebalance_delay_ms),
+        ),
+        (
+            "group.max.session.timeout.ms",
+            Int,
+            value(&groups.session_timeout_max_ms),
+        ),
+        ("group.max.size", Int, value(&groups.group_size_max)),
+        (
+            "group.min.session.timeout.ms",
+            Int,
+            value(&groups.session_timeout_min_ms),
+        ),
+        (
+            "listeners",
+            Text,
+            Some(format!("PLAINTEXT://{}", identity.listen)),
+        ),
+        (
+            "log.cleaner.backoff.ms",
+            Long,
+            value(&config.cleaner.backoff_ms),
+        ),
+        (
+            "log.cleaner.dedupe.buffer.size",
+            Long,
+            value(&config.cleaner.dedupe_buffer_bytes),
+        ),
+        (
+            "log.cleaner.enable",
+            Boolean,
+            value(&config.cleaner.enabled),
+        ),
+        ("log.dir", Text, Some(identity.log_dir.clone())),
+        ("log.dirs", Text, Some(identity.log_dir.clone())),
+        (
+            "log.flush.offset.checkpoint.interval.ms",
+            Int,
+            value(&config.checkpoint_interval_ms),
+        ),
+        (
+            "log.retention.check.interval.ms",
+            Long,
+            value(&config.retention_check_interval_ms),
+        ),
+        (
+            "max.incremental.fetch.session.cache.slots",
+            Int,
+            value(&config.fetch_session_cache_slots),
+        ),
+        ("node.id", Int, Some(id)),
+        ("num.partitions", Int, value(&config.num_partitions)),
+        (
+            "offset.metadata.max.bytes",
+            Int,
+            value(&groups.offset_metadata_bytes_max),
+        ),
+        (
+            "offsets.commit.timeout.ms",
+            Int,
+            value(&config.offsets_commit_timeout_ms),
+        ),
+        (
+            "offsets.retention.check.interval.ms",
+            Long,
+            value(&config.offsets_retention_check_interval_ms),
+        ),
+        (
+            "offsets.retention.minutes",
+            Int,
+            value(&(groups.offsets_retention_ms / 60_000)),
+        ),
+        (
+            "offsets.topic.num.partitions",
+            Int,
+            value(&config.offsets_topic_partitions),
+        ),
+        // Brook creates it with one replica (one broker).
+        ("offsets.topic.replication.factor", Short, Some("1".into())),
+        (
+            "offsets.topic.segment.bytes",
+            Int,
+            value(&config.offsets_topic_segment_bytes),
+        ),
+        ("process.roles", List, Some("broker,controller".into())),
+        (
+            "socket.request.max.bytes",
+            Int,
+            value(&config.socket_request_max_bytes),
+        ),
+        (
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            Int,
+            value(&transactions.abort_timed_out_transaction_cleanup_interval_ms),
+        ),
+        (
+            "transaction.max.timeout.ms",
+            Int,
+            value(&transactions.transaction_max_timeout_ms),
+        ),
+        (
+            "transaction.remove.expired.transaction.cleanup.interval.ms",
+            Int,
+            value(&transactions.remove_expired_transaction_cleanup_interval_ms),
+        ),
+        (
+            "transaction.state.log.load.buffer.size",
+            Int,
+            value(&transactions.state_log_load_buffer_size),
+        ),
+        (
+            "transaction.state.log.min.isr",
+            Int,
+            value(&transactions.state_log_min_isr),
+        ),
+        (
+            "transaction.state.log.num.partitions",
+            Int,
+            value(&transactions.state_log_num_partitions),
+        ),
+        (
+            "transaction.state.log.replication.factor",
+            Short,
+            value(&transactions.state_log_replication_factor),
+        ),
+        (
+            "transaction.state.log.segment.bytes",
+            Int,
+            value(&transactions.state_log_segment_bytes),
+        ),
+        (
+            "transactional.id.expiration.ms",
+            Int,
+            value(&transactions.transactional_id_expiration_ms),
+        ),
+    ]
+}
+
+/// The topic defaults under their broker-level names.
+fn topic_defaults(
+    config: &BrokerConfig,
+) -> impl Iterator<Item = (&'static str, ConfigType, Option<String>)> + '_ {
+    TOPIC_CONFIGS
+        .iter()
+        .filter(|topic| {
+            topic.listed == Listed::Always
+                || topic
+                    .broker
+                    .iter()
+                    .any(|name| config.given.contains_key(*name))
+        })
+        .filter_map(move |topic| {
+            let broker = topic.broker_name()?;
+            Some((
+                broker,
+                topic.config_type,
+                effective_value(&config.log_defaults, topic.topic),
+            ))
+        })
+}
+
+/// Every broker config, sorted by name.
+pub fn broker_entries(config: &BrokerConfig, identity: &BrokerIdentity) -> Vec<ConfigEntry> {
+    let brook = brook_values(config, identity)
+        .into_iter()
+        .chain(topic_defaults(config));
+    let mut entries: Vec<ConfigEntry> = brook
+        .map(|(name, config_type, value)| {
+            let default = default_value(name);
+            entry(config, name, config_type, value, default)
+        })
+        .collect();
+    for (name, config_type, default) in KAFKA_DEFAULTS {
+        let default = default.map(str::to_owned);
+        let value = config.given.get(*name).cloned().or(default.clone());
+        entries.push(entry(config, name, *config_type, value, default));
+    }
+    entries.sort_by(|left, right| left.name.cmp(&right.name));
+    entries.dedup_by(|later, earlier| later.name == earlier.name);
+    entries
+}
+
+/// What Brook runs with when nothing sets `name`.
+fn default_value(name: &str) -> Option<String> {
+    let defaults = BrokerConfig::default();
+    let identity = BrokerIdentity {
+        listen: String::new(),
+        advertised: String::new(),
+        log_dir: String::new(),
+    };
+    brook_values(&defaults, &identity)
+        .into_iter()
+        .find(|(known, _, _)| *known == name)
+        .map(|(_, _, value)| value)
+        .or_else(|| {
+            TOPIC_CONFIGS
+                .iter()
+                .find(|topic| topic.broker_name() == Some(name))
+                .map(|topic| effective_value(&LogConfig::default(), topic.topic))
+        })
+        .flatten()
+}
+
+fn entry(
+    config: &BrokerConfig,
+    name: &'static str,
+    config_type: ConfigType,
+    value: Option<String>,
+    default: Option<String>,
+) -> ConfigEntry {
+    let mut synonyms = Vec::new();
+    if let Some(given) = config.given.get(name) {
+        synonyms.push(Synonym {
+            name: name.to_owned(),
+            value: Some(given.clone()),
+            source: ConfigSource::StaticBroker,
+        });
+    }
+    if default.is_some() {
+        synonyms.push(Synonym {
+            name: name.to_owned(),
+            value: default,
+            source: ConfigSource::Default,
+        });
+    }
+    ConfigEntry::from_synonyms(name, value, config_type, true, synonyms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::broker_config::parse_properties;
+
+    fn identity() -> BrokerIdentity {
+        BrokerIdentity {
+            listen: "127.0.0.1:9092".into(),
+            advertised: "localhost:9092".into(),
+            log_dir: "/data".into(),
+        }
+    }
+
+    #[test]
+    fn every_kafka_key_a_client_reads_is_there_with_its_source() {
+        let text = "num.partitions=3\nlog.retention.ms=1000\nnum.io.threads=16\n";
+        let config = BrokerConfig::from_properties(&parse_properties(text)).unwrap();
+        let entries = broker_entries(&config, &identity());
+        let find = |name: &str| {
+            entries
+                .iter()
+                .find(|entry| entry.name == name)
+                .unwrap_or_else(|| panic!("{name} is missing"))
+        };
+        for name in [
+            "advertised.listeners",
+            "listeners",
+            "default.replication.factor",
+            "group.initial.rebalance.delay.ms",
+            "offsets.topic.num.partitions",
+            "transaction.state.log.replication.factor",
+            "min.insync.replicas",
+            "compression.type",
+            "log.message.timestamp.after.max.ms",
+            "unclean.leader.election.enable",
+            "log.preallocate",
+        ] {
+            assert!(find(name).read_only, "{name}");
+        }
+        assert!(entries.len() > 150, "{} configs", entries.len());
+        let partitions = find("num.partitions");
+        assert_eq!(
+            (partitions.value.as_deref(), partitions.source),
+            (Some("3"), ConfigSource::StaticBroker)
+        );
+        assert_eq!(partitions.synonyms[1].value.as_deref(), Some("1"));
+        let retention = find("log.retention.ms");
+        assert_eq!(
+            (retention.value.as_deref(), retention.source),
+            (Some("1000"), ConfigSource::StaticBroker)
+        );
+        let replication = find("default.replication.factor");
+        assert_eq!(
+            (replication.value.as_deref(), replication.source),
+            (Some("1"), ConfigSource::Default)
+        );
+        assert_eq!(find("num.io.threads").value.as_deref(), Some("16"));
+        assert_eq!(
+            find("advertised.listeners").value.as_deref(),
+            Some("PLAINTEXT://localhost:9092")
+        );
+        assert_eq!(find("broker.rack").value, None);
+        let mut names: Vec<&str> = entries.iter().map(|entry| entry.name.as_str()).collect();
+        names.dedup();
+        assert_eq!(names.len(), entries.len(), "names are unique");
+    }
+}
