@@ -188,6 +188,7 @@ mod tests {
             ApiKey::WriteTxnMarkers => WriteTxnMarkersRequest::VERSIONS.max,
             ApiKey::DescribeTransactions => DescribeTransactionsRequest::VERSIONS.max,
             ApiKey::ListTransactions => ListTransactionsRequest::VERSIONS.max,
+            ApiKey::DescribeProducers => DescribeProducersRequest::VERSIONS.max,
             other => panic!("{other:?} has no stable range here"),
         }
     }
