@@ -6,6 +6,7 @@ pub mod deliveries;
 pub mod groups;
 pub mod java;
 pub mod kafka;
+pub mod librdkafka;
 pub mod raw;
 
 pub mod crash {

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use brook_tests::broker::Broker;
 use brook_tests::deliveries::Deliveries;
+use brook_tests::librdkafka::assigned_from_start;
 use futures::executor::block_on;
 use rdkafka::admin::{
     AdminClient, AdminOptions, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication,
@@ -50,24 +51,6 @@ fn send(producer: &BaseProducer<Deliveries>, mut record: BaseRecord<'_, str, [u8
             }
         }
     }
-}
-
-fn consumer(broker: &Broker, topic: &str, partitions: i32) -> BaseConsumer {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &broker.address)
-        .set("group.id", "brook-e2e")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false")
-        .create()
-        .expect("a consumer");
-    let mut assignment = TopicPartitionList::new();
-    for partition in 0..partitions {
-        assignment
-            .add_partition_offset(topic, partition, Offset::Beginning)
-            .unwrap();
-    }
-    consumer.assign(&assignment).unwrap();
-    consumer
 }
 
 fn create_topic(broker: &Broker, name: &str, partitions: i32, configs: &[(&str, &str)]) {
@@ -121,7 +104,7 @@ fn keyed_records_with_headers_round_trip_across_shards() {
         "keys spread over every partition (both shards)"
     );
 
-    let consumer = consumer(&broker, "events", 8);
+    let consumer = assigned_from_start(&broker.address, "events", 8);
     let mut seen: HashMap<i32, i64> = HashMap::new();
     let mut count = 0;
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -269,7 +252,7 @@ fn list_offsets_match_what_was_produced() {
         );
     }
     producer.flush(TIMEOUT).unwrap();
-    let consumer = consumer(&broker, "timed", 1);
+    let consumer = assigned_from_start(&broker.address, "timed", 1);
     let (low, high) = consumer.fetch_watermarks("timed", 0, TIMEOUT).unwrap();
     assert_eq!((low, high), (0, 100));
     let mut wanted = TopicPartitionList::new();

@@ -193,19 +193,11 @@ fn librdkafka_at_its_default_pipelining_depth_keeps_send_order() {
     let value = vec![b'v'; LIBRDKAFKA_RECORD_BYTES];
     for index in 0..LIBRDKAFKA_RECORDS {
         let key = index.to_string();
-        let mut record = BaseRecord::to("large")
+        let record = BaseRecord::to("large")
             .key(&key)
             .payload(&value)
             .partition((index % 2) as i32);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((_, returned)) => {
-                    producer.poll(Duration::from_millis(10));
-                    record = returned;
-                }
-            }
-        }
+        brook_tests::librdkafka::send_when_queued(&producer, record);
         producer.poll(Duration::ZERO);
     }
     producer.flush(Duration::from_secs(60)).expect("flush");

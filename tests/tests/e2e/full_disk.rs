@@ -18,12 +18,12 @@ use std::time::{Duration, Instant};
 
 use brook_tests::broker::Broker;
 use brook_tests::deliveries::Deliveries;
+use brook_tests::librdkafka::{assigned_from_start, send_when_queued};
 use brook_tests::raw::{connect, create_topic};
 use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 const BROOK: &str = env!("CARGO_BIN_EXE_brook-e2e");
 const TOPIC: &str = "filling";
@@ -110,19 +110,11 @@ fn producer(broker: &Broker) -> BaseProducer<Deliveries> {
 
 fn send(producer: &BaseProducer<Deliveries>, key: &str, partition: i32) {
     let value = value_of(key);
-    let mut record = BaseRecord::to(TOPIC)
+    let record = BaseRecord::to(TOPIC)
         .key(key)
         .payload(&value)
         .partition(partition);
-    loop {
-        match producer.send(record) {
-            Ok(()) => return,
-            Err((_, returned)) => {
-                producer.poll(Duration::from_millis(10));
-                record = returned;
-            }
-        }
-    }
+    send_when_queued(producer, record);
 }
 
 /// Produces until the broker refuses records; returns where each
@@ -149,19 +141,7 @@ fn fill(broker: &Broker) -> (HashMap<String, (i32, i64)>, Vec<String>) {
 /// Every record of every partition, from the log start: (partition,
 /// offset) → (key, value).
 fn consume_all(broker: &Broker) -> HashMap<(i32, i64), (String, Vec<u8>)> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &broker.address)
-        .set("group.id", "full-disk-check")
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("a consumer");
-    let mut assignment = TopicPartitionList::new();
-    for partition in 0..PARTITIONS {
-        assignment
-            .add_partition_offset(TOPIC, partition, Offset::Beginning)
-            .unwrap();
-    }
-    consumer.assign(&assignment).unwrap();
+    let consumer = assigned_from_start(&broker.address, TOPIC, PARTITIONS);
     let ends: Vec<i64> = (0..PARTITIONS)
         .map(|partition| {
             consumer

@@ -307,19 +307,11 @@ fn librdkafka_idempotent_producer_delivers_each_record_once_in_order() {
     for index in 0..RECORDS {
         let key = format!("k{}", index % 3);
         let value = format!("{index}");
-        let mut record = BaseRecord::to(TOPIC)
+        let record = BaseRecord::to(TOPIC)
             .key(&key)
             .payload(&value)
             .partition((index % 3) as i32);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((_, returned)) => {
-                    producer.poll(Duration::from_millis(10));
-                    record = returned;
-                }
-            }
-        }
+        brook_tests::librdkafka::send_when_queued(&producer, record);
     }
     producer.flush(Duration::from_secs(30)).expect("flush");
     assert!(producer.context().errors.lock().unwrap().is_empty());
