@@ -290,8 +290,10 @@ impl Bench<'_> {
             acks: 1,
             rate: 0,
             // Two producers with deep windows of 1 MiB batches: acks=1 waits
-            // for the O_DIRECT write, so the window must cover the disk's
-            // write latency (5 in flight of 256 KiB reached ~420 MB/s here).
+            // for the record to be visible (with one replica, its fsync: the
+            // O_DIRECT write plus the group commit), so the window must cover
+            // the disk's write and sync latency (5 in flight of 256 KiB
+            // reached ~420 MB/s here when acks=1 waited for the write only).
             producers: 2,
             consumers: 0,
             batch_bytes: 1 << 20,
