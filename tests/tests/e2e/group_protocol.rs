@@ -26,13 +26,13 @@ use kafka_protocol::protocol::Message;
 
 const BROOK: &str = env!("CARGO_BIN_EXE_brook-e2e");
 /// The topic the members subscribe to.
-const TOPIC: &str = "grouped";
-const TOPIC_PARTITIONS: i32 = 4;
+pub(super) const TOPIC: &str = "grouped";
+pub(super) const TOPIC_PARTITIONS: i32 = 4;
 const SESSION_TIMEOUT_MIN_MS: i32 = 6_000;
 const SESSION_TIMEOUT_MAX_MS: i32 = 300_000;
 
 /// A broker with group settings given by their Kafka names.
-fn start(dir: &std::path::Path, extra: &[&str]) -> Broker {
+pub(super) fn start(dir: &std::path::Path, extra: &[&str]) -> Broker {
     let min = format!("group.min.session.timeout.ms={SESSION_TIMEOUT_MIN_MS}");
     let max = format!("group.max.session.timeout.ms={SESSION_TIMEOUT_MAX_MS}");
     let mut args = vec![
@@ -47,7 +47,12 @@ fn start(dir: &std::path::Path, extra: &[&str]) -> Broker {
     Broker::start(BROOK, dir, 2, &args)
 }
 
-fn create_topic(stream: &mut TcpStream, versions: &Versions, name: &str, partitions: i32) {
+pub(super) fn create_topic(
+    stream: &mut TcpStream,
+    versions: &Versions,
+    name: &str,
+    partitions: i32,
+) {
     let version = versions.highest(ApiKey::CreateTopics, CreateTopicsRequest::VERSIONS);
     let topic = create_topics_request::CreatableTopic::default()
         .with_name(topic_name(name))
@@ -427,68 +432,6 @@ fn join_group_asks_new_dynamic_members_for_an_id_from_v4_only() {
     assert!(!answer.member_id.is_empty());
     assert_eq!(answer.generation_id, 1);
     assert_eq!(answer.leader, answer.member_id);
-}
-
-/// A static member that restarts (a new JoinGroup with its
-/// `group.instance.id` and no member id) is answered at every version that
-/// has static membership (v5+), without the connection closing: before v9
-/// there is no `skip_assignment`, so a rejoining leader is told the old
-/// leader id and no members (Kafka's answer); from v9 it is told it leads
-/// and to skip the assignment. Its assignment is kept either way.
-#[test]
-fn a_static_leader_rejoins_a_stable_group_at_every_version() {
-    let dir = tempfile::tempdir().unwrap();
-    let broker = start(dir.path(), &[]);
-    let mut stream = connect(&broker);
-    let advertised = Versions::of(&mut stream);
-    create_topic(&mut stream, &advertised, TOPIC, TOPIC_PARTITIONS);
-    let versions = advertised.common(ApiKey::JoinGroup, JoinGroupRequest::VERSIONS);
-    assert!(*versions.end() >= 9, "JoinGroup v9 (KIP-814) is advertised");
-    let sync_version = advertised.highest(ApiKey::SyncGroup, SyncGroupRequest::VERSIONS);
-    for version in 5..=*versions.end() {
-        let group = format!("static-v{version}");
-        wait_for_coordinator(&mut stream, &advertised, &group);
-        let request = join_request(&group, "", TOPIC, &["range"])
-            .with_group_instance_id(Some(text("instance")));
-        let first = join(&mut stream, version, &request);
-        assert_eq!(error(first.error_code), None, "v{version}: {first:?}");
-        let mine = assignment(TOPIC, &[0, 1, 2, 3]);
-        let sync = sync_request(
-            sync_version,
-            &group,
-            first.generation_id,
-            &first.member_id,
-            &[(first.member_id.as_str(), mine.clone())],
-        )
-        .with_group_instance_id(Some(text("instance")));
-        let synced: SyncGroupResponse =
-            exchange(&mut stream, ApiKey::SyncGroup, sync_version, &sync);
-        assert_eq!(error(synced.error_code), None, "v{version}: {synced:?}");
-        // The process restarts and joins again under the same instance id.
-        let rejoined = join(&mut stream, version, &request);
-        assert_eq!(error(rejoined.error_code), None, "v{version}: {rejoined:?}");
-        assert_ne!(rejoined.member_id, first.member_id, "v{version}");
-        assert_eq!(rejoined.generation_id, first.generation_id, "v{version}");
-        if version >= 9 {
-            assert!(rejoined.skip_assignment, "v{version}: {rejoined:?}");
-            assert_eq!(rejoined.leader, rejoined.member_id, "v{version}");
-            assert_eq!(rejoined.members.len(), 1, "v{version}");
-        } else {
-            assert_eq!(rejoined.leader, first.member_id, "v{version}");
-            assert!(rejoined.members.is_empty(), "v{version}: {rejoined:?}");
-        }
-        let sync = sync_request(
-            sync_version,
-            &group,
-            rejoined.generation_id,
-            &rejoined.member_id,
-            &[],
-        )
-        .with_group_instance_id(Some(text("instance")));
-        let kept: SyncGroupResponse = exchange(&mut stream, ApiKey::SyncGroup, sync_version, &sync);
-        assert_eq!(error(kept.error_code), None, "v{version}: {kept:?}");
-        assert_eq!(kept.assignment, mine, "v{version}: the assignment is kept");
-    }
 }
 
 #[test]

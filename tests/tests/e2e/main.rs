@@ -29,6 +29,7 @@ mod franz_go;
 mod fresh_machine;
 mod full_disk;
 mod group_protocol;
+mod group_static_members;
 mod idempotent_producer;
 mod java_client;
 mod java_transactions;
