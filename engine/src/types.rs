@@ -94,3 +94,19 @@ impl fmt::Display for TopicPartition {
         write!(f, "{}-{}", self.topic, self.partition)
     }
 }
+
+/// A broker's `node.id`: the same number names a broker, a controller voter
+/// and a replica. Kafka's ids are non-negative; -1 means "none" on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BrokerId(pub i32);
+
+impl BrokerId {
+    /// Kafka's "no broker" (a partition with no leader, an unknown coordinator).
+    pub const NONE: BrokerId = BrokerId(-1);
+}
+
+impl fmt::Display for BrokerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}

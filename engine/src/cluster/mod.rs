@@ -6,8 +6,12 @@
 
 pub mod broker_config;
 pub mod broker_describe;
+pub mod cluster_image;
+pub mod controller;
 pub mod describe;
 pub mod image;
+pub mod placement;
 pub mod producer_ids;
+pub mod records;
 pub mod topic_config;
 pub mod topic_pages;

@@ -71,6 +71,11 @@ impl ErrorCode {
     pub const FETCH_SESSION_TOPIC_ID_ERROR: ErrorCode = ErrorCode(106);
     pub const RESOURCE_NOT_FOUND: ErrorCode = ErrorCode(91);
     pub const INVALID_REGULAR_EXPRESSION: ErrorCode = ErrorCode(128);
+    pub const NOT_CONTROLLER: ErrorCode = ErrorCode(41);
+    pub const STALE_BROKER_EPOCH: ErrorCode = ErrorCode(77);
+    pub const DUPLICATE_BROKER_REGISTRATION: ErrorCode = ErrorCode(101);
+    pub const BROKER_ID_NOT_REGISTERED: ErrorCode = ErrorCode(102);
+    pub const INCONSISTENT_CLUSTER_ID: ErrorCode = ErrorCode(104);
 
     pub fn is_error(self) -> bool {
         self != ErrorCode::NONE

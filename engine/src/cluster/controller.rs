@@ -1,0 +1,495 @@
+//! The controller's rules, as pure functions of the cluster image: each
+//! validates a request and returns the records to propose, or the Kafka
+//! error to answer. Only the active controller runs them, against the image
+//! at its latest applied offset; the records take effect once committed.
+//!
+//! Broker sessions are the one piece of state here that is not in the log
+//! (as in KRaft's BrokerHeartbeatManager): the active controller keeps when
+//! it last heard from each broker, and a newly elected controller starts
+//! every session afresh, so a change of controller never fences a broker
+//! that is heartbeating.
+
+use std::collections::BTreeMap;
+
+use crate::cluster::cluster_image::ClusterImage;
+use crate::cluster::image::{PARTITIONS_MAX, TopicId, validate_topic_name};
+use crate::cluster::placement::{Candidate, PlacementError, Spread, assign_replicas};
+use crate::cluster::records::{BrokerRegistration, MetadataRecord, PartitionRegistration};
+use crate::protocol::errors::ErrorCode;
+use crate::types::{BrokerId, LeaderEpoch, PartitionId};
+
+/// Kafka's `broker.session.timeout.ms` default.
+pub const BROKER_SESSION_TIMEOUT_MS_DEFAULT: u64 = 9_000;
+/// Kafka's `broker.heartbeat.interval.ms` default.
+pub const BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 2_000;
+
+/// A refusal, as the response carries it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub error: ErrorCode,
+    pub message: String,
+}
+
+impl Refusal {
+    fn new(error: ErrorCode, message: impl Into<String>) -> Refusal {
+        Refusal {
+            error,
+            message: message.into(),
+        }
+    }
+}
+
+/// When the active controller last heard from each broker epoch.
+#[derive(Clone, Debug, Default)]
+pub struct BrokerSessions {
+    last_heard_ms: BTreeMap<BrokerId, (i64, u64)>,
+    session_timeout_ms: u64,
+}
+
+impl BrokerSessions {
+    pub fn new(session_timeout_ms: u64) -> BrokerSessions {
+        BrokerSessions {
+            last_heard_ms: BTreeMap::new(),
+            session_timeout_ms,
+        }
+    }
+
+    /// This node just became the active controller: every registered broker
+    /// gets a whole session from now.
+    pub fn restart_all(&mut self, image: &ClusterImage, now_ms: u64) {
+        self.last_heard_ms = image
+            .brokers
+            .values()
+            .map(|broker| (broker.registration.id, (broker.epoch, now_ms)))
+            .collect();
+    }
+
+    fn heard(&mut self, broker: BrokerId, epoch: i64, now_ms: u64) {
+        self.last_heard_ms.insert(broker, (epoch, now_ms));
+    }
+
+    /// Whether `broker`'s session (at `epoch`) is alive at `now_ms`.
+    pub fn alive(&self, broker: BrokerId, epoch: i64, now_ms: u64) -> bool {
+        self.last_heard_ms
+            .get(&broker)
+            .is_some_and(|(heard_epoch, heard_ms)| {
+                *heard_epoch == epoch && now_ms.saturating_sub(*heard_ms) <= self.session_timeout_ms
+            })
+    }
+
+    /// Fence records for every unfenced broker whose session has expired.
+    pub fn expired(&self, image: &ClusterImage, now_ms: u64) -> Vec<MetadataRecord> {
+        image
+            .live_brokers()
+            .filter(|broker| !self.alive(broker.registration.id, broker.epoch, now_ms))
+            .map(|broker| MetadataRecord::FenceBroker {
+                id: broker.registration.id,
+                epoch: broker.epoch,
+            })
+            .collect()
+    }
+}
+
+/// BrokerRegistration: Kafka refuses a second live incarnation of one
+/// `node.id` (DUPLICATE_BROKER_REGISTRATION); the same incarnation asking
+/// again (a retry) gets no new record.
+pub fn register_broker(
+    image: &ClusterImage,
+    sessions: &BrokerSessions,
+    registration: BrokerRegistration,
+    now_ms: u64,
+) -> Result<Vec<MetadataRecord>, Refusal> {
+    if registration.id.0 < 0 {
+        return Err(Refusal::new(
+            ErrorCode::INVALID_REQUEST,
+            "node.id must be at least 0",
+        ));
+    }
+    match image.brokers.get(&registration.id) {
+        Some(known) if known.registration.incarnation == registration.incarnation => Ok(Vec::new()),
+        Some(known) if sessions.alive(registration.id, known.epoch, now_ms) && !known.fenced => {
+            Err(Refusal::new(
+                ErrorCode::DUPLICATE_BROKER_REGISTRATION,
+                format!(
+                    "Another broker is registered with that broker id {} and its session has not expired.",
+                    registration.id
+                ),
+            ))
+        }
+        _ => Ok(vec![MetadataRecord::RegisterBroker(registration)]),
+    }
+}
+
+/// What a heartbeat gets back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeartbeatOutcome {
+    pub error: ErrorCode,
+    /// Whether the broker is fenced in the image the controller holds.
+    pub fenced: bool,
+    pub records: Vec<MetadataRecord>,
+}
+
+/// BrokerHeartbeat from `broker` at `epoch`, which has applied the metadata
+/// log up to `applied_offset`: the session is renewed, and a fenced broker
+/// that has caught up to its own registration is unfenced.
+pub fn heartbeat(
+    image: &ClusterImage,
+    sessions: &mut BrokerSessions,
+    broker: BrokerId,
+    epoch: i64,
+    applied_offset: u64,
+    now_ms: u64,
+) -> HeartbeatOutcome {
+    let Some(known) = image.brokers.get(&broker) else {
+        return HeartbeatOutcome {
+            error: ErrorCode::BROKER_ID_NOT_REGISTERED,
+            fenced: true,
+            records: Vec::new(),
+        };
+    };
+    if known.epoch != epoch {
+        return HeartbeatOutcome {
+            error: ErrorCode::STALE_BROKER_EPOCH,
+            fenced: true,
+            records: Vec::new(),
+        };
+    }
+    sessions.heard(broker, epoch, now_ms);
+    let records = if known.fenced && applied_offset >= epoch as u64 {
+        vec![MetadataRecord::UnfenceBroker { id: broker, epoch }]
+    } else {
+        Vec::new()
+    };
+    HeartbeatOutcome {
+        error: ErrorCode::NONE,
+        fenced: known.fenced,
+        records,
+    }
+}
+
+/// One topic of a CreateTopics request.
+#[derive(Clone, Debug)]
+pub struct TopicRequest {
+    pub name: String,
+    /// -1: `num.partitions`.
+    pub partitions: i32,
+    /// -1: `default.replication.factor`.
+    pub replication_factor: i16,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// The broker defaults a CreateTopics falls back to.
+#[derive(Clone, Copy, Debug)]
+pub struct TopicDefaults {
+    pub partitions: i32,
+    pub replication_factor: i16,
+}
+
+/// CreateTopics for one topic: its records (the topic, each partition's
+/// registration with every replica in the ISR and the first as leader, its
+/// configs), placed over the live brokers. `id` is the new topic's id,
+/// drawn by the caller; it seeds the placement's spread.
+pub fn create_topic(
+    image: &ClusterImage,
+    request: &TopicRequest,
+    defaults: TopicDefaults,
+    id: TopicId,
+) -> Result<Vec<MetadataRecord>, Refusal> {
+    validate_topic_name(&request.name)
+        .map_err(|error| Refusal::new(ErrorCode::INVALID_TOPIC_EXCEPTION, error.to_string()))?;
+    if image.topic_by_name(&request.name).is_some() {
+        return Err(Refusal::new(
+            ErrorCode::TOPIC_ALREADY_EXISTS,
+            format!("Topic '{}' already exists.", request.name),
+        ));
+    }
+    let partitions = if request.partitions == -1 {
+        defaults.partitions
+    } else {
+        request.partitions
+    };
+    if partitions < 1 || partitions as usize > PARTITIONS_MAX {
+        return Err(Refusal::new(
+            ErrorCode::INVALID_PARTITIONS,
+            "Number of partitions was set to an invalid non-positive value.",
+        ));
+    }
+    let replication_factor = match request.replication_factor {
+        -1 => defaults.replication_factor,
+        factor => factor,
+    };
+    if replication_factor < 1 {
+        return Err(Refusal::new(
+            ErrorCode::INVALID_REPLICATION_FACTOR,
+            "Replication factor must be larger than 0, or -1 to use the default value.",
+        ));
+    }
+    let candidates: Vec<Candidate> = image
+        .live_brokers()
+        .map(|broker| Candidate {
+            id: broker.registration.id,
+            rack: broker.registration.rack.clone(),
+        })
+        .collect();
+    let seed = u64::from_be_bytes(id.0[..8].try_into().expect("16-byte id"));
+    let assignment = assign_replicas(
+        &candidates,
+        partitions as usize,
+        replication_factor as usize,
+        0,
+        Spread::from_seed(seed),
+    )
+    .map_err(placement_refusal)?;
+    let mut records = vec![MetadataRecord::Topic {
+        name: request.name.clone(),
+        id,
+    }];
+    records.extend(assignment.into_iter().enumerate().map(|(index, replicas)| {
+        MetadataRecord::Partition {
+            topic: id,
+            partition: PartitionId(index as i32),
+            registration: PartitionRegistration {
+                isr: replicas.clone(),
+                leader: replicas[0],
+                replicas,
+                leader_epoch: LeaderEpoch(0),
+                partition_epoch: 0,
+            },
+        }
+    }));
+    records.extend(
+        request
+            .configs
+            .iter()
+            .map(|(key, value)| MetadataRecord::TopicConfig {
+                topic: request.name.clone(),
+                key: key.clone(),
+                value: Some(value.clone()),
+            }),
+    );
+    Ok(records)
+}
+
+fn placement_refusal(error: PlacementError) -> Refusal {
+    let code = match error {
+        PlacementError::PartitionsNotPositive => ErrorCode::INVALID_PARTITIONS,
+        _ => ErrorCode::INVALID_REPLICATION_FACTOR,
+    };
+    Refusal::new(code, error.to_string())
+}
+
+/// DeleteTopics for one topic.
+pub fn delete_topic(image: &ClusterImage, name: &str) -> Result<Vec<MetadataRecord>, Refusal> {
+    let topic = image.topic_by_name(name).ok_or_else(|| {
+        Refusal::new(
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            "This server does not host this topic-partition.",
+        )
+    })?;
+    Ok(vec![MetadataRecord::RemoveTopic { id: topic.id }])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::records::Endpoint;
+
+    fn registration(id: i32, incarnation: u8) -> BrokerRegistration {
+        BrokerRegistration {
+            id: BrokerId(id),
+            incarnation: [incarnation; 16],
+            listeners: vec![Endpoint {
+                name: "PLAINTEXT".into(),
+                host: "127.0.0.1".into(),
+                port: 9092,
+            }],
+            rack: None,
+        }
+    }
+
+    /// Three registered, unfenced brokers at offsets 1..=3, unfenced at 4.
+    fn three_brokers() -> ClusterImage {
+        let mut image = ClusterImage::default();
+        for id in 1..=3 {
+            image
+                .apply(
+                    id as u64,
+                    &[MetadataRecord::RegisterBroker(registration(id, 1))],
+                )
+                .unwrap();
+        }
+        let unfence: Vec<_> = (1..=3)
+            .map(|id| MetadataRecord::UnfenceBroker {
+                id: BrokerId(id),
+                epoch: id as i64,
+            })
+            .collect();
+        image.apply(4, &unfence).unwrap();
+        image
+    }
+
+    const DEFAULTS: TopicDefaults = TopicDefaults {
+        partitions: 1,
+        replication_factor: 1,
+    };
+
+    fn request(name: &str, partitions: i32, replication_factor: i16) -> TopicRequest {
+        TopicRequest {
+            name: name.into(),
+            partitions,
+            replication_factor,
+            configs: BTreeMap::from([("retention.ms".into(), "60000".into())]),
+        }
+    }
+
+    #[test]
+    fn a_topic_is_placed_on_live_brokers_with_every_replica_in_sync() {
+        let mut image = three_brokers();
+        let records =
+            create_topic(&image, &request("orders", 6, 3), DEFAULTS, TopicId([5; 16])).unwrap();
+        image.apply(5, &records).unwrap();
+        let topic = image.topic_by_name("orders").unwrap();
+        assert_eq!(topic.partitions.len(), 6);
+        assert_eq!(topic.configs["retention.ms"], "60000");
+        let mut leaders = BTreeMap::new();
+        for partition in &topic.partitions {
+            assert_eq!(partition.replicas.len(), 3);
+            assert_eq!(partition.isr, partition.replicas);
+            assert_eq!(partition.leader, partition.replicas[0]);
+            *leaders.entry(partition.leader).or_insert(0) += 1;
+        }
+        assert_eq!(leaders.values().copied().collect::<Vec<_>>(), vec![2, 2, 2]);
+    }
+
+    #[test]
+    fn create_topics_refusals_are_kafkas() {
+        let mut image = three_brokers();
+        let refuse = |image: &ClusterImage, request: TopicRequest| {
+            create_topic(image, &request, DEFAULTS, TopicId([6; 16]))
+                .unwrap_err()
+                .error
+        };
+        assert_eq!(
+            refuse(&image, request("a b", 1, 1)),
+            ErrorCode::INVALID_TOPIC_EXCEPTION
+        );
+        assert_eq!(
+            refuse(&image, request("t", 0, 1)),
+            ErrorCode::INVALID_PARTITIONS
+        );
+        assert_eq!(
+            refuse(&image, request("t", 1, 0)),
+            ErrorCode::INVALID_REPLICATION_FACTOR
+        );
+        assert_eq!(
+            refuse(&image, request("t", 1, 4)),
+            ErrorCode::INVALID_REPLICATION_FACTOR
+        );
+        let records =
+            create_topic(&image, &request("t", -1, -1), DEFAULTS, TopicId([6; 16])).unwrap();
+        image.apply(5, &records).unwrap();
+        assert_eq!(image.topic_by_name("t").unwrap().partitions.len(), 1);
+        assert_eq!(
+            refuse(&image, request("t", 1, 1)),
+            ErrorCode::TOPIC_ALREADY_EXISTS
+        );
+        // A fenced broker takes no replicas.
+        image
+            .apply(
+                6,
+                &[MetadataRecord::FenceBroker {
+                    id: BrokerId(2),
+                    epoch: 2,
+                }],
+            )
+            .unwrap();
+        assert_eq!(
+            refuse(&image, request("u", 1, 3)),
+            ErrorCode::INVALID_REPLICATION_FACTOR
+        );
+        assert_eq!(
+            delete_topic(&image, "t"),
+            Ok(vec![MetadataRecord::RemoveTopic {
+                id: TopicId([6; 16])
+            }])
+        );
+        assert_eq!(
+            delete_topic(&image, "nope").unwrap_err().error,
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+        );
+    }
+
+    #[test]
+    fn a_broker_is_fenced_when_its_session_expires_and_unfenced_when_it_returns() {
+        let mut image = three_brokers();
+        let mut sessions = BrokerSessions::new(BROKER_SESSION_TIMEOUT_MS_DEFAULT);
+        sessions.restart_all(&image, 1_000);
+        assert!(sessions.expired(&image, 10_000).is_empty());
+        for id in [1, 3] {
+            heartbeat(&image, &mut sessions, BrokerId(id), id as i64, 4, 9_000);
+        }
+        let expired = sessions.expired(&image, 10_001);
+        assert_eq!(
+            expired,
+            vec![MetadataRecord::FenceBroker {
+                id: BrokerId(2),
+                epoch: 2
+            }]
+        );
+        image.apply(5, &expired).unwrap();
+        // It comes back: a heartbeat at its epoch, caught up, unfences it.
+        let outcome = heartbeat(&image, &mut sessions, BrokerId(2), 2, 5, 11_000);
+        assert_eq!(outcome.error, ErrorCode::NONE);
+        assert!(outcome.fenced);
+        assert_eq!(
+            outcome.records,
+            vec![MetadataRecord::UnfenceBroker {
+                id: BrokerId(2),
+                epoch: 2
+            }]
+        );
+        // Not yet caught up to its own registration: stays fenced.
+        let mut fresh = image.clone();
+        fresh
+            .apply(6, &[MetadataRecord::RegisterBroker(registration(2, 9))])
+            .unwrap();
+        assert!(
+            heartbeat(&fresh, &mut sessions, BrokerId(2), 6, 5, 11_000)
+                .records
+                .is_empty()
+        );
+        assert_eq!(
+            heartbeat(&fresh, &mut sessions, BrokerId(2), 2, 6, 11_000).error,
+            ErrorCode::STALE_BROKER_EPOCH
+        );
+        assert_eq!(
+            heartbeat(&fresh, &mut sessions, BrokerId(7), 1, 6, 11_000).error,
+            ErrorCode::BROKER_ID_NOT_REGISTERED
+        );
+    }
+
+    #[test]
+    fn a_second_live_incarnation_of_a_node_id_is_refused() {
+        let image = three_brokers();
+        let mut sessions = BrokerSessions::new(BROKER_SESSION_TIMEOUT_MS_DEFAULT);
+        sessions.restart_all(&image, 0);
+        // A retry of the same incarnation: nothing new.
+        assert_eq!(
+            register_broker(&image, &sessions, registration(1, 1), 100),
+            Ok(vec![])
+        );
+        let duplicate = register_broker(&image, &sessions, registration(1, 2), 100).unwrap_err();
+        assert_eq!(duplicate.error, ErrorCode::DUPLICATE_BROKER_REGISTRATION);
+        // Once the old session expired, the new incarnation registers.
+        assert_eq!(
+            register_broker(&image, &sessions, registration(1, 2), 9_001),
+            Ok(vec![MetadataRecord::RegisterBroker(registration(1, 2))])
+        );
+        assert_eq!(
+            register_broker(&image, &sessions, registration(-1, 2), 0)
+                .unwrap_err()
+                .error,
+            ErrorCode::INVALID_REQUEST
+        );
+    }
+}
