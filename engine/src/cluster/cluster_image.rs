@@ -57,7 +57,7 @@ pub enum ApplyError {
     UnknownBroker { offset: u64, broker: BrokerId },
     #[error("record at offset {offset} names an unknown topic")]
     UnknownTopic { offset: u64 },
-    #[error("record at offset {offset} creates topic {name:?}, which exists")]
+    #[error("record at offset {offset} creates topic {name:?}, whose name or id exists")]
     TopicExists { offset: u64, name: String },
     #[error("record at offset {offset} skips partitions of a topic")]
     PartitionGap { offset: u64 },

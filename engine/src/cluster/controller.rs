@@ -64,7 +64,8 @@ impl BrokerSessions {
             .collect();
     }
 
-    fn heard(&mut self, broker: BrokerId, epoch: i64, now_ms: u64) {
+    /// A word from `broker` at `epoch` (a heartbeat, or its registration).
+    pub fn heard(&mut self, broker: BrokerId, epoch: i64, now_ms: u64) {
         self.last_heard_ms.insert(broker, (epoch, now_ms));
     }
 
@@ -201,6 +202,13 @@ pub fn create_topic(
         return Err(Refusal::new(
             ErrorCode::TOPIC_ALREADY_EXISTS,
             format!("Topic '{}' already exists.", request.name),
+        ));
+    }
+    if id.is_zero() || image.topics.contains_key(&id) {
+        // Ids are random 128-bit values: the caller draws another.
+        return Err(Refusal::new(
+            ErrorCode::UNKNOWN_SERVER_ERROR,
+            "the new topic id is in use",
         ));
     }
     let partitions = if request.partitions == -1 {
@@ -365,7 +373,7 @@ mod tests {
     fn create_topics_refusals_are_kafkas() {
         let mut image = three_brokers();
         let refuse = |image: &ClusterImage, request: TopicRequest| {
-            create_topic(image, &request, DEFAULTS, TopicId([6; 16]))
+            create_topic(image, &request, DEFAULTS, TopicId([7; 16]))
                 .unwrap_err()
                 .error
         };
@@ -392,6 +400,13 @@ mod tests {
         assert_eq!(
             refuse(&image, request("t", 1, 1)),
             ErrorCode::TOPIC_ALREADY_EXISTS
+        );
+        // A new topic never takes an id in use (ids are drawn again).
+        assert_eq!(
+            create_topic(&image, &request("v", 1, 1), DEFAULTS, TopicId([6; 16]))
+                .unwrap_err()
+                .error,
+            ErrorCode::UNKNOWN_SERVER_ERROR
         );
         // A fenced broker takes no replicas.
         image

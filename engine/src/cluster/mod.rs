@@ -12,6 +12,8 @@ pub mod describe;
 pub mod image;
 pub mod placement;
 pub mod producer_ids;
+pub mod quorum;
 pub mod records;
+pub mod sim;
 pub mod topic_config;
 pub mod topic_pages;

@@ -1,0 +1,1033 @@
+//! The deterministic simulator of the controller quorum: the real
+//! [`ControllerNode`]s (raft-rs, the controller rules, the image) and real
+//! brokers' registration, heartbeats and metadata catch-up, over a simulated
+//! network (delay, reorder, drop, duplicate, partition and heal) and clock,
+//! with crashes (a voter restarts from what it had persisted) and pauses
+//! (SIGSTOP: nothing runs, messages wait). Every random choice comes from
+//! one seeded ChaCha stream and events run in (time, sequence) order, so a
+//! seed replays exactly.
+//!
+//! Checked after every event:
+//! - at most one leader per term;
+//! - every node applies the same entry at the same index (same term, same
+//!   bytes): the committed prefix is identical;
+//! - every image (voters' and brokers') at one offset has one digest;
+//! - a broker is fenced only when, at that moment, the fencing controller
+//!   had not heard from it for the whole session timeout (the simulator
+//!   keeps its own account of heartbeats delivered);
+//! - and at the end, with the faults healed: one controller, every broker
+//!   caught up, registered and unfenced; a broker then stopped for longer
+//!   than the session is fenced, and unfenced once it returns.
+//!
+//! [`Bug`] breaks a rule on purpose, to show the checker catches it.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+
+use raft::eraftpb::{Entry, HardState, Message, Snapshot};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::cluster::cluster_image::ClusterImage;
+use crate::cluster::controller::{TopicDefaults, TopicRequest, create_topic};
+use crate::cluster::image::TopicId;
+use crate::cluster::quorum::{
+    Catchup, ControllerNode, MetadataStore, Output, QuorumConfig, QuorumError, Registered,
+    apply_catchup, node_of, raft_id, tick_interval_ms,
+};
+use crate::cluster::records::{BrokerRegistration, Endpoint, MetadataRecord};
+use crate::protocol::errors::ErrorCode;
+use crate::types::BrokerId;
+
+const SESSION_TIMEOUT_MS: u64 = 9_000;
+const HEARTBEAT_INTERVAL_MS: u64 = 2_000;
+/// Time with faults healed before the end-of-run checks.
+const QUIET_MS: u64 = 30_000;
+/// Snapshots after this many bytes of log, so runs exercise them.
+const SNAPSHOT_AFTER_BYTES: u64 = 1_024;
+/// Entries one catch-up answer carries.
+const CATCHUP_ENTRIES_MAX: usize = 64;
+
+/// A rule broken on purpose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bug {
+    /// A voter's vote is not made durable: after a crash it can vote again
+    /// in the same term.
+    ForgetVote,
+    /// The controller fences after half the session timeout.
+    FenceEarly,
+}
+
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub seed: u64,
+    pub voters: usize,
+    /// Brokers that are not voters (observers of the metadata log).
+    pub brokers_only: usize,
+    /// Simulated time with faults, before the quiet end.
+    pub faulty_ms: u64,
+    pub bug: Option<Bug>,
+}
+
+impl SimConfig {
+    pub fn new(seed: u64) -> SimConfig {
+        SimConfig {
+            seed,
+            // One run in four has five voters.
+            voters: if seed % 4 == 3 { 5 } else { 3 },
+            brokers_only: 1,
+            faulty_ms: 20_000,
+            bug: None,
+        }
+    }
+}
+
+/// A broken invariant, with what reproduces it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    pub seed: u64,
+    pub at_ms: u64,
+    pub what: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "seed {} at {} ms: {}", self.seed, self.at_ms, self.what)
+    }
+}
+
+/// What one run did (so a sweep can show it exercised something).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    pub events: u64,
+    pub terms: u64,
+    pub committed: u64,
+    pub topics: u64,
+    pub crashes: u64,
+    pub fences: u64,
+    pub snapshots: u64,
+}
+
+impl<'a> std::iter::Sum<&'a Report> for Report {
+    fn sum<I: Iterator<Item = &'a Report>>(reports: I) -> Report {
+        reports.fold(Report::default(), |sum, report| Report {
+            events: sum.events + report.events,
+            terms: sum.terms + report.terms,
+            committed: sum.committed + report.committed,
+            topics: sum.topics + report.topics,
+            crashes: sum.crashes + report.crashes,
+            fences: sum.fences + report.fences,
+            snapshots: sum.snapshots + report.snapshots,
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Payload {
+    Raft(Box<Message>),
+    Register(BrokerRegistration),
+    Registered(Result<i64, ErrorCode>, Option<BrokerId>),
+    Heartbeat { epoch: i64, applied: u64 },
+    HeartbeatAnswer(ErrorCode, Option<BrokerId>),
+    Fetch { offset: u64 },
+    Fetched(Box<Catchup>),
+    CreateTopic(String),
+}
+
+#[derive(Clone, Debug)]
+enum Event {
+    /// `incarnation` is the receiver's when sent: a process that restarted
+    /// since never gets it (its connections died with it).
+    Deliver {
+        from: usize,
+        to: usize,
+        incarnation: u64,
+        payload: Payload,
+    },
+    Tick(usize),
+    BrokerTimer(usize),
+    Crash(usize),
+    Restart(usize),
+    Pause(usize, u64),
+    Resume(usize),
+    Partition(Vec<usize>, u64),
+    Heal,
+    CreateTopic,
+    /// Injects a random fault and schedules the next one.
+    Fault,
+}
+
+/// What a voter has made durable.
+#[derive(Clone, Debug, Default)]
+struct Disk {
+    hard_state: HardState,
+    snapshot: Snapshot,
+    entries: Vec<Entry>,
+}
+
+struct Node {
+    id: BrokerId,
+    controller: Option<ControllerNode>,
+    disk: Disk,
+    up: bool,
+    paused: bool,
+    /// Messages that reached it while paused.
+    held: Vec<Event>,
+    /// The broker side.
+    image: ClusterImage,
+    incarnation: u64,
+    epoch: Option<i64>,
+    controller_hint: Option<BrokerId>,
+    /// Registration proposals waiting to be answered (controller side).
+    waiting: Vec<(u64, u64, usize)>,
+    /// When this controller, as leader of its term, last heard from each
+    /// broker epoch (simulator's own account).
+    heard: BTreeMap<(BrokerId, i64), u64>,
+    leader_since: Option<(u64, u64)>,
+}
+
+pub struct Simulation {
+    config: SimConfig,
+    rng: ChaCha8Rng,
+    now_ms: u64,
+    sequence: u64,
+    queue: BinaryHeap<Reverse<(u64, u64)>>,
+    events: BTreeMap<u64, Event>,
+    nodes: Vec<Node>,
+    partition: Option<BTreeSet<usize>>,
+    faults: bool,
+    leaders: BTreeMap<u64, BrokerId>,
+    committed: BTreeMap<u64, (u64, u64)>,
+    digests: BTreeMap<u64, u64>,
+    topics_asked: u64,
+    report: Report,
+}
+
+type Checked = Result<(), Violation>;
+
+impl std::fmt::Debug for Simulation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Simulation")
+            .field("seed", &self.config.seed)
+            .field("now_ms", &self.now_ms)
+            .field("report", &self.report)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Simulation {
+    pub fn new(config: SimConfig) -> Simulation {
+        let rng = ChaCha8Rng::seed_from_u64(config.seed);
+        let nodes = (0..config.voters + config.brokers_only)
+            .map(|index| Node {
+                id: BrokerId(index as i32),
+                controller: None,
+                disk: Disk::default(),
+                up: true,
+                paused: false,
+                held: Vec::new(),
+                image: ClusterImage::default(),
+                incarnation: 0,
+                epoch: None,
+                controller_hint: None,
+                waiting: Vec::new(),
+                heard: BTreeMap::new(),
+                leader_since: None,
+            })
+            .collect();
+        Simulation {
+            config,
+            rng,
+            now_ms: 0,
+            sequence: 0,
+            queue: BinaryHeap::new(),
+            events: BTreeMap::new(),
+            nodes,
+            partition: None,
+            faults: true,
+            leaders: BTreeMap::new(),
+            committed: BTreeMap::new(),
+            digests: BTreeMap::new(),
+            topics_asked: 0,
+            report: Report::default(),
+        }
+    }
+
+    fn voters(&self) -> Vec<BrokerId> {
+        (0..self.config.voters)
+            .map(|index| BrokerId(index as i32))
+            .collect()
+    }
+
+    fn quorum_config(&self, node: usize) -> QuorumConfig {
+        let timeout = match self.config.bug {
+            Some(Bug::FenceEarly) => SESSION_TIMEOUT_MS / 2,
+            _ => SESSION_TIMEOUT_MS,
+        };
+        QuorumConfig {
+            node: BrokerId(node as i32),
+            voters: self.voters(),
+            session_timeout_ms: timeout,
+            snapshot_after_bytes: SNAPSHOT_AFTER_BYTES,
+        }
+    }
+
+    fn violation(&self, what: impl Into<String>) -> Violation {
+        Violation {
+            seed: self.config.seed,
+            at_ms: self.now_ms,
+            what: what.into(),
+        }
+    }
+
+    fn schedule(&mut self, delay_ms: u64, event: Event) {
+        self.sequence += 1;
+        self.queue
+            .push(Reverse((self.now_ms + delay_ms, self.sequence)));
+        self.events.insert(self.sequence, event);
+    }
+
+    /// Runs the whole scenario: faults, then quiet, then the end checks.
+    pub fn run(mut self) -> Result<Report, Violation> {
+        for node in 0..self.nodes.len() {
+            if node < self.config.voters {
+                self.start_voter(node)?;
+                let jitter = self.rng.r#gen();
+                self.schedule(tick_interval_ms(jitter), Event::Tick(node));
+            }
+            let delay = self.rng.gen_range(0..500);
+            self.schedule(delay, Event::BrokerTimer(node));
+        }
+        self.schedule(1_000, Event::CreateTopic);
+        self.schedule(500, Event::Fault);
+        self.run_until(self.config.faulty_ms)?;
+        self.heal_everything();
+        self.run_until(self.config.faulty_ms + QUIET_MS)?;
+        self.check_settled()?;
+        self.check_fencing_end_to_end()?;
+        Ok(self.report)
+    }
+
+    fn run_until(&mut self, end_ms: u64) -> Checked {
+        while let Some(Reverse((at, sequence))) = self.queue.peek().copied() {
+            if at > end_ms {
+                break;
+            }
+            self.queue.pop();
+            let event = self
+                .events
+                .remove(&sequence)
+                .expect("queued events are stored");
+            self.now_ms = at;
+            self.report.events += 1;
+            self.handle(event)?;
+            self.check_leaders()?;
+        }
+        self.now_ms = end_ms;
+        Ok(())
+    }
+
+    fn handle(&mut self, event: Event) -> Checked {
+        let node = match &event {
+            Event::Deliver { to, .. } => Some(*to),
+            Event::Tick(node) | Event::BrokerTimer(node) => Some(*node),
+            _ => None,
+        };
+        if let Some(node) = node {
+            if !self.nodes[node].up {
+                // A crashed node's timers stop; a restart sets new ones.
+                return Ok(());
+            }
+            if self.nodes[node].paused {
+                self.nodes[node].held.push(event);
+                return Ok(());
+            }
+        }
+        match event {
+            Event::Deliver {
+                from,
+                to,
+                incarnation,
+                payload,
+            } => {
+                if incarnation != self.nodes[to].incarnation {
+                    return Ok(());
+                }
+                self.deliver(from, to, payload)
+            }
+            Event::Tick(node) => self.tick(node),
+            Event::BrokerTimer(node) => {
+                self.broker_timer(node);
+                Ok(())
+            }
+            Event::Crash(node) => {
+                self.crash(node);
+                Ok(())
+            }
+            Event::Restart(node) => self.restart(node),
+            Event::Pause(node, resume_ms) => {
+                self.nodes[node].paused = true;
+                self.schedule(resume_ms, Event::Resume(node));
+                Ok(())
+            }
+            Event::Resume(node) => {
+                self.nodes[node].paused = false;
+                for held in std::mem::take(&mut self.nodes[node].held) {
+                    self.schedule(0, held);
+                }
+                Ok(())
+            }
+            Event::Partition(side, heal_ms) => {
+                self.partition = Some(side.into_iter().collect());
+                self.schedule(heal_ms, Event::Heal);
+                Ok(())
+            }
+            Event::Heal => {
+                self.partition = None;
+                Ok(())
+            }
+            Event::CreateTopic => {
+                self.create_topic();
+                Ok(())
+            }
+            Event::Fault => {
+                self.inject_fault();
+                Ok(())
+            }
+        }
+    }
+
+    fn start_voter(&mut self, node: usize) -> Checked {
+        let disk = self.nodes[node].disk.clone();
+        let voters: Vec<u64> = self.voters().into_iter().map(raft_id).collect();
+        let store = MetadataStore::restore(&voters, disk.hard_state, disk.snapshot, disk.entries);
+        let controller = ControllerNode::new(self.quorum_config(node), store)
+            .map_err(|error| self.violation(format!("node {node} cannot start: {error}")))?;
+        self.nodes[node].controller = Some(controller);
+        Ok(())
+    }
+
+    fn crash(&mut self, node: usize) {
+        let state = &mut self.nodes[node];
+        state.up = false;
+        state.paused = false;
+        state.held.clear();
+        state.controller = None;
+        state.waiting.clear();
+        state.heard.clear();
+        state.leader_since = None;
+        state.epoch = None;
+        state.image = ClusterImage::default();
+        self.report.crashes += 1;
+    }
+
+    fn restart(&mut self, node: usize) -> Checked {
+        if self.nodes[node].up {
+            return Ok(());
+        }
+        self.nodes[node].up = true;
+        self.nodes[node].incarnation += 1;
+        if node < self.config.voters {
+            self.start_voter(node)?;
+            let jitter = self.rng.r#gen();
+            self.schedule(tick_interval_ms(jitter), Event::Tick(node));
+        }
+        self.schedule(0, Event::BrokerTimer(node));
+        Ok(())
+    }
+
+    fn tick(&mut self, node: usize) -> Checked {
+        let now = self.now_ms;
+        let controller = self.nodes[node]
+            .controller
+            .as_mut()
+            .expect("a running voter");
+        let fenced = controller.tick(now);
+        self.note_leadership(node);
+        for record in fenced {
+            if let MetadataRecord::FenceBroker { id, epoch } = record {
+                self.check_fence(node, id, epoch)?;
+            }
+        }
+        self.drain(node)?;
+        let jitter = self.rng.r#gen();
+        self.schedule(tick_interval_ms(jitter), Event::Tick(node));
+        Ok(())
+    }
+
+    /// The simulator's own account of leadership starts, for the fencing
+    /// check.
+    fn note_leadership(&mut self, node: usize) {
+        let now = self.now_ms;
+        let state = &mut self.nodes[node];
+        let Some(controller) = &state.controller else {
+            return;
+        };
+        if controller.is_leader() {
+            let term = controller.term();
+            if state.leader_since.is_none_or(|(held, _)| held != term) {
+                state.leader_since = Some((term, now));
+                state.heard.clear();
+            }
+        } else {
+            state.leader_since = None;
+        }
+    }
+
+    fn check_fence(&mut self, node: usize, broker: BrokerId, epoch: i64) -> Checked {
+        let state = &self.nodes[node];
+        let since = state.leader_since.map_or(0, |(_, at)| at);
+        let heard = state
+            .heard
+            .get(&(broker, epoch))
+            .copied()
+            .unwrap_or(0)
+            .max(since);
+        if self.now_ms.saturating_sub(heard) <= SESSION_TIMEOUT_MS {
+            return Err(self.violation(format!(
+                "controller {node} fenced broker {broker} (epoch {epoch}) {} ms after hearing from it, within the {SESSION_TIMEOUT_MS} ms session",
+                self.now_ms - heard
+            )));
+        }
+        self.report.fences += 1;
+        Ok(())
+    }
+
+    /// Takes every ready of `node`'s controller: persists, checks, sends.
+    fn drain(&mut self, node: usize) -> Checked {
+        loop {
+            let Some(controller) = self.nodes[node].controller.as_mut() else {
+                return Ok(());
+            };
+            let output = match controller.ready() {
+                Ok(Some(output)) => output,
+                Ok(None) => return Ok(()),
+                Err(error) => return Err(self.violation(format!("node {node}: {error}"))),
+            };
+            self.persist(node, &output);
+            self.check_applied(node, &output)?;
+            self.answer_registrations(node, &output);
+            for message in output.messages {
+                let to = node_of(message.to).0 as usize;
+                self.send(node, to, Payload::Raft(Box::new(message)));
+            }
+            self.note_leadership(node);
+        }
+    }
+
+    fn persist(&mut self, node: usize, output: &Output) {
+        let forget_vote = self.config.bug == Some(Bug::ForgetVote);
+        let disk = &mut self.nodes[node].disk;
+        if let Some(snapshot) = &output.persist.snapshot {
+            disk.snapshot = snapshot.clone();
+            let index = snapshot.get_metadata().index;
+            disk.entries.retain(|entry| entry.index > index);
+            self.report.snapshots += 1;
+        }
+        if let Some(head) = output.persist.entries.first() {
+            disk.entries.retain(|entry| entry.index < head.index);
+            disk.entries.extend(output.persist.entries.iter().cloned());
+        }
+        if let Some(hard_state) = &output.persist.hard_state {
+            let mut written = hard_state.clone();
+            if forget_vote {
+                written.vote = 0;
+            }
+            disk.hard_state = written;
+        }
+    }
+
+    fn check_applied(&mut self, node: usize, output: &Output) -> Checked {
+        for applied in &output.applied {
+            match self.committed.get(&applied.index) {
+                Some(known) if *known != (applied.term, applied.digest) => {
+                    return Err(self.violation(format!(
+                        "node {node} applied entry {} of term {} that differs from the one committed before (term {})",
+                        applied.index, applied.term, known.0
+                    )));
+                }
+                Some(_) => {}
+                None => {
+                    self.committed
+                        .insert(applied.index, (applied.term, applied.digest));
+                    self.report.committed += 1;
+                }
+            }
+        }
+        if !output.applied.is_empty() {
+            let image = self.nodes[node]
+                .controller
+                .as_ref()
+                .expect("running")
+                .image()
+                .clone();
+            self.check_digest(node, &image)?;
+        }
+        Ok(())
+    }
+
+    fn check_digest(&mut self, node: usize, image: &ClusterImage) -> Checked {
+        let digest = image.digest();
+        match self.digests.get(&image.offset) {
+            Some(known) if *known != digest => Err(self.violation(format!(
+                "node {node}'s image at offset {} differs from another node's",
+                image.offset
+            ))),
+            Some(_) => Ok(()),
+            None => {
+                self.digests.insert(image.offset, digest);
+                Ok(())
+            }
+        }
+    }
+
+    fn check_leaders(&mut self) -> Checked {
+        for node in &self.nodes {
+            let Some(controller) = &node.controller else {
+                continue;
+            };
+            if !controller.is_leader() {
+                continue;
+            }
+            let term = controller.term();
+            match self.leaders.get(&term) {
+                Some(leader) if *leader != node.id => {
+                    return Err(Violation {
+                        seed: self.config.seed,
+                        at_ms: self.now_ms,
+                        what: format!("two leaders in term {term}: {leader} and {}", node.id),
+                    });
+                }
+                Some(_) => {}
+                None => {
+                    self.leaders.insert(term, node.id);
+                    self.report.terms += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn answer_registrations(&mut self, node: usize, output: &Output) {
+        let mut answers = Vec::new();
+        let state = &mut self.nodes[node];
+        for applied in &output.applied {
+            state.waiting.retain(|(index, term, broker)| {
+                if *index != applied.index {
+                    return true;
+                }
+                let result = if *term == applied.term {
+                    Ok(*index as i64)
+                } else {
+                    Err(ErrorCode::NOT_CONTROLLER)
+                };
+                answers.push((*broker, result));
+                false
+            });
+        }
+        for (broker, result) in answers {
+            self.send(node, broker, Payload::Registered(result, None));
+        }
+    }
+
+    fn send(&mut self, from: usize, to: usize, payload: Payload) {
+        if let Some(side) = &self.partition {
+            if side.contains(&from) != side.contains(&to) {
+                return;
+            }
+        }
+        let faults = self.faults;
+        if faults && self.rng.gen_bool(0.02) {
+            return;
+        }
+        let incarnation = self.nodes[to].incarnation;
+        let copies = if faults && self.rng.gen_bool(0.02) {
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let delay = match self.rng.gen_range(0..100) {
+                0..=89 => self.rng.gen_range(1..5),
+                _ if faults => self.rng.gen_range(5..300),
+                _ => self.rng.gen_range(5..20),
+            };
+            self.schedule(
+                delay,
+                Event::Deliver {
+                    from,
+                    to,
+                    incarnation,
+                    payload: payload.clone(),
+                },
+            );
+        }
+    }
+
+    fn deliver(&mut self, from: usize, to: usize, payload: Payload) -> Checked {
+        match payload {
+            Payload::Raft(message) => {
+                let Some(controller) = self.nodes[to].controller.as_mut() else {
+                    return Ok(());
+                };
+                if let Err(error) = controller.step(*message) {
+                    // raft-rs refuses some stale messages; that is not a fault.
+                    if !matches!(error, QuorumError::Raft(_)) {
+                        return Err(self.violation(format!("node {to}: {error}")));
+                    }
+                }
+                self.drain(to)
+            }
+            Payload::Register(registration) => self.on_register(from, to, registration),
+            Payload::Heartbeat { epoch, applied } => self.on_heartbeat(from, to, epoch, applied),
+            Payload::Fetch { offset } => {
+                if let Some(controller) = &self.nodes[to].controller {
+                    let catchup = controller.committed_since(offset, CATCHUP_ENTRIES_MAX);
+                    self.send(to, from, Payload::Fetched(Box::new(catchup)));
+                }
+                Ok(())
+            }
+            Payload::Fetched(catchup) => self.on_fetched(to, &catchup),
+            Payload::Registered(result, hint) => {
+                let state = &mut self.nodes[to];
+                match result {
+                    Ok(epoch) => {
+                        state.controller_hint = Some(BrokerId(from as i32));
+                        if state.epoch.is_none() {
+                            state.epoch = Some(epoch);
+                        }
+                    }
+                    Err(_) => state.controller_hint = hint,
+                }
+                Ok(())
+            }
+            Payload::HeartbeatAnswer(error, hint) => {
+                let state = &mut self.nodes[to];
+                if error == ErrorCode::STALE_BROKER_EPOCH
+                    || error == ErrorCode::BROKER_ID_NOT_REGISTERED
+                {
+                    state.epoch = None;
+                } else if error.is_error() {
+                    state.controller_hint = hint;
+                } else {
+                    state.controller_hint = Some(BrokerId(from as i32));
+                }
+                Ok(())
+            }
+            Payload::CreateTopic(name) => self.on_create_topic(to, name),
+        }
+    }
+
+    fn registration(&self, node: usize) -> BrokerRegistration {
+        let mut incarnation = [0u8; 16];
+        incarnation[..8].copy_from_slice(&(node as u64).to_be_bytes());
+        incarnation[8..].copy_from_slice(&self.nodes[node].incarnation.to_be_bytes());
+        BrokerRegistration {
+            id: BrokerId(node as i32),
+            incarnation,
+            listeners: vec![Endpoint {
+                name: "PLAINTEXT".into(),
+                host: format!("127.0.0.{}", node + 1),
+                port: 9092,
+            }],
+            rack: None,
+        }
+    }
+
+    /// The broker side: register until registered, then heartbeat; fetch
+    /// the metadata log all along.
+    fn broker_timer(&mut self, node: usize) {
+        let target = self.nodes[node]
+            .controller_hint
+            .map(|hint| hint.0 as usize)
+            .unwrap_or_else(|| self.rng.gen_range(0..self.config.voters));
+        let payload = match self.nodes[node].epoch {
+            None => Payload::Register(self.registration(node)),
+            Some(epoch) => Payload::Heartbeat {
+                epoch,
+                applied: self.nodes[node].image.offset,
+            },
+        };
+        self.send(node, target, payload);
+        let fetch_from = self.rng.gen_range(0..self.config.voters);
+        let offset = self.nodes[node].image.offset;
+        self.send(node, fetch_from, Payload::Fetch { offset });
+        let interval = if self.nodes[node].epoch.is_some() {
+            HEARTBEAT_INTERVAL_MS / 4
+        } else {
+            300
+        };
+        self.schedule(interval, Event::BrokerTimer(node));
+        // Forget the hint now and then, as a client's metadata refresh does.
+        if self.rng.gen_bool(0.1) {
+            self.nodes[node].controller_hint = None;
+        }
+    }
+
+    fn leader_hint(&self, node: usize) -> Option<BrokerId> {
+        self.nodes[node]
+            .controller
+            .as_ref()
+            .and_then(ControllerNode::leader)
+    }
+
+    fn on_register(&mut self, from: usize, to: usize, registration: BrokerRegistration) -> Checked {
+        let now = self.now_ms;
+        let hint = self.leader_hint(to);
+        let Some(controller) = self.nodes[to].controller.as_mut() else {
+            return Ok(());
+        };
+        let broker = registration.id;
+        let answer = match controller.register(registration, now) {
+            Err(_) => Some(Err(ErrorCode::NOT_CONTROLLER)),
+            Ok(Err(refusal)) => Some(Err(refusal.error)),
+            Ok(Ok(Registered::Already { epoch })) => Some(Ok(epoch)),
+            Ok(Ok(Registered::Proposed(proposal))) => {
+                self.nodes[to]
+                    .waiting
+                    .push((proposal.index, proposal.term, from));
+                self.nodes[to]
+                    .heard
+                    .insert((broker, proposal.index as i64), now);
+                None
+            }
+        };
+        if let Some(answer) = answer {
+            self.send(to, from, Payload::Registered(answer, hint));
+        }
+        self.note_leadership(to);
+        self.drain(to)
+    }
+
+    fn on_heartbeat(&mut self, from: usize, to: usize, epoch: i64, applied: u64) -> Checked {
+        let now = self.now_ms;
+        let hint = self.leader_hint(to);
+        let Some(controller) = self.nodes[to].controller.as_mut() else {
+            return Ok(());
+        };
+        let answer = match controller.heartbeat(BrokerId(from as i32), epoch, applied, now) {
+            Err(_) => ErrorCode::NOT_CONTROLLER,
+            Ok(outcome) => outcome.error,
+        };
+        self.note_leadership(to);
+        if answer == ErrorCode::NONE {
+            self.nodes[to]
+                .heard
+                .insert((BrokerId(from as i32), epoch), now);
+        }
+        self.send(to, from, Payload::HeartbeatAnswer(answer, hint));
+        self.drain(to)
+    }
+
+    fn on_fetched(&mut self, node: usize, catchup: &Catchup) -> Checked {
+        let mut image = self.nodes[node].image.clone();
+        let before = image.offset;
+        match apply_catchup(&mut image, catchup) {
+            Ok(()) => {}
+            // A stale answer (to a request sent before a restart, or
+            // overtaken by a later one) is dropped.
+            Err(QuorumError::NotNext { .. }) => return Ok(()),
+            Err(error) => {
+                return Err(self.violation(format!("broker {node} cannot apply the log: {error}")));
+            }
+        }
+        if image.offset != before {
+            self.check_digest(node, &image)?;
+        }
+        self.nodes[node].image = image;
+        Ok(())
+    }
+
+    fn create_topic(&mut self) {
+        self.topics_asked += 1;
+        let name = format!("topic-{}", self.topics_asked);
+        // The admin client lives on the last node's machine and goes where
+        // its broker last heard the controller is.
+        let from = self.nodes.len() - 1;
+        let target = match self.nodes[from].controller_hint {
+            Some(hint) => hint.0 as usize,
+            None => self.rng.gen_range(0..self.config.voters),
+        };
+        self.send(from, target, Payload::CreateTopic(name));
+        let next = self.rng.gen_range(200..1_500);
+        self.schedule(next, Event::CreateTopic);
+    }
+
+    fn on_create_topic(&mut self, to: usize, name: String) -> Checked {
+        let Some(controller) = self.nodes[to].controller.as_mut() else {
+            return Ok(());
+        };
+        let live = controller.image().live_brokers().count().max(1);
+        let replication_factor = (self.topics_asked as usize % 3 + 1).min(live) as i16;
+        let request = TopicRequest {
+            name,
+            partitions: (self.topics_asked % 4 + 1) as i32,
+            replication_factor,
+            configs: BTreeMap::new(),
+        };
+        // The id is the request's own: a duplicated request carries it too.
+        let number: u64 = request.name["topic-".len()..].parse().unwrap_or(0);
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&number.to_be_bytes());
+        id[8..].copy_from_slice(&self.config.seed.to_be_bytes());
+        let defaults = TopicDefaults {
+            partitions: 1,
+            replication_factor: 1,
+        };
+        if let Ok(Ok(_)) =
+            controller.propose_with(|image| create_topic(image, &request, defaults, TopicId(id)))
+        {
+            self.report.topics += 1;
+        }
+        self.drain(to)
+    }
+
+    fn inject_fault(&mut self) {
+        let nodes = self.nodes.len();
+        let fault = match self.rng.gen_range(0..4) {
+            0 => {
+                let node = self.rng.gen_range(0..nodes);
+                let down = self.rng.gen_range(200..6_000);
+                self.schedule(down, Event::Restart(node));
+                Event::Crash(node)
+            }
+            1 => {
+                let node = self.rng.gen_range(0..nodes);
+                let stopped = self.rng.gen_range(200..12_000);
+                Event::Pause(node, stopped)
+            }
+            2 => {
+                let side: Vec<usize> = (0..nodes).filter(|_| self.rng.gen_bool(0.5)).collect();
+                let lasting = self.rng.gen_range(200..5_000);
+                Event::Partition(side, lasting)
+            }
+            _ => Event::Heal,
+        };
+        self.schedule(0, fault);
+        let next = self.rng.gen_range(300..2_500);
+        self.schedule(next, Event::Fault);
+    }
+
+    fn heal_everything(&mut self) {
+        self.faults = false;
+        self.partition = None;
+        // Drop the pending faults and topic requests; restart and resume all.
+        let pending: Vec<u64> = self
+            .events
+            .iter()
+            .filter(|(_, event)| {
+                matches!(
+                    event,
+                    Event::Crash(_)
+                        | Event::Pause(..)
+                        | Event::Partition(..)
+                        | Event::CreateTopic
+                        | Event::Fault
+                )
+            })
+            .map(|(sequence, _)| *sequence)
+            .collect();
+        for sequence in pending {
+            self.events.remove(&sequence);
+        }
+        self.queue
+            .retain(|Reverse((_, sequence))| self.events.contains_key(sequence));
+        for node in 0..self.nodes.len() {
+            if !self.nodes[node].up {
+                self.schedule(0, Event::Restart(node));
+            }
+            if self.nodes[node].paused {
+                self.schedule(0, Event::Resume(node));
+            }
+        }
+    }
+
+    fn active_controller(&self) -> Result<usize, Violation> {
+        let leaders: Vec<usize> = (0..self.config.voters)
+            .filter(|node| {
+                self.nodes[*node]
+                    .controller
+                    .as_ref()
+                    .is_some_and(ControllerNode::is_leader)
+            })
+            .collect();
+        match leaders.as_slice() {
+            [leader] => Ok(*leader),
+            _ => Err(self.violation(format!(
+                "after healing, {} active controllers",
+                leaders.len()
+            ))),
+        }
+    }
+
+    fn check_settled(&self) -> Checked {
+        let leader = self.active_controller()?;
+        let image = self.nodes[leader]
+            .controller
+            .as_ref()
+            .expect("leader runs")
+            .image();
+        for (index, node) in self.nodes.iter().enumerate() {
+            if node.image.digest() != image.digest() {
+                return Err(self.violation(format!(
+                    "after healing, broker {index} holds offset {} and the controller {}",
+                    node.image.offset, image.offset
+                )));
+            }
+            let registered = image.brokers.get(&node.id);
+            if registered.is_none_or(|broker| broker.fenced || Some(broker.epoch) != node.epoch) {
+                return Err(self.violation(format!(
+                    "after healing, broker {index} is not registered and unfenced"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the last broker past its session: it must be fenced; resumed,
+    /// it must be unfenced.
+    fn check_fencing_end_to_end(&mut self) -> Checked {
+        let node = self.nodes.len() - 1;
+        let start = self.now_ms;
+        self.schedule(0, Event::Pause(node, SESSION_TIMEOUT_MS + 4_000));
+        self.run_until(start + SESSION_TIMEOUT_MS + 3_000)?;
+        let leader = self.active_controller()?;
+        let fenced = |sim: &Simulation| {
+            let image = sim.nodes[leader]
+                .controller
+                .as_ref()
+                .expect("leader runs")
+                .image();
+            image
+                .brokers
+                .get(&BrokerId(node as i32))
+                .is_none_or(|broker| broker.fenced)
+        };
+        if !fenced(self) {
+            return Err(self.violation(format!(
+                "broker {node}, stopped past its session, is not fenced"
+            )));
+        }
+        self.run_until(start + SESSION_TIMEOUT_MS + 12_000)?;
+        if fenced(self) {
+            return Err(self.violation(format!("broker {node}, back for 8 s, is still fenced")));
+        }
+        Ok(())
+    }
+}
+
+/// Runs seeds `first ..< first + count`; the first violation stops the
+/// sweep and says which seed reproduces it.
+pub fn sweep(
+    first: u64,
+    count: u64,
+    configure: impl Fn(&mut SimConfig),
+) -> Result<Vec<Report>, Violation> {
+    (first..first + count)
+        .map(|seed| {
+            let mut config = SimConfig::new(seed);
+            configure(&mut config);
+            Simulation::new(config).run()
+        })
+        .collect()
+}
