@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::cluster::node_config::{self, ClusterSettings};
 use crate::cluster::topic_config::by_broker_name;
 use crate::group::state::GroupSettings;
 use crate::log::compaction::CleanerSettings;
@@ -56,6 +57,9 @@ pub struct BrokerConfig {
     pub offsets_commit_timeout_ms: u64,
     /// The transaction coordinator's `transaction.*` settings.
     pub transactions: TransactionConfig,
+    /// The node's place in a cluster (`controller.quorum.voters` and the
+    /// KRaft settings around it); `None` for the one-node cluster.
+    pub cluster: Option<ClusterSettings>,
     /// Settings Brook does not know; the caller logs them (as Kafka does).
     pub unknown: Vec<String>,
     /// Every setting as given (file, then `--set`), known or not: what
@@ -75,6 +79,7 @@ impl Default for BrokerConfig {
             retention_check_interval_ms: 300_000,
             checkpoint_interval_ms: CHECKPOINT_INTERVAL_MS_DEFAULT,
             log_defaults: LogConfig::default(),
+            cluster: None,
             cleaner: CleanerSettings::default(),
             groups: GroupSettings::default(),
             offsets_topic_partitions: 50,
@@ -250,6 +255,7 @@ impl BrokerConfig {
                 "log.retention.hours" => retention.2 = Some(number()?),
                 "log.roll.ms" => roll.0 = Some(number()?),
                 "log.roll.hours" => roll.1 = Some(number()?),
+                known if node_config::SETTINGS.contains(&known) => {}
                 broker => match by_broker_name(broker) {
                     Some(name) => topic_level.push((name.topic, value.as_str())),
                     None => config.unknown.push(key.clone()),
@@ -292,6 +298,10 @@ impl BrokerConfig {
             log_settings.push(("segment.ms", ms));
         }
         config.log_defaults = LogConfig::default().with_overrides(log_settings)?;
+        config.cluster = ClusterSettings::parse(&config.given)?;
+        if let Some(cluster) = &config.cluster {
+            config.broker_id = cluster.node.0;
+        }
         Ok(config)
     }
 }
@@ -303,14 +313,14 @@ mod tests {
     #[test]
     fn kafka_properties_set_broker_and_topic_defaults() {
         let text = "# a comment\nnum.partitions=8\nauto.create.topics.enable = false\nlog.segment.bytes: 1048576\n\
-                    log.retention.hours=1\nmessage.max.bytes=2000000\nlisteners=PLAINTEXT://:9092\n";
+                    log.retention.hours=1\nmessage.max.bytes=2000000\nzookeeper.connect=localhost:2181\n";
         let config = BrokerConfig::from_properties(&parse_properties(text)).unwrap();
         assert_eq!(config.num_partitions, 8);
         assert!(!config.auto_create_topics_enable);
         assert_eq!(config.log_defaults.segment_bytes, 1 << 20);
         assert_eq!(config.log_defaults.retention_ms, Some(3_600_000));
         assert_eq!(config.log_defaults.max_message_bytes, 2_000_000);
-        assert_eq!(config.unknown, vec!["listeners".to_owned()]);
+        assert_eq!(config.unknown, vec!["zookeeper.connect".to_owned()]);
     }
 
     #[test]

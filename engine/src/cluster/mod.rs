@@ -10,6 +10,8 @@ pub mod cluster_image;
 pub mod controller;
 pub mod describe;
 pub mod image;
+pub mod node_config;
+pub mod peer_wire;
 pub mod placement;
 pub mod producer_ids;
 pub mod quorum;

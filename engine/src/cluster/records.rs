@@ -275,7 +275,7 @@ fn decode_record(reader: &mut Reader<'_>) -> Result<MetadataRecord, RecordError>
     Ok(record)
 }
 
-fn put_registration(out: &mut Vec<u8>, registration: &BrokerRegistration) {
+pub(crate) fn put_registration(out: &mut Vec<u8>, registration: &BrokerRegistration) {
     out.put_i32(registration.id.0);
     out.put_slice(&registration.incarnation);
     out.put_u32(registration.listeners.len() as u32);
@@ -293,7 +293,7 @@ fn put_registration(out: &mut Vec<u8>, registration: &BrokerRegistration) {
     }
 }
 
-fn put_string(out: &mut Vec<u8>, text: &str) {
+pub(crate) fn put_string(out: &mut Vec<u8>, text: &str) {
     // Names, hosts and config values are far below 64 KiB; the controller
     // refuses longer ones before they become records.
     let bytes = &text.as_bytes()[..text.len().min(usize::from(u16::MAX))];
@@ -308,13 +308,20 @@ fn put_brokers(out: &mut Vec<u8>, brokers: &[BrokerId]) {
     }
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
+pub(crate) struct Reader<'a> {
+    pub(crate) bytes: &'a [u8],
     total: usize,
 }
 
-impl Reader<'_> {
-    fn need(&self, count: usize) -> Result<(), RecordError> {
+impl<'a> Reader<'a> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Reader<'a> {
+        Reader {
+            bytes,
+            total: bytes.len(),
+        }
+    }
+
+    pub(crate) fn need(&self, count: usize) -> Result<(), RecordError> {
         if self.bytes.len() < count {
             return Err(RecordError::Truncated {
                 at: self.total - self.bytes.len(),
@@ -323,29 +330,29 @@ impl Reader<'_> {
         Ok(())
     }
 
-    fn u8(&mut self) -> Result<u8, RecordError> {
+    pub(crate) fn u8(&mut self) -> Result<u8, RecordError> {
         self.need(1)?;
         Ok(self.bytes.get_u8())
     }
 
-    fn u16(&mut self) -> Result<u16, RecordError> {
+    pub(crate) fn u16(&mut self) -> Result<u16, RecordError> {
         self.need(2)?;
         Ok(self.bytes.get_u16())
     }
 
-    fn i32(&mut self) -> Result<i32, RecordError> {
+    pub(crate) fn i32(&mut self) -> Result<i32, RecordError> {
         self.need(4)?;
         Ok(self.bytes.get_i32())
     }
 
-    fn i64(&mut self) -> Result<i64, RecordError> {
+    pub(crate) fn i64(&mut self) -> Result<i64, RecordError> {
         self.need(8)?;
         Ok(self.bytes.get_i64())
     }
 
     /// A list count, refused if its items (at least `item_bytes` each) could
     /// not fit in what is left.
-    fn count(&mut self, item_bytes: usize) -> Result<usize, RecordError> {
+    pub(crate) fn count(&mut self, item_bytes: usize) -> Result<usize, RecordError> {
         self.need(4)?;
         let count = self.bytes.get_u32() as usize;
         if count.saturating_mul(item_bytes) > self.bytes.len() {
@@ -357,7 +364,7 @@ impl Reader<'_> {
         Ok(count)
     }
 
-    fn string(&mut self) -> Result<String, RecordError> {
+    pub(crate) fn string(&mut self) -> Result<String, RecordError> {
         let length = usize::from(self.u16()?);
         self.need(length)?;
         let text = std::str::from_utf8(&self.bytes[..length]).map_err(|_| RecordError::Utf8)?;
@@ -365,19 +372,19 @@ impl Reader<'_> {
         Ok(text.to_owned())
     }
 
-    fn topic_id(&mut self) -> Result<TopicId, RecordError> {
+    pub(crate) fn topic_id(&mut self) -> Result<TopicId, RecordError> {
         self.need(16)?;
         let mut id = [0u8; 16];
         self.bytes.copy_to_slice(&mut id);
         Ok(TopicId(id))
     }
 
-    fn brokers(&mut self) -> Result<Vec<BrokerId>, RecordError> {
+    pub(crate) fn brokers(&mut self) -> Result<Vec<BrokerId>, RecordError> {
         let count = self.count(4)?;
         (0..count).map(|_| self.i32().map(BrokerId)).collect()
     }
 
-    fn registration(&mut self) -> Result<BrokerRegistration, RecordError> {
+    pub(crate) fn registration(&mut self) -> Result<BrokerRegistration, RecordError> {
         let id = BrokerId(self.i32()?);
         let incarnation = self.topic_id()?.0;
         let count = self.count(5)?;

@@ -347,6 +347,8 @@ pub enum ConfigError {
         value: String,
         reason: &'static str,
     },
+    #[error("{0}")]
+    Cluster(#[from] crate::cluster::node_config::ClusterConfigError),
 }
 
 /// The smallest `segment.bytes` Kafka accepts (`LegacyRecord.RECORD_OVERHEAD_V0` + 1 byte

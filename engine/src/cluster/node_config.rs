@@ -1,0 +1,529 @@
+//! A node's place in a cluster, from Kafka's KRaft settings: `node.id`,
+//! `process.roles`, `controller.quorum.voters`, `listeners`,
+//! `advertised.listeners`, `controller.listener.names`,
+//! `inter.broker.listener.name`, `broker.rack`,
+//! `broker.heartbeat.interval.ms`, `broker.session.timeout.ms`, and
+//! `cluster.id` (Brook's: Kafka writes it with `kafka-storage format`).
+//!
+//! Without `controller.quorum.voters` a node is the one-node cluster it
+//! has always been, needing no configuration ([`ClusterSettings::parse`]
+//! returns `None`). With it, the rules are Kafka's (`KafkaConfig`'s
+//! validation), with its messages where it has one.
+
+use std::collections::BTreeMap;
+
+use thiserror::Error;
+
+use crate::cluster::controller::{
+    BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT, BROKER_SESSION_TIMEOUT_MS_DEFAULT,
+};
+use crate::types::BrokerId;
+
+/// The settings this module reads (so the broker does not call them unknown).
+pub const SETTINGS: &[&str] = &[
+    "process.roles",
+    "controller.quorum.voters",
+    "controller.quorum.bootstrap.servers",
+    "listeners",
+    "advertised.listeners",
+    "controller.listener.names",
+    "inter.broker.listener.name",
+    "listener.security.protocol.map",
+    "broker.rack",
+    "broker.heartbeat.interval.ms",
+    "broker.session.timeout.ms",
+    "cluster.id",
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Roles {
+    Broker,
+    Controller,
+    BrokerAndController,
+}
+
+impl Roles {
+    pub fn is_controller(self) -> bool {
+        self != Roles::Broker
+    }
+
+    pub fn is_broker(self) -> bool {
+        self != Roles::Controller
+    }
+}
+
+/// A controller voter: `id@host:port`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Voter {
+    pub id: BrokerId,
+    pub host: String,
+    pub port: u16,
+}
+
+/// One entry of `listeners` / `advertised.listeners`: `NAME://host:port`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listener {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterSettings {
+    pub node: BrokerId,
+    pub roles: Roles,
+    pub voters: Vec<Voter>,
+    pub listeners: Vec<Listener>,
+    /// What this node tells others to dial, by listener name.
+    pub advertised: Vec<Listener>,
+    /// The first of `controller.listener.names` (CONTROLLER).
+    pub controller_listener: String,
+    /// `inter.broker.listener.name` (PLAINTEXT).
+    pub inter_broker_listener: String,
+    pub rack: Option<String>,
+    pub heartbeat_interval_ms: u64,
+    pub session_timeout_ms: u64,
+    /// Shared by every node: `cluster.id`, or derived from the voters, so a
+    /// cluster started with the same `controller.quorum.voters` everywhere
+    /// agrees with no more configuration.
+    pub cluster_id: String,
+}
+
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum ClusterConfigError {
+    #[error("invalid {name} {value:?}: {reason}")]
+    Invalid {
+        name: &'static str,
+        value: String,
+        reason: String,
+    },
+}
+
+fn invalid(name: &'static str, value: &str, reason: impl Into<String>) -> ClusterConfigError {
+    ClusterConfigError::Invalid {
+        name,
+        value: value.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+impl ClusterSettings {
+    /// Reads the settings as given (file, then `--set`); `None` when this is
+    /// a one-node cluster (no `controller.quorum.voters`).
+    pub fn parse(
+        given: &BTreeMap<String, String>,
+    ) -> Result<Option<ClusterSettings>, ClusterConfigError> {
+        let Some(voters_text) = given.get("controller.quorum.voters") else {
+            if let Some(bootstrap) = given.get("controller.quorum.bootstrap.servers") {
+                return Err(invalid(
+                    "controller.quorum.bootstrap.servers",
+                    bootstrap,
+                    "Brook's quorum is static: set controller.quorum.voters (id@host:port,…) on every node",
+                ));
+            }
+            return Ok(None);
+        };
+        let voters = parse_voters(voters_text)?;
+        let node_text = given
+            .get("node.id")
+            .or_else(|| given.get("broker.id"))
+            .ok_or_else(|| invalid("node.id", "", "a cluster node needs node.id"))?;
+        let node = node_text
+            .parse::<i32>()
+            .ok()
+            .filter(|id| *id >= 0)
+            .map(BrokerId)
+            .ok_or_else(|| invalid("node.id", node_text, "must be an integer of at least 0"))?;
+        let is_voter = voters.iter().any(|voter| voter.id == node);
+        let roles = match given.get("process.roles").map(String::as_str) {
+            None if is_voter => Roles::BrokerAndController,
+            None => Roles::Broker,
+            Some(text) => parse_roles(text)?,
+        };
+        if roles.is_controller() && !is_voter {
+            return Err(invalid(
+                "controller.quorum.voters",
+                voters_text,
+                format!(
+                    "If process.roles contains the 'controller' role, the node id {node} must be included in the set of voters"
+                ),
+            ));
+        }
+        if roles == Roles::Broker && is_voter {
+            return Err(invalid(
+                "controller.quorum.voters",
+                voters_text,
+                format!(
+                    "If process.roles contains just the 'broker' role, the node id {node} must not be included in the set of voters"
+                ),
+            ));
+        }
+        let controller_listener = given
+            .get("controller.listener.names")
+            .map(|names| {
+                names
+                    .split(',')
+                    .next()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_owned()
+            })
+            .unwrap_or_else(|| "CONTROLLER".to_owned());
+        let inter_broker_listener = given
+            .get("inter.broker.listener.name")
+            .cloned()
+            .unwrap_or_else(|| "PLAINTEXT".to_owned());
+        let listeners = match given.get("listeners") {
+            Some(text) => parse_listeners("listeners", text)?,
+            None => Vec::new(),
+        };
+        let advertised = match given.get("advertised.listeners") {
+            Some(text) => parse_listeners("advertised.listeners", text)?,
+            None => listeners.clone(),
+        };
+        let voter = voters.iter().find(|voter| voter.id == node).cloned();
+        let settings = ClusterSettings {
+            node,
+            roles,
+            rack: given.get("broker.rack").cloned(),
+            heartbeat_interval_ms: milliseconds(
+                given,
+                "broker.heartbeat.interval.ms",
+                BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT,
+            )?,
+            session_timeout_ms: milliseconds(
+                given,
+                "broker.session.timeout.ms",
+                BROKER_SESSION_TIMEOUT_MS_DEFAULT,
+            )?,
+            cluster_id: given
+                .get("cluster.id")
+                .cloned()
+                .unwrap_or_else(|| derived_cluster_id(&voters)),
+            voters,
+            listeners,
+            advertised,
+            controller_listener,
+            inter_broker_listener,
+        };
+        if let Some(voter) = voter {
+            // A voter listens where the others dial it.
+            let listener = settings.listener(&settings.controller_listener);
+            if listener.is_none_or(|listener| listener.port != voter.port) {
+                return Err(invalid(
+                    "listeners",
+                    given.get("listeners").map_or("", String::as_str),
+                    format!(
+                        "node {node} is voter {}@{}:{}, so listeners must include {}://…:{}",
+                        voter.id, voter.host, voter.port, settings.controller_listener, voter.port
+                    ),
+                ));
+            }
+        }
+        if settings.heartbeat_interval_ms >= settings.session_timeout_ms {
+            return Err(invalid(
+                "broker.heartbeat.interval.ms",
+                &settings.heartbeat_interval_ms.to_string(),
+                "must be less than broker.session.timeout.ms",
+            ));
+        }
+        Ok(Some(settings))
+    }
+
+    pub fn listener(&self, name: &str) -> Option<&Listener> {
+        self.listeners.iter().find(|listener| listener.name == name)
+    }
+
+    /// Where this node serves Kafka clients: the first listener that is not
+    /// the controller's.
+    pub fn client_listener(&self) -> Option<&Listener> {
+        self.listeners
+            .iter()
+            .find(|listener| listener.name != self.controller_listener)
+    }
+
+    pub fn voter(&self, id: BrokerId) -> Option<&Voter> {
+        self.voters.iter().find(|voter| voter.id == id)
+    }
+}
+
+fn milliseconds(
+    given: &BTreeMap<String, String>,
+    name: &'static str,
+    default: u64,
+) -> Result<u64, ClusterConfigError> {
+    match given.get(name) {
+        None => Ok(default),
+        Some(text) => text
+            .parse::<u64>()
+            .ok()
+            .filter(|ms| *ms > 0)
+            .ok_or_else(|| invalid(name, text, "must be a positive number of milliseconds")),
+    }
+}
+
+fn parse_roles(text: &str) -> Result<Roles, ClusterConfigError> {
+    let mut broker = false;
+    let mut controller = false;
+    for role in text.split(',').map(str::trim) {
+        match role {
+            "broker" if !broker => broker = true,
+            "controller" if !controller => controller = true,
+            _ => {
+                return Err(invalid(
+                    "process.roles",
+                    text,
+                    "must be broker, controller, or broker,controller",
+                ));
+            }
+        }
+    }
+    match (broker, controller) {
+        (true, true) => Ok(Roles::BrokerAndController),
+        (true, false) => Ok(Roles::Broker),
+        (false, true) => Ok(Roles::Controller),
+        (false, false) => Err(invalid("process.roles", text, "names no role")),
+    }
+}
+
+/// `controller.quorum.voters`: `id@host:port[,id@host:port…]`.
+pub fn parse_voters(text: &str) -> Result<Vec<Voter>, ClusterConfigError> {
+    let mut voters: Vec<Voter> = Vec::new();
+    for entry in text.split(',').map(str::trim) {
+        let bad = || {
+            invalid(
+                "controller.quorum.voters",
+                text,
+                format!("{entry:?} is not id@host:port"),
+            )
+        };
+        let (id, address) = entry.split_once('@').ok_or_else(bad)?;
+        let id = id
+            .parse::<i32>()
+            .ok()
+            .filter(|id| *id >= 0)
+            .ok_or_else(bad)?;
+        let (host, port) = split_host_port(address).ok_or_else(bad)?;
+        if voters.iter().any(|voter| voter.id.0 == id) {
+            return Err(invalid(
+                "controller.quorum.voters",
+                text,
+                format!("voter {id} is listed twice"),
+            ));
+        }
+        voters.push(Voter {
+            id: BrokerId(id),
+            host,
+            port,
+        });
+    }
+    Ok(voters)
+}
+
+/// `listeners`: `NAME://host:port[,…]` (an empty host is every address).
+pub fn parse_listeners(
+    name: &'static str,
+    text: &str,
+) -> Result<Vec<Listener>, ClusterConfigError> {
+    let mut listeners: Vec<Listener> = Vec::new();
+    for entry in text
+        .split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+    {
+        let bad = || invalid(name, text, format!("{entry:?} is not NAME://host:port"));
+        let (listener, address) = entry.split_once("://").ok_or_else(bad)?;
+        if listener.is_empty()
+            || !listener
+                .bytes()
+                .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_')
+        {
+            return Err(bad());
+        }
+        let (host, port) = split_host_port(address).ok_or_else(bad)?;
+        if listeners.iter().any(|known| known.name == listener) {
+            return Err(invalid(
+                name,
+                text,
+                format!("listener {listener} is listed twice"),
+            ));
+        }
+        listeners.push(Listener {
+            name: listener.to_owned(),
+            host,
+            port,
+        });
+    }
+    Ok(listeners)
+}
+
+fn split_host_port(address: &str) -> Option<(String, u16)> {
+    let (host, port) = address.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Some((host.to_owned(), port.parse().ok()?))
+}
+
+/// A 22-character cluster id (Kafka's are base64 of 16 bytes) derived
+/// from the voters, so nodes given the same voters agree.
+fn derived_cluster_id(voters: &[Voter]) -> String {
+    let text: Vec<String> = voters
+        .iter()
+        .map(|voter| format!("{}@{}:{}", voter.id, voter.host, voter.port))
+        .collect();
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    let mut bytes = Vec::with_capacity(16);
+    for round in 0..2u8 {
+        for byte in text.join(",").bytes().chain([round]) {
+            hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+        bytes.extend_from_slice(&hash.to_be_bytes());
+    }
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut id = String::with_capacity(22);
+    let mut bits = 0u32;
+    let mut pending = 0u32;
+    for byte in bytes {
+        pending = (pending << 8) | u32::from(byte);
+        bits += 8;
+        while bits >= 6 {
+            bits -= 6;
+            id.push(ALPHABET[((pending >> bits) & 63) as usize] as char);
+        }
+    }
+    if bits > 0 {
+        id.push(ALPHABET[((pending << (6 - bits)) & 63) as usize] as char);
+    }
+    id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn given(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+            .collect()
+    }
+
+    const VOTERS: &str = "0@127.0.0.1:9190,1@127.0.0.1:9191,2@127.0.0.1:9192";
+
+    #[test]
+    fn no_voters_is_the_one_node_cluster() {
+        assert_eq!(
+            ClusterSettings::parse(&given(&[("node.id", "3")])),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn a_combined_node_reads_kafkas_names() {
+        let settings = ClusterSettings::parse(&given(&[
+            ("node.id", "1"),
+            ("process.roles", "broker,controller"),
+            ("controller.quorum.voters", VOTERS),
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:9093,CONTROLLER://127.0.0.1:9191",
+            ),
+            ("broker.rack", "r1"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(settings.node, BrokerId(1));
+        assert_eq!(settings.roles, Roles::BrokerAndController);
+        assert_eq!(settings.voters.len(), 3);
+        assert_eq!(settings.client_listener().unwrap().port, 9093);
+        assert_eq!(settings.listener("CONTROLLER").unwrap().port, 9191);
+        assert_eq!(settings.rack.as_deref(), Some("r1"));
+        assert_eq!(settings.session_timeout_ms, 9_000);
+        assert_eq!(settings.heartbeat_interval_ms, 2_000);
+        assert_eq!(settings.cluster_id.len(), 22);
+        // The same voters give the same id on every node.
+        let other = ClusterSettings::parse(&given(&[
+            ("node.id", "5"),
+            ("controller.quorum.voters", VOTERS),
+            ("listeners", "PLAINTEXT://127.0.0.1:9099"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(other.roles, Roles::Broker);
+        assert_eq!(other.cluster_id, settings.cluster_id);
+    }
+
+    #[test]
+    fn malformed_settings_are_refused_with_a_reason() {
+        let refused = |pairs: &[(&str, &str)]| {
+            ClusterSettings::parse(&given(pairs))
+                .unwrap_err()
+                .to_string()
+        };
+        for voters in [
+            "1@host",
+            "x@h:1",
+            "1@h:port",
+            "1h:9",
+            "-1@h:9",
+            "1@h:9,1@h:10",
+            "",
+        ] {
+            let message = refused(&[("node.id", "1"), ("controller.quorum.voters", voters)]);
+            assert!(
+                message.contains("controller.quorum.voters"),
+                "{voters}: {message}"
+            );
+        }
+        assert!(refused(&[("controller.quorum.voters", VOTERS)]).contains("node.id"));
+        assert!(
+            refused(&[
+                ("node.id", "7"),
+                ("process.roles", "controller"),
+                ("controller.quorum.voters", VOTERS)
+            ])
+            .contains("must be included in the set of voters")
+        );
+        assert!(
+            refused(&[
+                ("node.id", "1"),
+                ("process.roles", "broker"),
+                ("controller.quorum.voters", VOTERS)
+            ])
+            .contains("must not be included")
+        );
+        assert!(
+            refused(&[
+                ("node.id", "1"),
+                ("process.roles", "brokr"),
+                ("controller.quorum.voters", VOTERS)
+            ])
+            .contains("process.roles")
+        );
+        // A voter without its controller listener could never be dialled.
+        assert!(
+            refused(&[
+                ("node.id", "1"),
+                ("controller.quorum.voters", VOTERS),
+                ("listeners", "PLAINTEXT://:9092")
+            ])
+            .contains("listeners must include CONTROLLER")
+        );
+        assert!(
+            refused(&[
+                ("node.id", "5"),
+                ("controller.quorum.voters", VOTERS),
+                ("listeners", "PLAINTEXT//:9092")
+            ])
+            .contains("not NAME://host:port")
+        );
+        assert!(
+            refused(&[
+                ("node.id", "5"),
+                ("controller.quorum.voters", VOTERS),
+                ("broker.heartbeat.interval.ms", "10000"),
+            ])
+            .contains("less than broker.session.timeout.ms")
+        );
+        assert!(refused(&[("controller.quorum.bootstrap.servers", "h:9")]).contains("static"));
+    }
+}
