@@ -2,6 +2,7 @@
 
 pub mod broker;
 pub mod clients;
+pub mod cluster;
 pub mod deliveries;
 pub mod groups;
 pub mod java;

@@ -80,20 +80,25 @@ pub fn exchange<Q: Encodable, R: Decodable>(
     version: i16,
     request: &Q,
 ) -> R {
+    try_exchange(stream, api_key, version, request)
+        .unwrap_or_else(|| panic!("{api_key:?} v{version}: no answer, or not a whole response"))
+}
+
+/// [`exchange`], with `None` when the broker does not answer (closed, timed
+/// out) or answers with something that is not a whole response.
+pub fn try_exchange<Q: Encodable, R: Decodable>(
+    stream: &mut TcpStream,
+    api_key: ApiKey,
+    version: i16,
+    request: &Q,
+) -> Option<R> {
     let correlation_id = i32::from(version);
     stream
         .write_all(&frame(api_key, version, correlation_id, request))
-        .unwrap();
-    let mut body = response(stream, api_key, version, correlation_id)
-        .unwrap_or_else(|| panic!("{api_key:?} v{version}: no answer"));
-    let response = R::decode(&mut body, version)
-        .unwrap_or_else(|error| panic!("{api_key:?} v{version} response: {error}"));
-    assert!(
-        body.is_empty(),
-        "{api_key:?} v{version}: {} bytes left over",
-        body.len()
-    );
-    response
+        .ok()?;
+    let mut body = response(stream, api_key, version, correlation_id)?;
+    let response = R::decode(&mut body, version).ok()?;
+    body.is_empty().then_some(response)
 }
 
 fn topic_name(name: &str) -> TopicName {

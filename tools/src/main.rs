@@ -4,6 +4,7 @@
 
 mod cli;
 mod consume;
+mod dev;
 mod group;
 mod log_dump;
 mod offsets;
@@ -50,6 +51,9 @@ enum Command {
     /// Read partition log files directly, with no broker.
     #[command(subcommand)]
     Log(LogCommand),
+    /// Developer conveniences: `brook dev cluster` starts a local cluster.
+    #[command(subcommand)]
+    Dev(dev::DevCommand),
     /// Create, list, describe, configure, grow and delete topics.
     Topic(topic::TopicArgs),
     /// Produce records read from stdin or a file, one per line.
@@ -118,6 +122,39 @@ struct ServeArgs {
     /// Single settings on top of the file, as key=value (repeatable).
     #[arg(short = 'X', long = "set", value_name = "KEY=VALUE")]
     settings: Vec<String>,
+    /// `node.id`: this node's id in a cluster.
+    #[arg(long)]
+    node_id: Option<i32>,
+    /// `controller.quorum.voters`: the controller quorum, id@host:port,…
+    /// (the same on every node; none: a one-node cluster).
+    #[arg(long, value_name = "ID@HOST:PORT,...")]
+    voters: Option<String>,
+    /// `listeners=CONTROLLER://ADDRESS`: where a voter hears its peers.
+    #[arg(long, value_name = "HOST:PORT")]
+    controller_listen: Option<String>,
+    /// `broker.rack`.
+    #[arg(long)]
+    rack: Option<String>,
+}
+
+impl ServeArgs {
+    /// The flags as the settings they stand for (`--set` overrides them).
+    fn flag_settings(&self) -> Vec<(String, String)> {
+        let mut settings = Vec::new();
+        if let Some(id) = self.node_id {
+            settings.push(("node.id".to_owned(), id.to_string()));
+        }
+        if let Some(voters) = &self.voters {
+            settings.push(("controller.quorum.voters".to_owned(), voters.clone()));
+        }
+        if let Some(address) = &self.controller_listen {
+            settings.push(("listeners".to_owned(), format!("CONTROLLER://{address}")));
+        }
+        if let Some(rack) = &self.rack {
+            settings.push(("broker.rack".to_owned(), rack.clone()));
+        }
+        settings
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -206,6 +243,7 @@ fn main() -> ExitCode {
         .init();
     match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Dev(command) => dev::run(command),
         Command::Bench(BenchCommand::Log(args)) => bench_log(args),
         Command::Bench(BenchCommand::Ceiling(args)) => bench_ceiling(args),
         Command::Bench(BenchCommand::Run(args)) => bench_run(args),
@@ -257,6 +295,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         },
         None => Vec::new(),
     };
+    settings.extend(args.flag_settings());
     settings.extend(
         args.settings
             .iter()

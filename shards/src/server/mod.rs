@@ -16,9 +16,10 @@ mod handlers;
 mod mesh;
 mod meta_properties;
 mod producer_ids;
+pub mod quorum;
 mod response;
 mod shard;
-mod signals;
+pub mod signals;
 mod transactions;
 
 use std::net::{SocketAddr, TcpListener};
@@ -81,8 +82,15 @@ pub fn run(
     let listen = resolve_port(options.listen)?;
     // Held until the process exits; another process then starts.
     let _exclusive = exclusive::claim(&options.data_dir, listen)?;
-    let cluster_id =
-        meta_properties::load_or_create_cluster_id(&options.data_dir, options.config.broker_id)?;
+    let cluster_id = meta_properties::load_or_create_cluster_id(
+        &options.data_dir,
+        options.config.broker_id,
+        options
+            .config
+            .cluster
+            .as_ref()
+            .map(|cluster| cluster.cluster_id.as_str()),
+    )?;
     let cpus = allowed_cpus();
     let shards = options
         .cores

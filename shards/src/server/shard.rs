@@ -24,6 +24,7 @@ use crate::server::context::ServerContext;
 use crate::server::groups::{GroupHost, run_timers};
 use crate::server::mesh::{MeshReceiver, ShardGone, job_with_reply};
 use crate::server::producer_ids::ProducerIds;
+use crate::server::quorum::ClusterView;
 use crate::server::transactions::{self, TxnHost};
 use crate::storage::{
     CLEANER_MAP_BYTES_MIN, CleanerSchedule, MaintenanceSchedule, PartitionLog, StorageError, Store,
@@ -49,6 +50,8 @@ pub struct Shard {
     /// Hands out producer ids; used on the controller shard only.
     pub producer_ids: ProducerIds,
     image: RefCell<Arc<MetadataImage>>,
+    /// The cluster as the metadata log says (cluster mode only).
+    cluster_view: RefCell<Option<Arc<ClusterView>>>,
     /// The fetch sessions (KIP-227) of this shard's connections.
     pub fetch_sessions: RefCell<FetchSessionCache>,
     /// Serialises metadata changes (used on the controller shard).
@@ -70,6 +73,14 @@ impl Shard {
 
     pub fn set_image(&self, image: Arc<MetadataImage>) {
         *self.image.borrow_mut() = image;
+    }
+
+    pub fn cluster_view(&self) -> Option<Arc<ClusterView>> {
+        self.cluster_view.borrow().clone()
+    }
+
+    pub fn set_cluster_view(&self, view: Arc<ClusterView>) {
+        *self.cluster_view.borrow_mut() = Some(view);
     }
 
     pub fn log(&self, topic_partition: &TopicPartition) -> Option<PartitionLog> {
@@ -223,6 +234,9 @@ pub async fn run_shard(
     glommio::spawn_local(run_jobs(shard.clone(), jobs)).detach();
     glommio::spawn_local(run_timers(shard.clone())).detach();
     glommio::spawn_local(transactions::run_timers(shard.clone())).detach();
+    if let (0, Some(settings)) = (id.0, shard.context.config.cluster.clone()) {
+        crate::server::quorum::start(shard.clone(), settings).await;
+    }
     // Dropped once sent: a shard that dies before it reports then shows as a
     // disconnect instead of leaving start-up waiting.
     let _ = ready.send(Ok(id));
@@ -263,6 +277,7 @@ async fn start(
         producer_ids: ProducerIds::default(),
         transactions: TxnHost::default(),
         image: RefCell::new(image.clone()),
+        cluster_view: RefCell::new(None),
         fetch_sessions,
         controller_lock: Semaphore::new(1),
         stopping: Cell::new(false),

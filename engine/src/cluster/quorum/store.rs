@@ -64,6 +64,13 @@ impl MetadataStore {
             .take_while(|(entry, expected)| entry.index == *expected)
             .map(|(entry, _)| entry);
         store.entries.extend(kept);
+        // The commit index is not always made durable (it is learnt again
+        // from the leader); raft-rs wants it within the log it is given.
+        let commit = store
+            .hard_state
+            .commit
+            .clamp(store.first() - 1, store.last());
+        store.hard_state.commit = commit;
         store
     }
 

@@ -76,11 +76,72 @@ pub(crate) fn uuid(id: TopicId) -> Uuid {
     Uuid::from_bytes(id.0)
 }
 
-fn broker(shard: &Shard) -> MetadataResponseBroker {
-    MetadataResponseBroker::default()
-        .with_node_id(BrokerId(shard.context.broker_id))
-        .with_host(text(&shard.context.advertised_host))
-        .with_port(i32::from(shard.context.advertised_port))
+/// A broker as clients are told of it.
+struct Advertised {
+    id: i32,
+    host: String,
+    port: u16,
+    rack: Option<String>,
+}
+
+/// The live (registered, unfenced) brokers of the cluster image; this
+/// broker alone in a one-node cluster, or before it has seen the image.
+fn advertised_brokers(shard: &Shard) -> Vec<Advertised> {
+    let this = || Advertised {
+        id: shard.context.broker_id,
+        host: shard.context.advertised_host.clone(),
+        port: shard.context.advertised_port,
+        rack: shard
+            .context
+            .config
+            .cluster
+            .as_ref()
+            .and_then(|cluster| cluster.rack.clone()),
+    };
+    let Some(view) = shard.cluster_view() else {
+        return vec![this()];
+    };
+    let live: Vec<Advertised> = view
+        .image
+        .live_brokers()
+        .filter_map(|broker| {
+            let endpoint = broker.registration.listeners.first()?;
+            Some(Advertised {
+                id: broker.registration.id.0,
+                host: endpoint.host.clone(),
+                port: endpoint.port,
+                rack: broker.registration.rack.clone(),
+            })
+        })
+        .collect();
+    if live.is_empty() { vec![this()] } else { live }
+}
+
+/// The active controller: this broker in a one-node cluster; in a cluster
+/// the one the broker side last reached (-1 while it knows none).
+fn controller_id(shard: &Shard) -> BrokerId {
+    match &shard.context.config.cluster {
+        None => BrokerId(shard.context.broker_id),
+        Some(_) => BrokerId(
+            shard
+                .cluster_view()
+                .and_then(|view| view.controller)
+                .map_or(-1, |controller| controller.0),
+        ),
+    }
+}
+
+fn metadata_brokers(shard: &Shard) -> Vec<MetadataResponseBroker> {
+    advertised_brokers(shard)
+        .into_iter()
+        .map(|broker| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(broker.id))
+                .with_host(text(&broker.host))
+                .with_port(i32::from(broker.port))
+                .with_rack(broker.rack.as_deref().map(text))
+        })
+        .collect()
 }
 
 /// Kafka's internal topics (`Topic.isInternal`).
@@ -186,9 +247,9 @@ pub async fn metadata(shard: &Rc<Shard>, request: &Request) -> Result<Response, 
             .collect(),
     };
     let response = MetadataResponse::default()
-        .with_brokers(vec![broker(shard)])
+        .with_brokers(metadata_brokers(shard))
         .with_cluster_id(Some(text(&shard.context.cluster_id)))
-        .with_controller_id(BrokerId(shard.context.broker_id))
+        .with_controller_id(controller_id(shard))
         .with_topics(topics)
         .with_cluster_authorized_operations(cluster_operations);
     encode(request, &response)
@@ -196,10 +257,16 @@ pub async fn metadata(shard: &Rc<Shard>, request: &Request) -> Result<Response, 
 
 pub fn describe_cluster(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
     let body: DescribeClusterRequest = request.decode_body()?;
-    let broker = DescribeClusterBroker::default()
-        .with_broker_id(BrokerId(shard.context.broker_id))
-        .with_host(text(&shard.context.advertised_host))
-        .with_port(i32::from(shard.context.advertised_port));
+    let brokers = advertised_brokers(shard)
+        .into_iter()
+        .map(|broker| {
+            DescribeClusterBroker::default()
+                .with_broker_id(BrokerId(broker.id))
+                .with_host(text(&broker.host))
+                .with_port(i32::from(broker.port))
+                .with_rack(broker.rack.as_deref().map(text))
+        })
+        .collect();
     let endpoint_type = if request.api_version >= 1 {
         body.endpoint_type
     } else {
@@ -208,8 +275,8 @@ pub fn describe_cluster(shard: &Rc<Shard>, request: &Request) -> Result<Response
     let response = DescribeClusterResponse::default()
         .with_endpoint_type(endpoint_type)
         .with_cluster_id(text(&shard.context.cluster_id))
-        .with_controller_id(BrokerId(shard.context.broker_id))
-        .with_brokers(vec![broker])
+        .with_controller_id(controller_id(shard))
+        .with_brokers(brokers)
         .with_cluster_authorized_operations(authorized_operations_if(
             body.include_cluster_authorized_operations,
             AclResource::Cluster,

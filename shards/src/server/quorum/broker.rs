@@ -1,0 +1,228 @@
+//! The broker side of a cluster node: find the active controller, register
+//! (a new incarnation at every start), heartbeat every
+//! `broker.heartbeat.interval.ms`, follow the committed metadata log, and
+//! publish the image and the controller to every shard.
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use brook_engine::cluster::cluster_image::ClusterImage;
+use brook_engine::cluster::node_config::ClusterSettings;
+use brook_engine::cluster::peer_wire::{PeerFrame, PeerRequest, PeerResponse, encode_frame};
+use brook_engine::cluster::quorum::{QuorumError, apply_catchup};
+use brook_engine::cluster::records::{BrokerRegistration, Endpoint};
+use brook_engine::protocol::errors::ErrorCode;
+use brook_engine::types::BrokerId;
+use glommio::net::TcpStream;
+
+use super::transport::{
+    PEER_TIMEOUT, PeerError, connect, expect_hello, read_frame, with_timeout, write_bytes,
+};
+use super::{ClusterView, Quorum};
+use crate::server::shard::Shard;
+
+/// How often the broker asks for new metadata.
+const FETCH_INTERVAL: Duration = Duration::from_millis(200);
+/// A wait before trying another voter.
+const RETRY_DELAY: Duration = Duration::from_millis(200);
+
+struct Session {
+    stream: TcpStream,
+    correlation: u32,
+}
+
+impl Session {
+    async fn ask(&mut self, request: PeerRequest) -> Result<PeerResponse, PeerError> {
+        self.correlation = self.correlation.wrapping_add(1);
+        let correlation = self.correlation;
+        write_bytes(
+            &mut self.stream,
+            &encode_frame(&PeerFrame::Request {
+                correlation,
+                request,
+            }),
+        )
+        .await?;
+        // A registration waits for its commit: allow it an election's time.
+        match with_timeout(read_frame(&mut self.stream), PEER_TIMEOUT * 2).await? {
+            PeerFrame::Response {
+                correlation: answered,
+                response,
+            } if answered == correlation => Ok(response),
+            _ => Err(PeerError::NoHello),
+        }
+    }
+}
+
+struct BrokerState {
+    settings: ClusterSettings,
+    registration: BrokerRegistration,
+    epoch: Option<i64>,
+    image: ClusterImage,
+    controller: Option<BrokerId>,
+    published: (u64, Option<BrokerId>),
+}
+
+pub async fn run(shard: Rc<Shard>, settings: ClusterSettings, _quorum: Option<Rc<Quorum>>) {
+    let registration = registration(&shard, &settings);
+    let mut state = BrokerState {
+        settings,
+        registration,
+        epoch: None,
+        image: ClusterImage::default(),
+        controller: None,
+        published: (0, None),
+    };
+    let mut next_voter = 0usize;
+    while !shard.is_stopping() {
+        let target = match state.controller {
+            Some(controller) => controller,
+            None => {
+                next_voter = (next_voter + 1) % state.settings.voters.len();
+                state.settings.voters[next_voter].id
+            }
+        };
+        let Some(voter) = state.settings.voter(target).cloned() else {
+            state.controller = None;
+            continue;
+        };
+        match session(&shard, &mut state, &voter.host, voter.port, target).await {
+            Ok(()) => {}
+            Err(error) => {
+                tracing::debug!(voter = %target, %error, "controller session ended");
+                if state.controller == Some(target) {
+                    state.controller = None;
+                    publish(&shard, &mut state).await;
+                }
+            }
+        }
+        glommio::timer::sleep(RETRY_DELAY).await;
+    }
+}
+
+fn registration(shard: &Shard, settings: &ClusterSettings) -> BrokerRegistration {
+    let mut incarnation = [0u8; 16];
+    incarnation[..8].copy_from_slice(&(crate::server::shard::now_ms() as u64).to_be_bytes());
+    incarnation[8..12].copy_from_slice(&std::process::id().to_be_bytes());
+    incarnation[12..].copy_from_slice(&settings.node.0.to_be_bytes());
+    BrokerRegistration {
+        id: settings.node,
+        incarnation,
+        listeners: vec![Endpoint {
+            name: settings.inter_broker_listener.clone(),
+            host: shard.context.advertised_host.clone(),
+            port: shard.context.advertised_port,
+        }],
+        rack: settings.rack.clone(),
+    }
+}
+
+/// One connection to one voter, until it fails or the voter says it is
+/// not the controller.
+async fn session(
+    shard: &Rc<Shard>,
+    state: &mut BrokerState,
+    host: &str,
+    port: u16,
+    target: BrokerId,
+) -> Result<(), PeerError> {
+    let mut stream = connect(host, port).await?;
+    let hello = encode_frame(&PeerFrame::Hello {
+        cluster_id: state.settings.cluster_id.clone(),
+        node: state.settings.node,
+    });
+    write_bytes(&mut stream, &hello).await?;
+    if let Err(error) = expect_hello(&mut stream, &state.settings.cluster_id).await {
+        if matches!(error, PeerError::OtherCluster { .. }) {
+            tracing::error!(voter = %target, %error, "a voter belongs to another cluster");
+        }
+        return Err(error);
+    }
+    let mut session = Session {
+        stream,
+        correlation: 0,
+    };
+    let heartbeat_every = Duration::from_millis(state.settings.heartbeat_interval_ms);
+    let mut next_heartbeat = Instant::now();
+    while !shard.is_stopping() {
+        if Instant::now() >= next_heartbeat {
+            let request = match state.epoch {
+                None => PeerRequest::Register(state.registration.clone()),
+                Some(epoch) => PeerRequest::Heartbeat {
+                    broker: state.settings.node,
+                    epoch,
+                    applied: state.image.offset,
+                },
+            };
+            match session.ask(request).await? {
+                PeerResponse::NotController { leader } => {
+                    state.controller = leader.filter(|leader| *leader != target);
+                    publish(shard, state).await;
+                    return Ok(());
+                }
+                PeerResponse::Registered { error, epoch } if error == ErrorCode::NONE => {
+                    tracing::info!(epoch, controller = %target, "registered with the controller");
+                    state.epoch = Some(epoch);
+                    state.controller = Some(target);
+                }
+                PeerResponse::Registered { error, .. } => {
+                    let reason = if error == ErrorCode::DUPLICATE_BROKER_REGISTRATION {
+                        "DUPLICATE_BROKER_REGISTRATION: another broker with this node.id is alive"
+                    } else {
+                        "refused"
+                    };
+                    tracing::warn!(code = error.0, reason, "registration refused; retrying");
+                    next_heartbeat = Instant::now() + heartbeat_every / 2;
+                }
+                PeerResponse::Heartbeat { error, .. } if error == ErrorCode::NONE => {
+                    state.controller = Some(target);
+                    next_heartbeat = Instant::now() + heartbeat_every;
+                }
+                PeerResponse::Heartbeat { error, .. } => {
+                    tracing::warn!(?error, "heartbeat refused; registering again");
+                    state.epoch = None;
+                }
+                PeerResponse::Fetched(_) => return Err(PeerError::NoHello),
+            }
+        }
+        if let PeerResponse::Fetched(catchup) = session
+            .ask(PeerRequest::Fetch {
+                offset: state.image.offset,
+            })
+            .await?
+        {
+            match apply_catchup(&mut state.image, &catchup) {
+                Ok(()) | Err(QuorumError::NotNext { .. }) => {}
+                Err(error) => {
+                    tracing::error!(%error, "the metadata log does not apply on this broker")
+                }
+            }
+        }
+        publish(shard, state).await;
+        glommio::timer::sleep(FETCH_INTERVAL).await;
+    }
+    Ok(())
+}
+
+/// Gives every shard the new view when the image or the controller moved.
+async fn publish(shard: &Rc<Shard>, state: &mut BrokerState) {
+    let current = (state.image.offset, state.controller);
+    if current == state.published {
+        return;
+    }
+    state.published = current;
+    let view = Arc::new(ClusterView {
+        image: Arc::new(state.image.clone()),
+        controller: state.controller,
+    });
+    for target in shard.context.shard_ids() {
+        let view = view.clone();
+        let _ = shard
+            .on_shard(
+                target,
+                move |shard| async move { shard.set_cluster_view(view) },
+            )
+            .await;
+    }
+}

@@ -1,0 +1,245 @@
+//! The controller listener and the connections to other voters: frames in
+//! and out, the hello that checks `cluster.id`, bounded everything.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use brook_engine::cluster::node_config::{ClusterSettings, Listener, Voter};
+use brook_engine::cluster::peer_wire::{
+    PeerFrame, PeerResponse, PeerWireError, decode_frame, encode_frame, frame_length,
+};
+use brook_engine::types::BrokerId;
+use futures::channel::mpsc;
+use futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, FutureExt, StreamExt};
+use glommio::net::{TcpListener, TcpStream};
+use thiserror::Error;
+
+use super::{Input, Quorum};
+use crate::server::shard::Shard;
+
+/// How long a peer may take to say hello, or a request to be answered.
+pub const PEER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Reconnection backoff to a voter: from the first to the last.
+const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(50);
+const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Responses a peer connection queues before its reader waits.
+const RESPONSES_QUEUED_MAX: usize = 64;
+
+#[derive(Debug, Error)]
+pub enum PeerError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Wire(#[from] PeerWireError),
+    #[error("peer is in cluster {theirs:?}, this node in {ours:?}")]
+    OtherCluster { theirs: String, ours: String },
+    #[error("peer did not start with a hello")]
+    NoHello,
+    #[error("timed out")]
+    TimedOut,
+}
+
+pub async fn read_frame(stream: &mut (impl AsyncRead + Unpin)) -> Result<PeerFrame, PeerError> {
+    let mut prefix = [0u8; 4];
+    stream.read_exact(&mut prefix).await?;
+    let length = frame_length(prefix)?;
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).await?;
+    Ok(decode_frame(&body)?)
+}
+
+pub async fn write_bytes(
+    stream: &mut (impl AsyncWrite + Unpin),
+    bytes: &[u8],
+) -> Result<(), PeerError> {
+    stream.write_all(bytes).await?;
+    stream.flush().await?;
+    Ok(())
+}
+
+pub async fn with_timeout<T>(
+    future: impl std::future::Future<Output = Result<T, PeerError>>,
+    limit: Duration,
+) -> Result<T, PeerError> {
+    futures::select_biased! {
+        result = future.fuse() => result,
+        () = glommio::timer::sleep(limit).fuse() => Err(PeerError::TimedOut),
+    }
+}
+
+/// Reads the peer's hello; a different cluster id is refused.
+pub async fn expect_hello(
+    stream: &mut (impl AsyncRead + Unpin),
+    cluster_id: &str,
+) -> Result<BrokerId, PeerError> {
+    match with_timeout(read_frame(stream), PEER_TIMEOUT).await? {
+        PeerFrame::Hello {
+            cluster_id: theirs,
+            node,
+        } if theirs == cluster_id => Ok(node),
+        PeerFrame::Hello {
+            cluster_id: theirs, ..
+        } => Err(PeerError::OtherCluster {
+            theirs,
+            ours: cluster_id.to_owned(),
+        }),
+        _ => Err(PeerError::NoHello),
+    }
+}
+
+pub async fn connect(host: &str, port: u16) -> Result<TcpStream, PeerError> {
+    let address = format!("{host}:{port}");
+    with_timeout(
+        async {
+            Ok(TcpStream::connect(address.as_str())
+                .await
+                .map_err(std::io::Error::from)?)
+        },
+        PEER_TIMEOUT,
+    )
+    .await
+}
+
+/// Sends Raft frames to one voter, reconnecting with backoff; what is
+/// queued while the voter is unreachable is dropped (Raft resends).
+pub async fn send_to_peer(
+    shard: Rc<Shard>,
+    voter: Voter,
+    cluster_id: String,
+    hello: Vec<u8>,
+    mut frames: mpsc::Receiver<Vec<u8>>,
+) {
+    let mut backoff = RECONNECT_BACKOFF_MIN;
+    while !shard.is_stopping() {
+        let session = async {
+            let mut stream = connect(&voter.host, voter.port).await?;
+            write_bytes(&mut stream, &hello).await?;
+            expect_hello(&mut stream, &cluster_id).await?;
+            tracing::info!(voter = %voter.id, "connected to voter");
+            while let Some(frame) = frames.next().await {
+                write_bytes(&mut stream, &frame).await?;
+            }
+            Ok::<(), PeerError>(())
+        };
+        if let Err(error) = session.await {
+            tracing::debug!(voter = %voter.id, %error, "voter connection lost");
+            if matches!(error, PeerError::OtherCluster { .. }) {
+                tracing::error!(voter = %voter.id, %error, "a voter belongs to another cluster");
+            }
+        }
+        while frames.try_recv().is_ok() {}
+        glommio::timer::sleep(backoff).await;
+        backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
+    }
+}
+
+/// The controller listener: peers and brokers connect here.
+pub async fn listen(
+    shard: Rc<Shard>,
+    settings: ClusterSettings,
+    listener: Listener,
+    quorum: Option<Rc<Quorum>>,
+) {
+    let host = if listener.host.is_empty() {
+        "0.0.0.0"
+    } else {
+        listener.host.as_str()
+    };
+    let bound = match TcpListener::bind(format!("{host}:{}", listener.port).as_str()) {
+        Ok(bound) => bound,
+        Err(error) => {
+            tracing::error!(listener = %listener.name, port = listener.port, %error, "cannot bind the controller listener");
+            return;
+        }
+    };
+    tracing::info!(listener = %listener.name, port = listener.port, "controller listener up");
+    while !shard.is_stopping() {
+        match bound.accept().await {
+            Ok(stream) => {
+                let peer = stream
+                    .peer_addr()
+                    .map(|address| address.to_string())
+                    .unwrap_or_default();
+                let (cluster_id, node, quorum) =
+                    (settings.cluster_id.clone(), settings.node, quorum.clone());
+                glommio::spawn_local(async move {
+                    if let Err(error) = serve_peer(stream, &cluster_id, node, quorum).await {
+                        let eof = matches!(&error, PeerError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof);
+                        if eof {
+                            tracing::debug!(%peer, "controller-listener connection closed");
+                        } else {
+                            tracing::warn!(%peer, %error, "controller-listener connection closed");
+                        }
+                    }
+                })
+                .detach();
+            }
+            Err(error) => {
+                tracing::warn!(%error, "controller listener accept failed");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+async fn serve_peer(
+    stream: TcpStream,
+    cluster_id: &str,
+    node: BrokerId,
+    quorum: Option<Rc<Quorum>>,
+) -> Result<(), PeerError> {
+    let (mut reader, mut writer) = stream.split();
+    expect_hello(&mut reader, cluster_id).await?;
+    let hello = encode_frame(&PeerFrame::Hello {
+        cluster_id: cluster_id.to_owned(),
+        node,
+    });
+    write_bytes(&mut writer, &hello).await?;
+    let (responses, mut outgoing) = mpsc::channel::<Vec<u8>>(RESPONSES_QUEUED_MAX);
+    let writing = glommio::spawn_local(async move {
+        while let Some(frame) = outgoing.next().await {
+            if write_bytes(&mut writer, &frame).await.is_err() {
+                return;
+            }
+        }
+    });
+    let result = loop {
+        let frame = match read_frame(&mut reader).await {
+            Ok(frame) => frame,
+            Err(error) => break Err(error),
+        };
+        match frame {
+            PeerFrame::Raft(message) => {
+                if let Some(quorum) = &quorum {
+                    quorum.submit(Input::Raft(message)).await;
+                }
+            }
+            PeerFrame::Request {
+                correlation,
+                request,
+            } => {
+                let response = match &quorum {
+                    Some(quorum) => quorum
+                        .request(request)
+                        .await
+                        .unwrap_or(PeerResponse::NotController { leader: None }),
+                    None => PeerResponse::NotController { leader: None },
+                };
+                let frame = encode_frame(&PeerFrame::Response {
+                    correlation,
+                    response,
+                });
+                if futures::SinkExt::send(&mut responses.clone(), frame)
+                    .await
+                    .is_err()
+                {
+                    break Ok(());
+                }
+            }
+            PeerFrame::Hello { .. } | PeerFrame::Response { .. } => break Err(PeerError::NoHello),
+        }
+    };
+    drop(responses);
+    writing.await;
+    result
+}

@@ -1,0 +1,146 @@
+//! Several real `brook serve` processes forming one cluster on 127.0.0.1:
+//! each node a combined broker and controller voter, its client port
+//! ephemeral and its controller port drawn free before start.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::{
+    ApiKey, DescribeClusterRequest, DescribeClusterResponse, MetadataRequest, MetadataResponse,
+};
+
+use crate::broker::Broker;
+use crate::raw;
+
+#[derive(Debug)]
+pub struct Cluster {
+    pub nodes: Vec<Broker>,
+    /// `controller.quorum.voters`, as every node was given it.
+    pub voters: String,
+}
+
+/// What one node says of the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    pub brokers: Vec<i32>,
+    pub controller: i32,
+}
+
+/// A free port on 127.0.0.1 (bound, then released for the broker to take).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The `--set` arguments that make node `id` a voter of `voters` listening
+/// for controllers on `port`.
+pub fn node_arguments(id: usize, port: u16, voters: &str) -> Vec<String> {
+    vec![
+        "--set".into(),
+        format!("node.id={id}"),
+        "--set".into(),
+        format!("controller.quorum.voters={voters}"),
+        "--set".into(),
+        format!("listeners=CONTROLLER://127.0.0.1:{port}"),
+    ]
+}
+
+/// Metadata from the broker at `address` (`host:port`), `None` if it does
+/// not answer.
+pub fn seen_at(address: &str) -> Option<Seen> {
+    let mut stream = std::net::TcpStream::connect(address).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let response: MetadataResponse = raw::try_exchange(
+        &mut stream,
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default().with_topics(Some(vec![])),
+    )?;
+    let mut brokers: Vec<i32> = response
+        .brokers
+        .iter()
+        .map(|broker| broker.node_id.0)
+        .collect();
+    brokers.sort();
+    Some(Seen {
+        brokers,
+        controller: response.controller_id.0,
+    })
+}
+
+impl Cluster {
+    /// Starts `count` voters, node ids 0.., each in `root/node-<id>`, with
+    /// `extra` arguments for every node.
+    pub fn start(binary: &str, root: &Path, count: usize, extra: &[&str]) -> Cluster {
+        let ports: Vec<u16> = (0..count).map(|_| free_port()).collect();
+        let voters = ports
+            .iter()
+            .enumerate()
+            .map(|(id, port)| format!("{id}@127.0.0.1:{port}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let nodes = ports
+            .iter()
+            .enumerate()
+            .map(|(id, port)| {
+                let mut arguments = node_arguments(id, *port, &voters);
+                arguments.extend(extra.iter().map(|argument| (*argument).to_owned()));
+                let arguments: Vec<&str> = arguments.iter().map(String::as_str).collect();
+                let directory = root.join(format!("node-{id}"));
+                Broker::start(binary, &directory, 1, &arguments)
+            })
+            .collect();
+        Cluster { nodes, voters }
+    }
+
+    /// Metadata from node `index`: its live brokers and the controller; `None`
+    /// if it does not answer.
+    pub fn seen_by(&self, index: usize) -> Option<Seen> {
+        seen_at(&self.nodes[index].address)
+    }
+
+    /// DescribeCluster's controller from node `index`.
+    pub fn described_controller(&self, index: usize) -> Option<i32> {
+        let stream = std::net::TcpStream::connect(&self.nodes[index].address).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        let mut stream = stream;
+        let response: DescribeClusterResponse = raw::try_exchange(
+            &mut stream,
+            ApiKey::DescribeCluster,
+            1,
+            &DescribeClusterRequest::default().with_endpoint_type(1),
+        )?;
+        Some(response.controller_id.0)
+    }
+
+    /// Waits until every node in `asked` sees `wanted` (a function of what
+    /// it sees), up to `limit`; panics with the nodes' views and logs if not.
+    pub fn wait_until(
+        &self,
+        asked: &[usize],
+        limit: Duration,
+        what: &str,
+        wanted: impl Fn(&Seen) -> bool,
+    ) -> Vec<Seen> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let seen: Vec<Option<Seen>> = asked.iter().map(|index| self.seen_by(*index)).collect();
+            if seen.iter().all(|seen| seen.as_ref().is_some_and(&wanted)) {
+                return seen.into_iter().map(Option::unwrap).collect();
+            }
+            if Instant::now() > deadline {
+                let logs: Vec<String> =
+                    asked.iter().map(|index| self.nodes[*index].log()).collect();
+                panic!(
+                    "{what}: not within {limit:?}; nodes see {seen:?}\nlogs:\n{}",
+                    logs.join("\n-----\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
