@@ -169,7 +169,7 @@ pub fn heartbeat(
 }
 
 /// One topic of a CreateTopics request.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopicRequest {
     pub name: String,
     /// -1: `num.partitions`.
@@ -284,6 +284,72 @@ fn placement_refusal(error: PlacementError) -> Refusal {
         _ => ErrorCode::INVALID_REPLICATION_FACTOR,
     };
     Refusal::new(code, error.to_string())
+}
+
+/// What a created topic got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Created {
+    pub id: TopicId,
+    pub partitions: i32,
+    pub replication_factor: i16,
+}
+
+/// CreateTopics for a whole request, in one batch of records: each topic
+/// is checked against the image with the request's earlier topics in it
+/// (a name given twice is refused the second time). `ids[i]` is topic
+/// `i`'s new id.
+pub fn create_topics(
+    image: &ClusterImage,
+    requests: &[TopicRequest],
+    defaults: TopicDefaults,
+    ids: &[TopicId],
+) -> (Vec<Result<Created, Refusal>>, Vec<MetadataRecord>) {
+    assert_eq!(requests.len(), ids.len());
+    let mut scratch = image.clone();
+    let mut records = Vec::new();
+    let results = requests
+        .iter()
+        .zip(ids)
+        .map(|(request, id)| {
+            let topic = create_topic(&scratch, request, defaults, *id)?;
+            scratch.apply(scratch.offset + 1, &topic).map_err(|error| {
+                Refusal::new(ErrorCode::UNKNOWN_SERVER_ERROR, error.to_string())
+            })?;
+            let registered = scratch.topics.get(id).expect("just applied");
+            let created = Created {
+                id: *id,
+                partitions: registered.partitions.len() as i32,
+                replication_factor: registered
+                    .partitions
+                    .first()
+                    .map_or(0, |first| first.replicas.len() as i16),
+            };
+            records.extend(topic);
+            Ok(created)
+        })
+        .collect();
+    (results, records)
+}
+
+/// DeleteTopics for a whole request, in one batch.
+pub fn delete_topics(
+    image: &ClusterImage,
+    names: &[String],
+) -> (Vec<Result<TopicId, Refusal>>, Vec<MetadataRecord>) {
+    let mut records = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    let results = names
+        .iter()
+        .map(|name| {
+            let removal = delete_topic(image, name)?;
+            let id = image.topic_by_name(name).expect("delete_topic found it").id;
+            if seen.insert(id) {
+                records.extend(removal);
+            }
+            Ok(id)
+        })
+        .collect();
+    (results, records)
 }
 
 /// DeleteTopics for one topic.
@@ -432,6 +498,39 @@ mod tests {
             delete_topic(&image, "nope").unwrap_err().error,
             ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
         );
+    }
+
+    #[test]
+    fn one_request_creates_and_deletes_several_topics_in_one_batch() {
+        let mut image = three_brokers();
+        let requests = vec![request("a", 2, 3), request("b", 1, 1), request("a", 1, 1)];
+        let ids = [TopicId([1; 16]), TopicId([2; 16]), TopicId([3; 16])];
+        let (results, records) = create_topics(&image, &requests, DEFAULTS, &ids);
+        assert_eq!(
+            results[0],
+            Ok(Created {
+                id: ids[0],
+                partitions: 2,
+                replication_factor: 3
+            })
+        );
+        assert!(results[1].is_ok());
+        assert_eq!(
+            results[2].as_ref().unwrap_err().error,
+            ErrorCode::TOPIC_ALREADY_EXISTS
+        );
+        image.apply(5, &records).unwrap();
+        assert_eq!(image.topics.len(), 2);
+        let names = vec!["a".to_owned(), "a".to_owned(), "zz".to_owned()];
+        let (results, records) = delete_topics(&image, &names);
+        assert_eq!(results[0], Ok(ids[0]));
+        assert_eq!(results[1], Ok(ids[0]));
+        assert_eq!(
+            results[2].as_ref().unwrap_err().error,
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+        );
+        image.apply(6, &records).unwrap();
+        assert!(image.topic_by_name("a").is_none());
     }
 
     #[test]

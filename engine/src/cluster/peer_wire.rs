@@ -17,6 +17,10 @@ use protobuf::Message as _;
 use raft::eraftpb::{Entry, Message, Snapshot};
 use thiserror::Error;
 
+use std::collections::BTreeMap;
+
+use crate::cluster::controller::TopicRequest;
+use crate::cluster::image::TopicId;
 use crate::cluster::quorum::Catchup;
 use crate::cluster::records::{
     BrokerRegistration, Reader, RecordError, put_registration, put_string,
@@ -41,6 +45,26 @@ pub enum PeerRequest {
     Fetch {
         offset: u64,
     },
+    /// CreateTopics, forwarded by any broker to the active controller.
+    CreateTopics {
+        topics: Vec<TopicRequest>,
+        validate_only: bool,
+    },
+    /// DeleteTopics, forwarded likewise.
+    DeleteTopics {
+        names: Vec<String>,
+    },
+}
+
+/// One topic's outcome of a forwarded admin request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicResult {
+    pub name: String,
+    pub error: ErrorCode,
+    pub message: Option<String>,
+    pub id: TopicId,
+    pub partitions: i32,
+    pub replication_factor: i16,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -57,6 +81,12 @@ pub enum PeerResponse {
     /// The node asked is not the active controller; `leader` may be.
     NotController {
         leader: Option<BrokerId>,
+    },
+    /// Per topic, in request order; `offset` is the metadata offset that
+    /// holds the change (0 when nothing was proposed).
+    Topics {
+        results: Vec<TopicResult>,
+        offset: u64,
     },
 }
 
@@ -171,6 +201,31 @@ fn encode_request(out: &mut Vec<u8>, request: &PeerRequest) {
             out.put_u8(3);
             out.put_u64(*offset);
         }
+        PeerRequest::CreateTopics {
+            topics,
+            validate_only,
+        } => {
+            out.put_u8(4);
+            out.put_u8(u8::from(*validate_only));
+            out.put_u32(topics.len() as u32);
+            for topic in topics {
+                put_string(out, &topic.name);
+                out.put_i32(topic.partitions);
+                out.put_i16(topic.replication_factor);
+                out.put_u32(topic.configs.len() as u32);
+                for (key, value) in &topic.configs {
+                    put_string(out, key);
+                    put_string(out, value);
+                }
+            }
+        }
+        PeerRequest::DeleteTopics { names } => {
+            out.put_u8(5);
+            out.put_u32(names.len() as u32);
+            for name in names {
+                put_string(out, name);
+            }
+        }
     }
 }
 
@@ -202,6 +257,25 @@ fn encode_response(out: &mut Vec<u8>, response: &PeerResponse) {
         PeerResponse::NotController { leader } => {
             out.put_u8(5);
             out.put_i32(leader.map_or(-1, |leader| leader.0));
+        }
+        PeerResponse::Topics { results, offset } => {
+            out.put_u8(6);
+            out.put_u64(*offset);
+            out.put_u32(results.len() as u32);
+            for result in results {
+                put_string(out, &result.name);
+                out.put_i16(result.error.0);
+                match &result.message {
+                    Some(message) => {
+                        out.put_u8(1);
+                        put_string(out, message);
+                    }
+                    None => out.put_u8(0),
+                }
+                out.put_slice(&result.id.0);
+                out.put_i32(result.partitions);
+                out.put_i16(result.replication_factor);
+            }
         }
     }
 }
@@ -244,6 +318,38 @@ fn decode_request(reader: &mut Reader<'_>) -> Result<PeerRequest, PeerWireError>
         3 => PeerRequest::Fetch {
             offset: reader.i64()? as u64,
         },
+        4 => {
+            let validate_only = reader.u8()? != 0;
+            let count = reader.count(12)?;
+            let topics = (0..count)
+                .map(|_| {
+                    let name = reader.string()?;
+                    let partitions = reader.i32()?;
+                    let replication_factor = reader.u16()? as i16;
+                    let configs = reader.count(4)?;
+                    let configs = (0..configs)
+                        .map(|_| Ok((reader.string()?, reader.string()?)))
+                        .collect::<Result<BTreeMap<_, _>, RecordError>>()?;
+                    Ok(TopicRequest {
+                        name,
+                        partitions,
+                        replication_factor,
+                        configs,
+                    })
+                })
+                .collect::<Result<Vec<_>, RecordError>>()?;
+            PeerRequest::CreateTopics {
+                topics,
+                validate_only,
+            }
+        }
+        5 => {
+            let count = reader.count(2)?;
+            let names = (0..count)
+                .map(|_| reader.string())
+                .collect::<Result<Vec<_>, _>>()?;
+            PeerRequest::DeleteTopics { names }
+        }
         tag => return Err(PeerWireError::UnknownTag(tag)),
     })
 }
@@ -275,6 +381,26 @@ fn decode_response(reader: &mut Reader<'_>) -> Result<PeerResponse, PeerWireErro
         5 => PeerResponse::NotController {
             leader: Some(reader.i32()?).filter(|id| *id >= 0).map(BrokerId),
         },
+        6 => {
+            let offset = reader.i64()? as u64;
+            let count = reader.count(27)?;
+            let results = (0..count)
+                .map(|_| {
+                    Ok(TopicResult {
+                        name: reader.string()?,
+                        error: ErrorCode(reader.u16()? as i16),
+                        message: match reader.u8()? {
+                            0 => None,
+                            _ => Some(reader.string()?),
+                        },
+                        id: reader.topic_id()?,
+                        partitions: reader.i32()?,
+                        replication_factor: reader.u16()? as i16,
+                    })
+                })
+                .collect::<Result<Vec<_>, RecordError>>()?;
+            PeerResponse::Topics { results, offset }
+        }
         tag => return Err(PeerWireError::UnknownTag(tag)),
     })
 }
@@ -357,6 +483,38 @@ mod tests {
             PeerFrame::Response {
                 correlation: 7,
                 response: PeerResponse::NotController { leader: None },
+            },
+            PeerFrame::Request {
+                correlation: 8,
+                request: PeerRequest::CreateTopics {
+                    topics: vec![TopicRequest {
+                        name: "orders".into(),
+                        partitions: 6,
+                        replication_factor: 3,
+                        configs: BTreeMap::from([("retention.ms".into(), "1000".into())]),
+                    }],
+                    validate_only: true,
+                },
+            },
+            PeerFrame::Request {
+                correlation: 9,
+                request: PeerRequest::DeleteTopics {
+                    names: vec!["a".into(), "b".into()],
+                },
+            },
+            PeerFrame::Response {
+                correlation: 8,
+                response: PeerResponse::Topics {
+                    results: vec![TopicResult {
+                        name: "orders".into(),
+                        error: ErrorCode::TOPIC_ALREADY_EXISTS,
+                        message: Some("exists".into()),
+                        id: TopicId([3; 16]),
+                        partitions: 6,
+                        replication_factor: 3,
+                    }],
+                    offset: 41,
+                },
             },
         ]
     }

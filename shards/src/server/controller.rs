@@ -9,10 +9,12 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
 
+use brook_engine::cluster::controller::TopicRequest;
 use brook_engine::cluster::image::{
     MetadataImage, PARTITIONS_MAX, ShardId, TopicId, TopicMetadata, place_partitions,
     validate_topic_name,
 };
+use brook_engine::cluster::peer_wire::{PeerRequest, PeerResponse};
 use brook_engine::cluster::topic_config::{ConfigOperation, altered, is_topic_config, resolve};
 use brook_engine::log::config::LogConfig;
 use brook_engine::protocol::errors::ErrorCode;
@@ -32,6 +34,7 @@ pub struct TopicOutcome {
     pub message: Option<String>,
     pub topic_id: TopicId,
     pub partitions: usize,
+    pub replication_factor: i16,
 }
 
 impl TopicOutcome {
@@ -42,6 +45,7 @@ impl TopicOutcome {
             message: Some(message.into()),
             topic_id: TopicId::default(),
             partitions: 0,
+            replication_factor: 0,
         }
     }
 
@@ -52,6 +56,7 @@ impl TopicOutcome {
             message: None,
             topic_id: topic.id,
             partitions: topic.partitions.len(),
+            replication_factor: 1,
         }
     }
 }
@@ -61,7 +66,11 @@ impl TopicOutcome {
 pub struct NewTopic {
     pub name: String,
     pub partitions: i32,
+    /// -1: `default.replication.factor` (a cluster's controller decides).
+    pub replication_factor: i16,
     pub configs: BTreeMap<String, String>,
+    /// The id the metadata log gave it (a cluster); `None`: a new one.
+    pub id: Option<TopicId>,
 }
 
 /// A requested metadata change.
@@ -105,8 +114,74 @@ pub fn load_image(data_dir: &Path) -> Result<MetadataImage, StorageError> {
     }
 }
 
-/// Applies `change` on the controller shard; returns one outcome per topic.
+/// Applies `change`: in a one-node cluster here, on the controller shard;
+/// in a cluster at the active controller (forwarded), answered once this
+/// broker serves the result. One outcome per topic.
 pub async fn apply(shard: &Rc<Shard>, change: Change) -> Vec<TopicOutcome> {
+    if shard.context.config.cluster.is_some() {
+        return forward(shard, change).await;
+    }
+    apply_local(shard, change).await
+}
+
+async fn forward(shard: &Rc<Shard>, change: Change) -> Vec<TopicOutcome> {
+    let names = change_names(&change);
+    let refuse_all = |error: ErrorCode, message: &str| -> Vec<TopicOutcome> {
+        names
+            .iter()
+            .map(|name| TopicOutcome::failed(name, error, message))
+            .collect()
+    };
+    let request = match change {
+        Change::Create {
+            topics,
+            validate_only,
+        } => PeerRequest::CreateTopics {
+            topics: topics
+                .into_iter()
+                .map(|topic| TopicRequest {
+                    name: topic.name,
+                    partitions: topic.partitions,
+                    replication_factor: topic.replication_factor,
+                    configs: topic.configs,
+                })
+                .collect(),
+            validate_only,
+        },
+        Change::Delete { names } => PeerRequest::DeleteTopics { names },
+        _ => {
+            return refuse_all(
+                ErrorCode::INVALID_REQUEST,
+                "not yet in a cluster: only CreateTopics and DeleteTopics reach the controller",
+            );
+        }
+    };
+    let answered = shard
+        .on_shard(ShardId(0), move |first| async move {
+            crate::server::quorum::ask_controller(&first, request).await
+        })
+        .await;
+    match answered {
+        Ok(Some(PeerResponse::Topics { results, offset })) => {
+            crate::server::quorum::wait_for_offset(shard, offset).await;
+            results
+                .into_iter()
+                .map(|result| TopicOutcome {
+                    name: result.name,
+                    error: result.error,
+                    message: result.message,
+                    topic_id: result.id,
+                    partitions: result.partitions.max(0) as usize,
+                    replication_factor: result.replication_factor,
+                })
+                .collect()
+        }
+        _ => refuse_all(ErrorCode::NOT_CONTROLLER, "no active controller answered"),
+    }
+}
+
+/// Applies `change` to this broker's own topics, on the controller shard.
+pub async fn apply_local(shard: &Rc<Shard>, change: Change) -> Vec<TopicOutcome> {
     let controller = shard.context.controller_shard();
     let names = change_names(&change);
     let applied = shard
@@ -295,7 +370,7 @@ fn create(
     let placement = place_partitions(topic.partitions as usize, &mut loads);
     let metadata = TopicMetadata {
         name: topic.name.clone(),
-        id: TopicId(random_id()),
+        id: topic.id.unwrap_or_else(|| TopicId(random_id())),
         partitions: placement,
         configs: topic.configs,
     };

@@ -358,7 +358,9 @@ pub async fn ensure_internal_topic(
         topics: vec![NewTopic {
             name: name.to_owned(),
             partitions,
+            replication_factor: -1,
             configs,
+            id: None,
         }],
         validate_only: false,
     };

@@ -24,7 +24,7 @@ use crate::server::context::ServerContext;
 use crate::server::groups::{GroupHost, run_timers};
 use crate::server::mesh::{MeshReceiver, ShardGone, job_with_reply};
 use crate::server::producer_ids::ProducerIds;
-use crate::server::quorum::ClusterView;
+use crate::server::quorum::{ClusterView, Forward};
 use crate::server::transactions::{self, TxnHost};
 use crate::storage::{
     CLEANER_MAP_BYTES_MIN, CleanerSchedule, MaintenanceSchedule, PartitionLog, StorageError, Store,
@@ -52,6 +52,8 @@ pub struct Shard {
     image: RefCell<Arc<MetadataImage>>,
     /// The cluster as the metadata log says (cluster mode only).
     cluster_view: RefCell<Option<Arc<ClusterView>>>,
+    /// Admin requests for the active controller (shard 0, cluster mode).
+    pub forward: RefCell<Option<Forward>>,
     /// The fetch sessions (KIP-227) of this shard's connections.
     pub fetch_sessions: RefCell<FetchSessionCache>,
     /// Serialises metadata changes (used on the controller shard).
@@ -81,6 +83,25 @@ impl Shard {
 
     pub fn set_cluster_view(&self, view: Arc<ClusterView>) {
         *self.cluster_view.borrow_mut() = Some(view);
+    }
+
+    /// Whether this broker leads `partition` of `topic`: always in a
+    /// one-node cluster; in a cluster, as the image says.
+    pub fn leads(&self, topic: &str, partition: brook_engine::types::PartitionId) -> bool {
+        if self.context.config.cluster.is_none() {
+            return true;
+        }
+        let Some(view) = self.cluster_view() else {
+            return false;
+        };
+        view.image
+            .topic_by_name(topic)
+            .and_then(|registered| {
+                registered
+                    .partitions
+                    .get(usize::try_from(partition.0).ok()?)
+            })
+            .is_some_and(|registration| registration.leader.0 == self.context.broker_id)
     }
 
     pub fn log(&self, topic_partition: &TopicPartition) -> Option<PartitionLog> {
@@ -278,6 +299,7 @@ async fn start(
         transactions: TxnHost::default(),
         image: RefCell::new(image.clone()),
         cluster_view: RefCell::new(None),
+        forward: RefCell::new(None),
         fetch_sessions,
         controller_lock: Semaphore::new(1),
         stopping: Cell::new(false),

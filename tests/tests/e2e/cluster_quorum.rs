@@ -23,6 +23,19 @@ const SHORT_SESSIONS: &[&str] = &[
 ];
 const ALL: [usize; 3] = [0, 1, 2];
 
+/// Three voters with short sessions, once every node sees all three
+/// brokers and a controller; with what each sees.
+fn formed_cluster(root: &std::path::Path) -> (Cluster, Vec<brook_tests::cluster::Seen>) {
+    let cluster = Cluster::start(BROOK, root, 3, SHORT_SESSIONS);
+    let seen = cluster.wait_until(
+        &ALL,
+        Duration::from_secs(30),
+        "three brokers and a controller",
+        |seen| seen.brokers == [0, 1, 2] && seen.controller >= 0,
+    );
+    (cluster, seen)
+}
+
 fn signal(broker: &Broker, signal: i32) {
     // SAFETY: kill(2) on a child process this test started.
     assert_eq!(unsafe { libc::kill(broker.pid() as i32, signal) }, 0);
@@ -31,13 +44,7 @@ fn signal(broker: &Broker, signal: i32) {
 #[test]
 fn three_nodes_elect_one_controller_fence_a_stopped_broker_and_survive_the_controllers_death() {
     let root = tempfile::tempdir().unwrap();
-    let mut cluster = Cluster::start(BROOK, root.path(), 3, SHORT_SESSIONS);
-    let seen = cluster.wait_until(
-        &ALL,
-        Duration::from_secs(30),
-        "three brokers and a controller",
-        |seen| seen.brokers == [0, 1, 2] && seen.controller >= 0,
-    );
+    let (mut cluster, seen) = formed_cluster(root.path());
     let controller = seen[0].controller;
     assert!(
         seen.iter().all(|seen| seen.controller == controller),
@@ -342,4 +349,245 @@ fn brook_dev_cluster_starts_three_nodes_and_stops_them_on_ctrl_c() {
             "node {node} still serves"
         );
     }
+}
+
+/// Per partition: (leader, replicas).
+type Partitions = Vec<(i32, Vec<i32>)>;
+
+/// Metadata for `topic` from node `index`: per partition (leader, replicas),
+/// and the topic id.
+fn partitions_seen(cluster: &Cluster, index: usize, topic: &str) -> Option<(Partitions, [u8; 16])> {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let mut stream = TcpStream::connect(&cluster.nodes[index].address).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let request = MetadataRequest::default()
+        .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
+            TopicName(StrBytes::from_string(topic.to_owned())),
+        ))]))
+        .with_allow_auto_topic_creation(false);
+    let response: MetadataResponse =
+        brook_tests::raw::try_exchange(&mut stream, ApiKey::Metadata, 12, &request)?;
+    let found = response
+        .topics
+        .first()
+        .filter(|found| found.error_code == 0)?;
+    let mut partitions: Vec<(i32, i32, Vec<i32>)> = found
+        .partitions
+        .iter()
+        .map(|partition| {
+            (
+                partition.partition_index,
+                partition.leader_id.0,
+                partition.replica_nodes.iter().map(|node| node.0).collect(),
+            )
+        })
+        .collect();
+    partitions.sort();
+    Some((
+        partitions
+            .into_iter()
+            .map(|(_, leader, replicas)| (leader, replicas))
+            .collect(),
+        *found.topic_id.as_bytes(),
+    ))
+}
+
+/// CreateTopics through a broker that is not the controller reaches the
+/// controller; every broker then serves the same topic: same id, three
+/// replicas on three brokers, two leaders each; librdkafka produces to the
+/// leaders and reads every record back; DeleteTopics through another
+/// broker removes it everywhere.
+#[test]
+fn a_topic_created_through_any_broker_is_the_same_on_every_broker_and_takes_records() {
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    use kafka_protocol::messages::{
+        ApiKey, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest,
+        DeleteTopicsResponse, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    use rdkafka::Message;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let root = tempfile::tempdir().unwrap();
+    let (cluster, seen) = formed_cluster(root.path());
+    let controller = seen[0].controller as usize;
+    let asked = (controller + 1) % 3;
+    let mut stream = brook_tests::raw::connect(&cluster.nodes[asked]);
+    let topic = CreatableTopic::default()
+        .with_name(TopicName(StrBytes::from_static_str("orders")))
+        .with_num_partitions(6)
+        .with_replication_factor(3);
+    let created: CreateTopicsResponse = brook_tests::raw::exchange(
+        &mut stream,
+        ApiKey::CreateTopics,
+        7,
+        &CreateTopicsRequest::default()
+            .with_topics(vec![topic.clone()])
+            .with_timeout_ms(30_000),
+    );
+    assert_eq!(
+        created.topics[0].error_code, 0,
+        "{:?}",
+        created.topics[0].error_message
+    );
+    assert_eq!(created.topics[0].num_partitions, 6);
+    assert_eq!(created.topics[0].replication_factor, 3);
+    let again: CreateTopicsResponse = brook_tests::raw::exchange(
+        &mut stream,
+        ApiKey::CreateTopics,
+        7,
+        &CreateTopicsRequest::default().with_topics(vec![topic]),
+    );
+    assert_eq!(again.topics[0].error_code, 36, "TOPIC_ALREADY_EXISTS");
+    // The broker that asked serves it at once; the others within moments.
+    let (partitions, id) =
+        partitions_seen(&cluster, asked, "orders").expect("the creator serves the topic");
+    assert_eq!(id, *created.topics[0].topic_id.as_bytes());
+    let mut leaders = std::collections::BTreeMap::new();
+    for (leader, replicas) in &partitions {
+        let distinct: std::collections::BTreeSet<_> = replicas.iter().collect();
+        assert_eq!(distinct.len(), 3, "{partitions:?}");
+        *leaders.entry(*leader).or_insert(0) += 1;
+    }
+    assert_eq!(
+        leaders.values().copied().collect::<Vec<_>>(),
+        vec![2, 2, 2],
+        "{partitions:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for index in ALL {
+        while partitions_seen(&cluster, index, "orders") != Some((partitions.clone(), id)) {
+            assert!(
+                Instant::now() < deadline,
+                "node {index} sees {:?}",
+                partitions_seen(&cluster, index, "orders")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    // A real client finds each partition's leader and writes there.
+    let bootstrap = cluster
+        .nodes
+        .iter()
+        .map(|node| node.address.clone())
+        .collect::<Vec<_>>()
+        .join(",");
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("acks", "all")
+        .create()
+        .unwrap();
+    const RECORDS: usize = 600;
+    for index in 0..RECORDS {
+        let value = format!("record-{index}");
+        brook_tests::librdkafka::send_when_queued(
+            &producer,
+            BaseRecord::to("orders").key(&value).payload(&value),
+        );
+    }
+    producer
+        .flush(Duration::from_secs(30))
+        .expect("every record acknowledged");
+    let consumer = brook_tests::librdkafka::assigned_from_start(&bootstrap, "orders", 6);
+    let mut received = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while received.len() < RECORDS && Instant::now() < deadline {
+        if let Some(Ok(message)) = consumer.poll(Duration::from_millis(200)) {
+            received.insert(String::from_utf8(message.payload().unwrap().to_vec()).unwrap());
+        }
+    }
+    assert_eq!(received.len(), RECORDS);
+    drop(consumer);
+
+    // DeleteTopics through another broker.
+    let mut stream = brook_tests::raw::connect(&cluster.nodes[(controller + 2) % 3]);
+    let deleted: DeleteTopicsResponse = brook_tests::raw::exchange(
+        &mut stream,
+        ApiKey::DeleteTopics,
+        4,
+        &DeleteTopicsRequest::default()
+            .with_topic_names(vec![TopicName(StrBytes::from_static_str("orders"))])
+            .with_timeout_ms(30_000),
+    );
+    assert_eq!(deleted.responses[0].error_code, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for index in ALL {
+        while partitions_seen(&cluster, index, "orders").is_some() {
+            assert!(
+                Instant::now() < deadline,
+                "node {index} still serves the deleted topic"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Kafka's own kafka-topics (the Java AdminClient) against the cluster:
+/// created through a broker that is not the controller with three replicas,
+/// described the same from every broker.
+#[test]
+fn kafka_topics_creates_through_any_broker_and_every_broker_describes_the_same() {
+    const TOPICS: &str = "org.apache.kafka.tools.TopicCommand";
+    let root = tempfile::tempdir().unwrap();
+    let (cluster, seen) = formed_cluster(root.path());
+    let asked = (seen[0].controller as usize + 1) % 3;
+    let topics = |index: usize, args: &[&str]| {
+        let mut command = brook_tests::java::java(TOPICS);
+        command
+            .args(["--bootstrap-server", &cluster.nodes[index].address])
+            .args(args);
+        brook_tests::clients::run(&mut command, None, &cluster.nodes[index])
+    };
+    let created = topics(
+        asked,
+        &[
+            "--create",
+            "--topic",
+            "kt",
+            "--partitions",
+            "6",
+            "--replication-factor",
+            "3",
+        ],
+    );
+    assert!(created.contains("Created topic kt."), "{created}");
+    let described: Vec<String> = ALL
+        .iter()
+        .map(|index| topics(*index, &["--describe", "--topic", "kt"]))
+        .collect();
+    println!("{}", described[0]);
+    assert!(
+        described[0].contains("PartitionCount: 6") && described[0].contains("ReplicationFactor: 3"),
+        "{}",
+        described[0]
+    );
+    // Every broker describes the same (the header's topic id included).
+    assert!(
+        described.iter().all(|text| *text == described[0]),
+        "{described:#?}"
+    );
+    let mut leaders = std::collections::BTreeMap::new();
+    for line in described[0]
+        .lines()
+        .filter(|line| line.contains("Partition: "))
+    {
+        let field = |name: &str| {
+            line.split('\t')
+                .find_map(|part| part.strip_prefix(name))
+                .unwrap_or_else(|| panic!("no {name} in {line:?}"))
+                .to_owned()
+        };
+        let replicas: std::collections::BTreeSet<String> =
+            field("Replicas: ").split(',').map(str::to_owned).collect();
+        assert_eq!(replicas.len(), 3, "{line}");
+        assert_eq!(field("Isr: ").split(',').count(), 3, "{line}");
+        *leaders.entry(field("Leader: ")).or_insert(0) += 1;
+    }
+    assert_eq!(
+        leaders.values().copied().collect::<Vec<_>>(),
+        vec![2, 2, 2],
+        "{leaders:?}"
+    );
 }

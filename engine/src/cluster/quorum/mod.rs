@@ -272,6 +272,12 @@ impl ControllerNode {
         Ok(&mut self.latest.as_mut().expect("built above").1)
     }
 
+    /// The active controller's view (its uncommitted entries included),
+    /// to check a request against before proposing.
+    pub fn latest_image(&mut self) -> Result<&ClusterImage, QuorumError> {
+        self.latest().map(|image| &*image)
+    }
+
     /// Proposes `records` as one batch; they are in the active controller's
     /// view at once.
     pub fn propose(&mut self, records: Vec<MetadataRecord>) -> Result<Proposal, QuorumError> {

@@ -32,6 +32,16 @@ const INVALID_REPLICA_ASSIGNMENT: ErrorCode = ErrorCode(39);
 /// Checks what a single broker can honour before anything is created.
 fn check_replication(shard: &Shard, topic: &CreatableTopic) -> Result<i32, (ErrorCode, String)> {
     let broker = shard.context.broker_id;
+    if shard.context.config.cluster.is_some() {
+        // The controller places the replicas and checks the factor.
+        if !topic.assignments.is_empty() {
+            return Err((
+                INVALID_REPLICA_ASSIGNMENT,
+                "manual replica assignments are not yet taken in a cluster".into(),
+            ));
+        }
+        return Ok(topic.num_partitions);
+    }
     if topic.replication_factor > 1 {
         let message = format!(
             "Replication factor: {} larger than available brokers: 1.",
@@ -91,7 +101,9 @@ pub async fn create_topics(shard: &Rc<Shard>, request: &Request) -> Result<Respo
                 new_topics.push(NewTopic {
                     name,
                     partitions,
+                    replication_factor: topic.replication_factor,
                     configs,
+                    id: None,
                 });
                 results.push(None);
             }
@@ -118,6 +130,7 @@ pub async fn create_topics(shard: &Rc<Shard>, request: &Request) -> Result<Respo
                     message: None,
                     topic_id: TopicId::default(),
                     partitions: 0,
+                    replication_factor: 0,
                 });
                 let configs: BTreeMap<String, String> = requested
                     .configs
@@ -177,7 +190,7 @@ fn created_result(
         .with_error_message(None)
         .with_topic_id(uuid(outcome.topic_id))
         .with_num_partitions(outcome.partitions as i32)
-        .with_replication_factor(1)
+        .with_replication_factor(outcome.replication_factor)
         .with_configs(Some(configs))
 }
 
@@ -269,6 +282,7 @@ pub async fn create_partitions(
                 message: Some(format!("replicas must be [{broker}], the only broker")),
                 topic_id: TopicId::default(),
                 partitions: 0,
+                replication_factor: 0,
             }
         } else {
             let change = Change::AddPartitions {
@@ -285,6 +299,7 @@ pub async fn create_partitions(
                     message: None,
                     topic_id: TopicId::default(),
                     partitions: 0,
+                    replication_factor: 0,
                 })
         };
         results.push(

@@ -50,7 +50,9 @@ pub(crate) async fn ensure_topics(shard: &Rc<Shard>, names: &[String]) -> Arc<Me
         .map(|name| NewTopic {
             name: name.clone(),
             partitions: shard.context.config.num_partitions as i32,
+            replication_factor: -1,
             configs: Default::default(),
+            id: None,
         })
         .collect();
     if missing.is_empty() || !shard.context.config.auto_create_topics_enable {
@@ -149,16 +151,54 @@ pub(crate) fn is_internal_topic(name: &str) -> bool {
     name == OFFSETS_TOPIC_NAME || name == TRANSACTION_STATE_TOPIC_NAME
 }
 
+/// A partition's leader, leader epoch, replicas and ISR: as the metadata
+/// log registers them in a cluster; this broker alone otherwise.
+struct Placement {
+    leader: BrokerId,
+    leader_epoch: i32,
+    replicas: Vec<BrokerId>,
+    isr: Vec<BrokerId>,
+}
+
+fn placement(shard: &Shard, topic: TopicId, index: usize) -> Placement {
+    let brokers = |ids: &[brook_engine::types::BrokerId]| -> Vec<BrokerId> {
+        ids.iter().map(|id| BrokerId(id.0)).collect()
+    };
+    let registered = shard.cluster_view().and_then(|view| {
+        view.image
+            .topics
+            .get(&topic)
+            .and_then(|registered| registered.partitions.get(index).cloned())
+    });
+    match registered {
+        Some(registration) => Placement {
+            leader: BrokerId(registration.leader.0),
+            leader_epoch: registration.leader_epoch.0,
+            replicas: brokers(&registration.replicas),
+            isr: brokers(&registration.isr),
+        },
+        None => {
+            let node = BrokerId(shard.context.broker_id);
+            Placement {
+                leader: node,
+                leader_epoch: LEADER_EPOCH.0,
+                replicas: vec![node],
+                isr: vec![node],
+            }
+        }
+    }
+}
+
 fn topic_response(shard: &Shard, topic: &TopicMetadata, operations: i32) -> MetadataResponseTopic {
-    let node = BrokerId(shard.context.broker_id);
     let partitions = (0..topic.partitions.len())
         .map(|index| {
+            let placement = placement(shard, topic.id, index);
             MetadataResponsePartition::default()
                 .with_partition_index(index as i32)
-                .with_leader_id(node)
-                .with_leader_epoch(LEADER_EPOCH.0)
-                .with_replica_nodes(vec![node])
-                .with_isr_nodes(vec![node])
+                .with_leader_id(placement.leader)
+                .with_leader_epoch(placement.leader_epoch)
+                .with_replica_nodes(placement.replicas)
+                .with_isr_nodes(placement.isr)
         })
         .collect();
     MetadataResponseTopic::default()
@@ -362,15 +402,19 @@ fn filesystem_space(dir: &std::path::Path) -> (i64, i64) {
     (stat.f_blocks as i64 * block, stat.f_bavail as i64 * block)
 }
 
-fn partition_metadata(shard: &Shard, index: usize) -> DescribeTopicPartitionsResponsePartition {
-    let node = BrokerId(shard.context.broker_id);
+fn partition_metadata(
+    shard: &Shard,
+    topic: TopicId,
+    index: usize,
+) -> DescribeTopicPartitionsResponsePartition {
+    let placement = placement(shard, topic, index);
     DescribeTopicPartitionsResponsePartition::default()
         .with_partition_index(index as i32)
-        .with_leader_id(node)
-        .with_leader_epoch(LEADER_EPOCH.0)
-        .with_replica_nodes(vec![node])
-        .with_isr_nodes(vec![node])
-        // No eligible leader replicas (KIP-966) on one broker: empty, not null.
+        .with_leader_id(placement.leader)
+        .with_leader_epoch(placement.leader_epoch)
+        .with_replica_nodes(placement.replicas)
+        .with_isr_nodes(placement.isr)
+        // No eligible leader replicas (KIP-966) yet: empty, not null.
         .with_eligible_leader_replicas(Some(Vec::new()))
         .with_last_known_elr(Some(Vec::new()))
 }
@@ -425,7 +469,7 @@ pub fn describe_topic_partitions(
                             .with_is_internal(is_internal_topic(&name))
                             .with_partitions(
                                 partitions
-                                    .map(|index| partition_metadata(shard, index))
+                                    .map(|index| partition_metadata(shard, id, index))
                                     .collect(),
                             )
                             .with_topic_authorized_operations(operations)

@@ -209,7 +209,7 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request) -> Result<Response, Fr
         }
     };
     let image = shard.image();
-    let (topics, wanted) = resolve(&image, partitions);
+    let (topics, wanted) = resolve(shard, &image, partitions);
     let isolation = if body.isolation_level == 1 {
         Isolation::ReadCommitted
     } else {
@@ -305,7 +305,11 @@ fn requested(body: &FetchRequest, uses_topic_ids: bool) -> (FetchList, Vec<Sessi
 
 /// The partitions to read in order, with the topic list of the response
 /// (one entry per run of partitions of the same topic).
-fn resolve(image: &MetadataImage, partitions: &FetchList) -> (Vec<TopicData>, Vec<Wanted>) {
+fn resolve(
+    shard: &Shard,
+    image: &MetadataImage,
+    partitions: &FetchList,
+) -> (Vec<TopicData>, Vec<Wanted>) {
     let mut topics = Vec::new();
     let mut wanted = Vec::new();
     let mut current: Option<(&TopicKey, Option<Rc<str>>)> = None;
@@ -337,6 +341,9 @@ fn resolve(image: &MetadataImage, partitions: &FetchList) -> (Vec<TopicData>, Ve
             None => Err(ErrorCode::UNKNOWN_TOPIC_ID),
             Some(name) => match image.owner_at(name, PartitionId(at.partition)) {
                 None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
+                Some(_) if !shard.leads(name, PartitionId(at.partition)) => {
+                    Err(ErrorCode::NOT_LEADER_OR_FOLLOWER)
+                }
                 Some(owner) => match epoch_error(fetch.current_leader_epoch) {
                     Some(error) => Err(error),
                     None => Ok(owner),

@@ -289,6 +289,12 @@ async fn start_partition(
             format!("no partition {topic_partition}"),
         );
     };
+    if !shard.leads(&topic_partition.topic, topic_partition.partition) {
+        return refused(
+            ErrorCode::NOT_LEADER_OR_FOLLOWER,
+            format!("this broker does not lead {topic_partition}"),
+        );
+    }
     let started = shard
         .start_on_shard(owner, move |owner| {
             append_on_owner(owner, topic_partition, records, context)

@@ -16,11 +16,14 @@ use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::types::BrokerId;
 use glommio::net::TcpStream;
 
+use super::ClusterView;
+use super::reconcile::reconcile;
 use super::transport::{
     PEER_TIMEOUT, PeerError, connect, expect_hello, read_frame, with_timeout, write_bytes,
 };
-use super::{ClusterView, Quorum};
 use crate::server::shard::Shard;
+use futures::channel::{mpsc, oneshot};
+use futures::{FutureExt, StreamExt};
 
 /// How often the broker asks for new metadata.
 const FETCH_INTERVAL: Duration = Duration::from_millis(200);
@@ -55,7 +58,11 @@ impl Session {
     }
 }
 
+/// Admin requests from this broker's handlers, for the active controller.
+type Forwarded = mpsc::Receiver<(PeerRequest, oneshot::Sender<PeerResponse>)>;
+
 struct BrokerState {
+    forwarded: Forwarded,
     settings: ClusterSettings,
     registration: BrokerRegistration,
     epoch: Option<i64>,
@@ -64,9 +71,10 @@ struct BrokerState {
     published: (u64, Option<BrokerId>),
 }
 
-pub async fn run(shard: Rc<Shard>, settings: ClusterSettings, _quorum: Option<Rc<Quorum>>) {
+pub async fn run(shard: Rc<Shard>, settings: ClusterSettings, forwarded: Forwarded) {
     let registration = registration(&shard, &settings);
     let mut state = BrokerState {
+        forwarded,
         settings,
         registration,
         epoch: None,
@@ -183,7 +191,9 @@ async fn session(
                     tracing::warn!(?error, "heartbeat refused; registering again");
                     state.epoch = None;
                 }
-                PeerResponse::Fetched(_) => return Err(PeerError::NoHello),
+                PeerResponse::Fetched(_) | PeerResponse::Topics { .. } => {
+                    return Err(PeerError::NoHello);
+                }
             }
         }
         if let PeerResponse::Fetched(catchup) = session
@@ -192,15 +202,36 @@ async fn session(
             })
             .await?
         {
+            let before = state.image.offset;
             match apply_catchup(&mut state.image, &catchup) {
                 Ok(()) | Err(QuorumError::NotNext { .. }) => {}
                 Err(error) => {
                     tracing::error!(%error, "the metadata log does not apply on this broker")
                 }
             }
+            if state.image.offset != before {
+                // The shards serve the new topics before anyone hears of them.
+                reconcile(shard, &state.image).await;
+            }
         }
         publish(shard, state).await;
-        glommio::timer::sleep(FETCH_INTERVAL).await;
+        let forwarded = futures::select_biased! {
+            forwarded = state.forwarded.next() => forwarded,
+            () = glommio::timer::sleep(FETCH_INTERVAL).fuse() => None,
+        };
+        if let Some((request, reply)) = forwarded {
+            let response = session.ask(request).await?;
+            let moved = match &response {
+                PeerResponse::NotController { leader } => Some(*leader),
+                _ => None,
+            };
+            let _ = reply.send(response);
+            if let Some(leader) = moved {
+                state.controller = leader.filter(|leader| *leader != target);
+                publish(shard, state).await;
+                return Ok(());
+            }
+        }
     }
     Ok(())
 }

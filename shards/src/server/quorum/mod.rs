@@ -19,6 +19,7 @@
 
 mod broker;
 pub mod disk;
+mod reconcile;
 mod transport;
 
 use std::cell::RefCell;
@@ -28,14 +29,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use brook_engine::cluster::cluster_image::ClusterImage;
+use brook_engine::cluster::controller::{Refusal, TopicDefaults, create_topics, delete_topics};
+use brook_engine::cluster::image::TopicId;
 use brook_engine::cluster::node_config::ClusterSettings;
 use brook_engine::cluster::peer_wire::{
-    CATCHUP_ENTRIES_MAX, PeerFrame, PeerRequest, PeerResponse, encode_frame,
+    CATCHUP_ENTRIES_MAX, PeerFrame, PeerRequest, PeerResponse, TopicResult, encode_frame,
 };
 use brook_engine::cluster::quorum::{
     Applied, ControllerNode, QuorumConfig, QuorumError, Registered, SNAPSHOT_AFTER_BYTES_DEFAULT,
     node_of, raft_id, tick_interval_ms,
 };
+use brook_engine::cluster::records::MetadataRecord;
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::types::BrokerId;
 use futures::channel::{mpsc, oneshot};
@@ -43,6 +47,7 @@ use futures::{FutureExt, StreamExt};
 use raft::eraftpb::Message;
 use rand::{Rng, SeedableRng};
 
+use crate::server::controller::random_id;
 use crate::server::shard::Shard;
 
 /// Inputs the driver queues before senders wait.
@@ -63,14 +68,27 @@ enum Input {
     Request(PeerRequest, oneshot::Sender<PeerResponse>),
 }
 
+/// Admin requests a broker forwards to the active controller, with where
+/// to answer (kept by shard 0, drained by the broker side's session).
+pub type Forward = mpsc::Sender<(PeerRequest, oneshot::Sender<PeerResponse>)>;
+/// Forwarded requests queued before a handler waits.
+const FORWARDED_MAX: usize = 256;
+
+/// What a proposal's commit answers.
+enum Pending {
+    Registration(oneshot::Sender<PeerResponse>),
+    Topics(Vec<TopicResult>, oneshot::Sender<PeerResponse>),
+}
+
 /// The controller voter of this node.
 pub struct Quorum {
     node: RefCell<ControllerNode>,
     disk: Arc<Mutex<disk::QuorumDisk>>,
     peers: BTreeMap<BrokerId, RefCell<mpsc::Sender<Vec<u8>>>>,
     inbox: RefCell<mpsc::Sender<Input>>,
-    waiting: RefCell<Vec<(u64, u64, oneshot::Sender<PeerResponse>)>>,
+    waiting: RefCell<Vec<(u64, u64, Pending)>>,
     started: Instant,
+    topic_defaults: TopicDefaults,
     /// Set once a write of the metadata log failed: this voter is silent
     /// from then on (it could no longer keep a promise it made).
     failed: std::cell::Cell<bool>,
@@ -102,6 +120,40 @@ impl Quorum {
     }
 }
 
+/// How long a forwarded admin request waits for the controller's answer.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Sends `request` to the active controller through this node's broker
+/// side (call on shard 0); `None` when none answered in time.
+pub async fn ask_controller(shard: &Shard, request: PeerRequest) -> Option<PeerResponse> {
+    let mut forward = shard.forward.borrow().clone()?;
+    let (reply, answer) = oneshot::channel();
+    futures::SinkExt::send(&mut forward, (request, reply))
+        .await
+        .ok()?;
+    transport::with_timeout(
+        async { answer.await.map_err(|_| transport::PeerError::TimedOut) },
+        FORWARD_TIMEOUT,
+    )
+    .await
+    .ok()
+}
+
+/// Waits (a bounded while) until this shard's view of the cluster holds
+/// `offset`, so a topic just created is served once its creator hears so.
+pub async fn wait_for_offset(shard: &Shard, offset: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if shard
+            .cluster_view()
+            .is_some_and(|view| view.image.offset >= offset)
+        {
+            return;
+        }
+        glommio::timer::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Starts the cluster tasks on shard 0.
 pub async fn start(shard: Rc<Shard>, settings: ClusterSettings) {
     let quorum = if settings.roles.is_controller() {
@@ -125,7 +177,9 @@ pub async fn start(shard: Rc<Shard>, settings: ClusterSettings) {
         .detach();
     }
     if settings.roles.is_broker() {
-        glommio::spawn_local(broker::run(shard.clone(), settings.clone(), quorum.clone())).detach();
+        let (forward, forwarded) = mpsc::channel(FORWARDED_MAX);
+        *shard.forward.borrow_mut() = Some(forward);
+        glommio::spawn_local(broker::run(shard.clone(), settings.clone(), forwarded)).detach();
     }
 }
 
@@ -176,6 +230,16 @@ fn start_voter(shard: &Rc<Shard>, settings: &ClusterSettings) -> Result<Rc<Quoru
         inbox: RefCell::new(inbox),
         waiting: RefCell::new(Vec::new()),
         started: Instant::now(),
+        topic_defaults: TopicDefaults {
+            partitions: shard.context.config.num_partitions as i32,
+            replication_factor: shard
+                .context
+                .config
+                .given
+                .get("default.replication.factor")
+                .and_then(|value| value.parse().ok())
+                .unwrap_or(1),
+        },
         failed: std::cell::Cell::new(false),
     });
     let seed = (settings.node.0 as u64) ^ (crate::server::shard::now_ms() as u64).rotate_left(17);
@@ -239,10 +303,11 @@ fn handle_request(quorum: &Quorum, request: PeerRequest, reply: oneshot::Sender<
                 epoch,
             },
             Ok(Ok(Registered::Proposed(proposal))) => {
-                quorum
-                    .waiting
-                    .borrow_mut()
-                    .push((proposal.index, proposal.term, reply));
+                quorum.waiting.borrow_mut().push((
+                    proposal.index,
+                    proposal.term,
+                    Pending::Registration(reply),
+                ));
                 return;
             }
         },
@@ -260,8 +325,102 @@ fn handle_request(quorum: &Quorum, request: PeerRequest, reply: oneshot::Sender<
         PeerRequest::Fetch { offset } => {
             PeerResponse::Fetched(node.committed_since(offset, CATCHUP_ENTRIES_MAX))
         }
+        PeerRequest::CreateTopics {
+            topics,
+            validate_only,
+        } => {
+            let ids: Vec<TopicId> = topics.iter().map(|_| TopicId(random_id())).collect();
+            let proposed = node.latest_image().map(|image| {
+                let (results, records) = create_topics(image, &topics, quorum.topic_defaults, &ids);
+                let results = topics
+                    .iter()
+                    .zip(results)
+                    .map(|(topic, result)| {
+                        topic_result(
+                            &topic.name,
+                            result.map(|created| {
+                                (created.id, created.partitions, created.replication_factor)
+                            }),
+                        )
+                    })
+                    .collect::<Vec<_>>();
+                (results, if validate_only { Vec::new() } else { records })
+            });
+            return propose_topics(quorum, &mut node, proposed, reply);
+        }
+        PeerRequest::DeleteTopics { names } => {
+            let proposed = node.latest_image().map(|image| {
+                let (results, records) = delete_topics(image, &names);
+                let results = names
+                    .iter()
+                    .zip(results)
+                    .map(|(name, result)| topic_result(name, result.map(|id| (id, 0, 0))))
+                    .collect::<Vec<_>>();
+                (results, records)
+            });
+            return propose_topics(quorum, &mut node, proposed, reply);
+        }
     };
     let _ = reply.send(response);
+}
+
+fn topic_result(name: &str, result: Result<(TopicId, i32, i16), Refusal>) -> TopicResult {
+    match result {
+        Ok((id, partitions, replication_factor)) => TopicResult {
+            name: name.to_owned(),
+            error: ErrorCode::NONE,
+            message: None,
+            id,
+            partitions,
+            replication_factor,
+        },
+        Err(refusal) => TopicResult {
+            name: name.to_owned(),
+            error: refusal.error,
+            message: Some(refusal.message),
+            id: TopicId::default(),
+            partitions: 0,
+            replication_factor: 0,
+        },
+    }
+}
+
+/// Proposes a topic change's records (if any) and answers on commit.
+fn propose_topics(
+    quorum: &Quorum,
+    node: &mut ControllerNode,
+    proposed: Result<(Vec<TopicResult>, Vec<MetadataRecord>), QuorumError>,
+    reply: oneshot::Sender<PeerResponse>,
+) {
+    let (results, records) = match proposed {
+        Ok(proposed) => proposed,
+        Err(QuorumError::NotController { leader }) => {
+            let _ = reply.send(PeerResponse::NotController { leader });
+            return;
+        }
+        Err(error) => {
+            tracing::error!(%error, "a topic change failed");
+            let _ = reply.send(PeerResponse::NotController { leader: None });
+            return;
+        }
+    };
+    if records.is_empty() {
+        let _ = reply.send(PeerResponse::Topics { results, offset: 0 });
+        return;
+    }
+    match node.propose(records) {
+        Ok(proposal) => quorum.waiting.borrow_mut().push((
+            proposal.index,
+            proposal.term,
+            Pending::Topics(results, reply),
+        )),
+        Err(error) => {
+            tracing::warn!(%error, "a topic change was not proposed");
+            let _ = reply.send(PeerResponse::NotController {
+                leader: node.leader(),
+            });
+        }
+    }
 }
 
 /// Takes every ready: persist, then send, then answer what committed.
@@ -323,15 +482,32 @@ fn answer_registrations(quorum: &Quorum, applied: &[Applied]) {
             still.push((index, term, reply));
             continue;
         }
-        let response = match applied.iter().find(|applied| applied.index == index) {
-            Some(applied) if applied.term == term => PeerResponse::Registered {
-                error: ErrorCode::NONE,
-                epoch: index as i64,
-            },
-            // Another leader's entry took the index: ask again.
-            _ => PeerResponse::NotController { leader: None },
-        };
-        let _ = reply.send(response);
+        let committed = applied
+            .iter()
+            .any(|applied| applied.index == index && applied.term == term);
+        // Not committed: another leader's entry took the index; ask again.
+        match reply {
+            Pending::Registration(reply) => {
+                let _ = reply.send(if committed {
+                    PeerResponse::Registered {
+                        error: ErrorCode::NONE,
+                        epoch: index as i64,
+                    }
+                } else {
+                    PeerResponse::NotController { leader: None }
+                });
+            }
+            Pending::Topics(results, reply) => {
+                let _ = reply.send(if committed {
+                    PeerResponse::Topics {
+                        results,
+                        offset: index,
+                    }
+                } else {
+                    PeerResponse::NotController { leader: None }
+                });
+            }
+        }
     }
     *waiting = still;
 }
