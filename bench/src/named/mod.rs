@@ -9,6 +9,7 @@
 //! ([`crate::ceiling`]) and every figure is printed beside the ceiling it is
 //! judged against.
 
+mod failover;
 pub mod report;
 
 use std::path::PathBuf;
@@ -51,6 +52,10 @@ pub enum Named {
     Recovery,
     /// The throughput workload with `--cores 1` and `--cores 2`.
     Scaling,
+    /// Three voters: kill -9 of the active controller → the first
+    /// CreateTopics that succeeds (10 kills), and CreateTopics → the topic
+    /// in Metadata on every broker. Not part of `all`.
+    ControllerFailover,
     /// Every workload above, in order, after one ceiling measurement.
     All,
 }
@@ -65,6 +70,7 @@ impl Named {
             Named::ManyPartitions => "many-partitions",
             Named::Recovery => "recovery",
             Named::Scaling => "scaling",
+            Named::ControllerFailover => "controller-failover",
             Named::All => "all",
         }
     }
@@ -165,6 +171,7 @@ pub fn run(
             Named::ManyPartitions => bench.many_partitions(),
             Named::Recovery => bench.recovery(),
             Named::Scaling => bench.scaling(),
+            Named::ControllerFailover => bench.controller_failover(),
             Named::All => unreachable!("each() expands all"),
         };
         // One workload failing must not cost the figures of the others.

@@ -1,0 +1,263 @@
+//! `brook bench run controller-failover`: a three-voter cluster on
+//! 127.0.0.1 (one core each, unpinned). Metadata propagation: CreateTopics
+//! through one broker → the topic in Metadata on every broker. Failover,
+//! ten times: kill -9 the active controller → the first CreateTopics that
+//! succeeds through a surviving broker; then the node restarts and rejoins.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use glommio::Placement;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse};
+
+use super::report::{Figure, NamedRun, Target};
+use super::{Bench, BenchError};
+use crate::broker::{BrokerLaunch, BrokerProcess};
+use crate::client::cluster::{resolve, topic_name};
+use crate::client::{ClientError, Cluster};
+use crate::log::json::JsonObject;
+use brook_shards::runtime::executor_builder;
+
+const NODES: usize = 3;
+const KILLS: usize = 10;
+const PROPAGATIONS: usize = 20;
+/// How long any one step may take before the run is called failed.
+const STEP_LIMIT: Duration = Duration::from_secs(60);
+const POLL: Duration = Duration::from_millis(5);
+
+impl Bench<'_> {
+    pub(super) fn controller_failover(&mut self) -> Result<NamedRun, BenchError> {
+        self.own_broker_needed("controller-failover")?;
+        let binary = match &self.options.binary {
+            Some(binary) => binary.clone(),
+            None => std::env::current_exe().map_err(|error| {
+                BenchError::Broker(format!("finding the brook binary: {error}"))
+            })?,
+        };
+        let ports: Vec<u16> = (0..NODES).map(|_| free_port()).collect::<Result<_, _>>()?;
+        let voters = ports
+            .iter()
+            .enumerate()
+            .map(|(id, port)| format!("{id}@127.0.0.1:{port}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut nodes = Vec::new();
+        for (id, port) in ports.iter().enumerate() {
+            let data_dir = self.options.dir.join(format!("controller-failover-{id}"));
+            let _ = std::fs::remove_dir_all(&data_dir);
+            nodes.push(BrokerProcess::start(BrokerLaunch {
+                binary: binary.clone(),
+                data_dir,
+                cores: 1,
+                cpus: Vec::new(),
+                extra: vec![
+                    "--set".into(),
+                    format!("node.id={id}"),
+                    "--set".into(),
+                    format!("controller.quorum.voters={voters}"),
+                    "--set".into(),
+                    format!("listeners=CONTROLLER://127.0.0.1:{port}"),
+                ],
+            })?);
+        }
+        (self.progress)("controller-failover: three voters started");
+        let addresses: Vec<SocketAddr> = nodes
+            .iter()
+            .map(|node| resolve(&node.address))
+            .collect::<Result<_, _>>()
+            .map_err(crate::workload::client_error)?;
+        let measured = executor_builder(Placement::Unbound)
+            .name("brook-bench-failover")
+            .spawn(move || async move { measure(nodes, addresses).await })
+            .map_err(|error| BenchError::Executor {
+                cpu: usize::MAX,
+                reason: error.to_string(),
+            })?
+            .join()
+            .map_err(|error| BenchError::Executor {
+                cpu: usize::MAX,
+                reason: error.to_string(),
+            })??;
+        let (failovers, propagations) = measured;
+        let figure = |key, label: &str, samples: &[Duration], quantile: f64| {
+            Figure::new(
+                key,
+                label,
+                percentile(samples, quantile).as_secs_f64() * 1000.0,
+                "ms",
+            )
+        };
+        let figures = vec![
+            figure(
+                "failover_p50_ms",
+                "kill -9 controller → CreateTopics ok, p50",
+                &failovers,
+                0.5,
+            )
+            .target(Target::AtMost(2_000.0)),
+            figure(
+                "failover_max_ms",
+                "kill -9 controller → CreateTopics ok, max",
+                &failovers,
+                1.0,
+            ),
+            figure(
+                "propagation_p50_ms",
+                "CreateTopics → in Metadata on every broker, p50",
+                &propagations,
+                0.5,
+            ),
+            figure(
+                "propagation_p99_ms",
+                "CreateTopics → in Metadata on every broker, p99",
+                &propagations,
+                0.99,
+            ),
+        ];
+        let samples = |values: &[Duration]| {
+            values
+                .iter()
+                .map(|value| format!("{:.0}", value.as_secs_f64() * 1000.0))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        Ok(NamedRun {
+            name: "controller-failover",
+            setup: format!(
+                "3 voters (broker+controller), --cores 1 each, unpinned; {KILLS} kills, {PROPAGATIONS} topics"
+            ),
+            figures,
+            details: format!(
+                "failover ms: {}\npropagation ms: {}\n",
+                samples(&failovers),
+                samples(&propagations)
+            ),
+            details_json: JsonObject::new(),
+            error: None,
+        })
+    }
+}
+
+fn free_port() -> Result<u16, BenchError> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .map_err(|error| BenchError::Broker(format!("finding a free port: {error}")))
+}
+
+fn percentile(samples: &[Duration], quantile: f64) -> Duration {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    let index =
+        ((sorted.len() as f64 * quantile).ceil() as usize).clamp(1, sorted.len().max(1)) - 1;
+    sorted.get(index).copied().unwrap_or_default()
+}
+
+/// What `address` answers to Metadata for `topic` (none: brokers only):
+/// the live brokers, the controller, and whether the topic is there.
+async fn metadata(address: SocketAddr, topic: Option<&str>) -> Option<(usize, i32, bool)> {
+    let cluster = Cluster::new(address, "brook-bench-failover");
+    let connection = cluster.own_connection(address).await.ok()?;
+    let topics =
+        topic.map(|name| vec![MetadataRequestTopic::default().with_name(Some(topic_name(name)))]);
+    let request = MetadataRequest::default()
+        .with_topics(Some(topics.unwrap_or_default()))
+        .with_allow_auto_topic_creation(false);
+    let response: MetadataResponse = connection
+        .request(ApiKey::Metadata, 12, &request)
+        .await
+        .ok()?;
+    connection.close().await;
+    let found = response.topics.iter().any(|topic| topic.error_code == 0);
+    Some((response.brokers.len(), response.controller_id.0, found))
+}
+
+async fn create(address: SocketAddr, name: &str) -> Result<(), ClientError> {
+    let cluster = Rc::new(Cluster::new(address, "brook-bench-failover"));
+    let created = cluster.create_topics(&[name.to_owned()], 1, &[]).await;
+    cluster.close().await;
+    created
+}
+
+async fn until<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> Result<T, BenchError> {
+    let deadline = Instant::now() + STEP_LIMIT;
+    loop {
+        if let Some(value) = probe().await {
+            return Ok(value);
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::Broker(format!(
+                "controller-failover: {what} not within {STEP_LIMIT:?}"
+            )));
+        }
+        glommio::timer::sleep(POLL).await;
+    }
+}
+
+async fn all_formed(addresses: &[SocketAddr]) -> Result<i32, BenchError> {
+    until("three brokers and one controller", async || {
+        let mut controllers = Vec::new();
+        for address in addresses {
+            match metadata(*address, None).await {
+                Some((brokers, controller, _)) if brokers == NODES && controller >= 0 => {
+                    controllers.push(controller)
+                }
+                _ => return None,
+            }
+        }
+        controllers
+            .iter()
+            .all(|controller| *controller == controllers[0])
+            .then(|| controllers[0])
+    })
+    .await
+}
+
+async fn measure(
+    mut nodes: Vec<BrokerProcess>,
+    addresses: Vec<SocketAddr>,
+) -> Result<(Vec<Duration>, Vec<Duration>), BenchError> {
+    all_formed(&addresses).await?;
+    let mut propagations = Vec::new();
+    for round in 0..PROPAGATIONS {
+        let name = format!("propagation-{round}");
+        let started = Instant::now();
+        create(addresses[round % NODES], &name)
+            .await
+            .map_err(crate::workload::client_error)?;
+        until("a topic on every broker", async || {
+            for address in &addresses {
+                if !metadata(*address, Some(&name))
+                    .await
+                    .is_some_and(|(_, _, found)| found)
+                {
+                    return None;
+                }
+            }
+            Some(())
+        })
+        .await?;
+        propagations.push(started.elapsed());
+    }
+    let mut failovers = Vec::new();
+    for round in 0..KILLS {
+        let controller = all_formed(&addresses).await? as usize;
+        let survivor = (controller + 1) % NODES;
+        nodes[controller].kill();
+        let killed = Instant::now();
+        let name = format!("failover-{round}");
+        until("CreateTopics after the kill", async || {
+            create(addresses[survivor], &name).await.ok()
+        })
+        .await?;
+        failovers.push(killed.elapsed());
+        nodes[controller].restart()?;
+    }
+    all_formed(&addresses).await?;
+    for node in &mut nodes {
+        node.kill();
+    }
+    Ok((failovers, propagations))
+}
