@@ -9,7 +9,7 @@
 //! [`GroupCoordinator::tick`] runs the timers (sessions, rebalance and
 //! initial delays); [`GroupCoordinator::next_deadline_ms`] says when next.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 
@@ -147,18 +147,18 @@ pub enum Action {
 #[derive(Clone, Debug, Default)]
 pub struct GroupCoordinator {
     pub settings: GroupSettings,
-    pub groups: HashMap<String, Group>,
+    pub groups: BTreeMap<String, Group>,
     /// The groups each producer has transactional offsets pending in, so a
     /// transaction marker finds them (Kafka's `openGroupsForProducer`).
-    pub txn_producer_groups: HashMap<ProducerId, BTreeSet<String>>,
+    pub txn_producer_groups: BTreeMap<ProducerId, BTreeSet<String>>,
 }
 
 impl GroupCoordinator {
     pub fn new(settings: GroupSettings) -> GroupCoordinator {
         GroupCoordinator {
             settings,
-            groups: HashMap::new(),
-            txn_producer_groups: HashMap::new(),
+            groups: BTreeMap::new(),
+            txn_producer_groups: BTreeMap::new(),
         }
     }
 
@@ -892,7 +892,7 @@ impl Change<'_> {
         if !self.group.is_leader(&request.member_id) || self.group.persisting_generation.is_some() {
             return;
         }
-        let mut assignments: HashMap<String, Bytes> = request.assignments.into_iter().collect();
+        let mut assignments: BTreeMap<String, Bytes> = request.assignments.into_iter().collect();
         for member in self.group.members.values_mut() {
             member.assignment = assignments.remove(&member.member_id).unwrap_or_default();
         }

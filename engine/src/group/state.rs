@@ -2,7 +2,7 @@
 //! state, generation, members and committed offsets, and the settings that
 //! bound it. Changed only by [`crate::group::coordinator`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
@@ -176,7 +176,7 @@ pub struct Group {
     pub leader: Option<String>,
     pub members: BTreeMap<String, Member>,
     /// group.instance.id → member id of static members.
-    pub static_members: HashMap<String, String>,
+    pub static_members: BTreeMap<String, String>,
     /// Member ids given out with MEMBER_ID_REQUIRED, and when they lapse.
     pub pending_members: BTreeMap<String, i64>,
     pub offsets: BTreeMap<TopicPartition, CommittedOffset>,
@@ -206,7 +206,7 @@ impl Group {
             protocol_name: None,
             leader: None,
             members: BTreeMap::new(),
-            static_members: HashMap::new(),
+            static_members: BTreeMap::new(),
             pending_members: BTreeMap::new(),
             offsets: BTreeMap::new(),
             offset_record_offsets: BTreeMap::new(),
