@@ -500,6 +500,45 @@ fn a_topic_created_through_any_broker_is_the_same_on_every_broker_and_takes_reco
     }
     assert_eq!(received.len(), RECORDS);
     drop(consumer);
+    // A consumer group: its coordinator is the leader of the group's
+    // __consumer_offsets partition, whichever broker the client asked.
+    let grouped: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("group.id", "cluster-group")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    rdkafka::consumer::Consumer::subscribe(&grouped, &["orders"]).unwrap();
+    let mut in_group = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while in_group.len() < RECORDS && Instant::now() < deadline {
+        if let Some(Ok(message)) = grouped.poll(Duration::from_millis(200)) {
+            in_group.insert(String::from_utf8(message.payload().unwrap().to_vec()).unwrap());
+        }
+    }
+    assert_eq!(in_group.len(), RECORDS, "records read in a group");
+    drop(grouped);
+    // Every broker names the same coordinator for the group.
+    let coordinators: Vec<i32> = ALL
+        .iter()
+        .map(|index| {
+            use kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
+            let mut stream = brook_tests::raw::connect(&cluster.nodes[*index]);
+            let found: FindCoordinatorResponse = brook_tests::raw::exchange(
+                &mut stream,
+                ApiKey::FindCoordinator,
+                3,
+                &FindCoordinatorRequest::default()
+                    .with_key(StrBytes::from_static_str("cluster-group")),
+            );
+            assert_eq!(found.error_code, 0);
+            found.node_id.0
+        })
+        .collect();
+    assert!(
+        coordinators.iter().all(|node| *node == coordinators[0]),
+        "{coordinators:?}"
+    );
 
     // DeleteTopics through another broker.
     let mut stream = brook_tests::raw::connect(&cluster.nodes[(controller + 2) % 3]);

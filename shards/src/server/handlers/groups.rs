@@ -79,6 +79,45 @@ fn optional_text(value: Option<&str>) -> Option<StrBytes> {
     value.map(text)
 }
 
+/// Where the coordinator of `key` is: this broker in a one-node cluster;
+/// in a cluster, the live leader of the key's partition of
+/// `__consumer_offsets` or `__transaction_state`, as the metadata log says.
+fn coordinator_of(shard: &Shard, key_type: i8, key: &str) -> Option<(i32, String, u16)> {
+    if shard.context.config.cluster.is_none() {
+        let context = &shard.context;
+        return Some((
+            context.broker_id,
+            context.advertised_host.clone(),
+            context.advertised_port,
+        ));
+    }
+    let view = shard.cluster_view()?;
+    let (topic, partition_for): (&str, fn(&str, i32) -> i32) = if key_type == KEY_TYPE_GROUP {
+        (
+            brook_engine::group::records::OFFSETS_TOPIC_NAME,
+            brook_engine::group::records::offsets_partition_for,
+        )
+    } else {
+        (
+            brook_engine::txn::records::TRANSACTION_STATE_TOPIC_NAME,
+            brook_engine::txn::records::partition_for,
+        )
+    };
+    let registered = view.image.topic_by_name(topic)?;
+    let partition = partition_for(key, registered.partitions.len() as i32);
+    let leader = registered
+        .partitions
+        .get(usize::try_from(partition).ok()?)?
+        .leader;
+    let broker = view
+        .image
+        .brokers
+        .get(&leader)
+        .filter(|broker| !broker.fenced)?;
+    let endpoint = broker.registration.listeners.first()?;
+    Some((leader.0, endpoint.host.clone(), endpoint.port))
+}
+
 pub async fn find_coordinator(
     shard: &Rc<Shard>,
     request: &Request,
@@ -101,21 +140,24 @@ pub async fn find_coordinator(
     }
     .unwrap_or(ErrorCode::NONE);
     let node = |key: &str| {
-        let found = !error.is_error();
-        Coordinator::default()
-            .with_key(text(key))
-            .with_node_id(BrokerId(if found { shard.context.broker_id } else { -1 }))
-            .with_host(text(if found {
-                &shard.context.advertised_host
-            } else {
-                ""
-            }))
-            .with_port(if found {
-                i32::from(shard.context.advertised_port)
-            } else {
-                -1
-            })
-            .with_error_code(error.0)
+        let found = if error.is_error() {
+            Err(error)
+        } else {
+            coordinator_of(shard, body.key_type, key).ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+        };
+        match found {
+            Ok((id, host, port)) => Coordinator::default()
+                .with_key(text(key))
+                .with_node_id(BrokerId(id))
+                .with_host(text(&host))
+                .with_port(i32::from(port)),
+            Err(error) => Coordinator::default()
+                .with_key(text(key))
+                .with_node_id(BrokerId(-1))
+                .with_host(text(""))
+                .with_port(-1)
+                .with_error_code(error.0),
+        }
     };
     let response = if request.api_version >= 4 {
         FindCoordinatorResponse::default()
@@ -126,7 +168,7 @@ pub async fn find_coordinator(
         let single = node(&keys[0]);
         FindCoordinatorResponse::default()
             .with_error_code(single.error_code)
-            .with_error_message(Some(text(error.message())))
+            .with_error_message(Some(text(ErrorCode(single.error_code).message())))
             .with_node_id(single.node_id)
             .with_host(single.host)
             .with_port(single.port)
