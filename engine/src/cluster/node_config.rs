@@ -33,6 +33,8 @@ pub const SETTINGS: &[&str] = &[
     "broker.heartbeat.interval.ms",
     "broker.session.timeout.ms",
     "cluster.id",
+    "metadata.log.max.record.bytes.between.snapshots",
+    "default.replication.factor",
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -630,3 +630,73 @@ fn kafka_topics_creates_through_any_broker_and_every_broker_describes_the_same()
         "{leaders:?}"
     );
 }
+
+/// kill -9 every node and start them all again: the same topics with the
+/// same ids and placement; the metadata log was snapshotted (a small
+/// `metadata.log.max.record.bytes.between.snapshots` makes it happen).
+#[test]
+fn every_node_killed_and_restarted_keeps_the_topics_and_the_log_is_snapshotted() {
+    let root = tempfile::tempdir().unwrap();
+    let mut arguments = SHORT_SESSIONS.to_vec();
+    arguments.extend([
+        "--set",
+        "metadata.log.max.record.bytes.between.snapshots=512",
+    ]);
+    let mut cluster = Cluster::start(BROOK, root.path(), 3, &arguments);
+    cluster.wait_until(
+        &ALL,
+        Duration::from_secs(30),
+        "three brokers and a controller",
+        |seen| seen.brokers == [0, 1, 2] && seen.controller >= 0,
+    );
+    for index in 0..4 {
+        let mut stream = brook_tests::raw::connect(&cluster.nodes[index % 3]);
+        brook_tests::raw::create_topic(&mut stream, &format!("kept-{index}"), 3);
+    }
+    let before: Vec<_> = (0..4)
+        .map(|index| {
+            let name = format!("kept-{index}");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let seen: Vec<_> = ALL
+                    .iter()
+                    .map(|node| partitions_seen(&cluster, *node, &name))
+                    .collect();
+                if seen.iter().all(|view| view.is_some() && *view == seen[0]) {
+                    break seen[0].clone().unwrap();
+                }
+                assert!(Instant::now() < deadline, "{name}: {seen:?}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+        .collect();
+    for node in &mut cluster.nodes {
+        node.kill();
+    }
+    for node in &mut cluster.nodes {
+        node.restart();
+    }
+    cluster.wait_until(&ALL, Duration::from_secs(40), "the cluster back", |seen| {
+        seen.brokers == [0, 1, 2] && seen.controller >= 0
+    });
+    for (index, kept) in before.iter().enumerate() {
+        for node in ALL {
+            assert_eq!(
+                partitions_seen(&cluster, node, &format!("kept-{index}")).as_ref(),
+                Some(kept),
+                "node {node}, kept-{index}"
+            );
+        }
+    }
+    for node in &cluster.nodes {
+        let snapshot = node
+            .data_dir()
+            .join("__cluster_metadata-0")
+            .join("snapshot");
+        assert!(
+            std::fs::metadata(&snapshot).is_ok_and(|file| file.len() > 0),
+            "{}",
+            snapshot.display()
+        );
+    }
+}
