@@ -8,7 +8,6 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use glommio::Placement;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse};
 
@@ -18,7 +17,6 @@ use crate::broker::{BrokerLaunch, BrokerProcess};
 use crate::client::cluster::{resolve, topic_name};
 use crate::client::{ClientError, Cluster};
 use crate::log::json::JsonObject;
-use brook_shards::runtime::executor_builder;
 
 const NODES: usize = 3;
 const KILLS: usize = 10;
@@ -68,18 +66,9 @@ impl Bench<'_> {
             .map(|node| resolve(&node.address))
             .collect::<Result<_, _>>()
             .map_err(crate::workload::client_error)?;
-        let measured = executor_builder(Placement::Unbound)
-            .name("brook-bench-failover")
-            .spawn(move || async move { measure(nodes, addresses).await })
-            .map_err(|error| BenchError::Executor {
-                cpu: usize::MAX,
-                reason: error.to_string(),
-            })?
-            .join()
-            .map_err(|error| BenchError::Executor {
-                cpu: usize::MAX,
-                reason: error.to_string(),
-            })??;
+        let measured = super::on_own_executor("brook-bench-failover", move || async move {
+            measure(nodes, addresses).await
+        })??;
         let (failovers, propagations) = measured;
         let figure = |key, label: &str, samples: &[Duration], quantile: f64| {
             Figure::new(

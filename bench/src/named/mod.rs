@@ -841,31 +841,40 @@ fn end_offsets(address: std::net::SocketAddr, topic: &str) -> Result<Vec<i64>, B
     })
 }
 
+/// Runs the future `make` builds on a short-lived, unpinned executor
+/// named `name`, and returns its output.
+fn on_own_executor<T, F, Fut>(name: &str, make: F) -> Result<T, BenchError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = T> + 'static,
+{
+    let executor_error = |error: glommio::GlommioError<()>| BenchError::Executor {
+        cpu: usize::MAX,
+        reason: error.to_string(),
+    };
+    executor_builder(Placement::Unbound)
+        .name(name)
+        .spawn(make)
+        .map_err(executor_error)?
+        .join()
+        .map_err(executor_error)
+}
+
 /// Runs `work` with a client of the broker at `address` on a short-lived
 /// executor.
 fn with_cluster<T, F, Fut>(address: std::net::SocketAddr, work: F) -> Result<T, BenchError>
 where
     T: Send + 'static,
     F: FnOnce(std::rc::Rc<Cluster>) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = Result<T, ClientError>>,
+    Fut: std::future::Future<Output = Result<T, ClientError>> + 'static,
 {
-    let result = executor_builder(Placement::Unbound)
-        .name("brook-bench-admin")
-        .spawn(move || async move {
-            let cluster = std::rc::Rc::new(Cluster::new(address, "brook-bench"));
-            let result = work(cluster.clone()).await;
-            cluster.close().await;
-            result
-        })
-        .map_err(|error| BenchError::Executor {
-            cpu: usize::MAX,
-            reason: error.to_string(),
-        })?
-        .join()
-        .map_err(|error| BenchError::Executor {
-            cpu: usize::MAX,
-            reason: error.to_string(),
-        })?;
+    let result = on_own_executor("brook-bench-admin", move || async move {
+        let cluster = std::rc::Rc::new(Cluster::new(address, "brook-bench"));
+        let result = work(cluster.clone()).await;
+        cluster.close().await;
+        result
+    })?;
     result.map_err(client_error)
 }
 

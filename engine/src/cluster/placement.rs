@@ -93,13 +93,12 @@ pub fn assign_replicas(
         .iter()
         .filter(|broker| broker.rack.is_some())
         .count();
-    let assignment = if with_rack == 0 {
-        assign_without_racks(brokers, count, replication_factor, first_partition, spread)
-    } else if with_rack == brokers.len() {
-        assign_with_racks(brokers, count, replication_factor, first_partition, spread)
-    } else {
+    if with_rack != 0 && with_rack != brokers.len() {
         return Err(PlacementError::SomeBrokersWithoutRack);
-    };
+    }
+    // Without racks every broker is in the one rack "": Kafka's rack-aware
+    // walk then takes the followers at the rack-unaware shifts, in order.
+    let assignment = assign_over_racks(brokers, count, replication_factor, first_partition, spread);
     assert!(assignment.iter().all(|replicas| {
         replicas.len() == replication_factor
             && replicas.iter().collect::<BTreeSet<_>>().len() == replicas.len()
@@ -107,34 +106,7 @@ pub fn assign_replicas(
     Ok(assignment)
 }
 
-fn assign_without_racks(
-    brokers: &[Candidate],
-    count: usize,
-    replication_factor: usize,
-    first_partition: usize,
-    spread: Spread,
-) -> Vec<Vec<BrokerId>> {
-    let mut sorted: Vec<BrokerId> = brokers.iter().map(|broker| broker.id).collect();
-    sorted.sort();
-    let n = sorted.len();
-    let start = spread.start_index % n;
-    let mut shift = initial_shift(spread, first_partition, n);
-    (first_partition..first_partition + count)
-        .map(|partition| {
-            if partition > 0 && partition % n == 0 {
-                shift += 1;
-            }
-            let first = (partition + start) % n;
-            let mut replicas = vec![sorted[first]];
-            replicas.extend(
-                (0..replication_factor - 1).map(|j| sorted[follower_index(first, shift, j, n)]),
-            );
-            replicas
-        })
-        .collect()
-}
-
-fn assign_with_racks(
+fn assign_over_racks(
     brokers: &[Candidate],
     count: usize,
     replication_factor: usize,
