@@ -7,7 +7,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{
-    ApiKey, DescribeClusterRequest, DescribeClusterResponse, MetadataRequest, MetadataResponse,
+    ApiKey, DescribeClusterRequest, DescribeClusterResponse, DescribeQuorumRequest,
+    DescribeQuorumResponse, MetadataRequest, MetadataResponse,
 };
 
 use crate::broker::Broker;
@@ -72,6 +73,18 @@ pub fn seen_at(address: &str) -> Option<Seen> {
     })
 }
 
+/// DescribeQuorum for the metadata log's one partition.
+pub fn metadata_quorum_request() -> DescribeQuorumRequest {
+    use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
+    DescribeQuorumRequest::default().with_topics(vec![
+        TopicData::default()
+            .with_topic_name(kafka_protocol::messages::TopicName(
+                kafka_protocol::protocol::StrBytes::from_static_str("__cluster_metadata"),
+            ))
+            .with_partitions(vec![PartitionData::default().with_partition_index(0)]),
+    ])
+}
+
 impl Cluster {
     /// Starts `count` voters, node ids 0.., each in `root/node-<id>`, with
     /// `extra` arguments for every node.
@@ -115,6 +128,31 @@ impl Cluster {
             &DescribeClusterRequest::default().with_endpoint_type(1),
         )?;
         Some(response.controller_id.0)
+    }
+
+    /// DescribeQuorum (v2) from node `index`, `None` if it does not answer.
+    pub fn described_quorum(&self, index: usize) -> Option<DescribeQuorumResponse> {
+        let mut stream = std::net::TcpStream::connect(&self.nodes[index].address).ok()?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .ok()?;
+        raw::try_exchange(
+            &mut stream,
+            ApiKey::DescribeQuorum,
+            2,
+            &metadata_quorum_request(),
+        )
+    }
+
+    /// Node `index`'s controller listener port, from `controller.quorum.voters`.
+    pub fn controller_port(&self, index: usize) -> u16 {
+        self.voters
+            .split(',')
+            .find_map(|voter| {
+                let (id, address) = voter.split_once('@')?;
+                (id == index.to_string()).then(|| address.rsplit_once(':')?.1.parse().ok())?
+            })
+            .unwrap_or_else(|| panic!("no voter {index} in {}", self.voters))
     }
 
     /// Waits until every node in `asked` sees `wanted` (a function of what

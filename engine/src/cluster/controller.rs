@@ -15,6 +15,8 @@ use crate::cluster::cluster_image::ClusterImage;
 use crate::cluster::image::{PARTITIONS_MAX, TopicId, validate_topic_name};
 use crate::cluster::placement::{Candidate, PlacementError, Spread, assign_replicas};
 use crate::cluster::records::{BrokerRegistration, MetadataRecord, PartitionRegistration};
+use crate::cluster::topic_config::check_overrides;
+use crate::log::config::LogConfig;
 use crate::protocol::errors::ErrorCode;
 use crate::types::{BrokerId, LeaderEpoch, PartitionId};
 
@@ -31,7 +33,7 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    fn new(error: ErrorCode, message: impl Into<String>) -> Refusal {
+    pub(crate) fn new(error: ErrorCode, message: impl Into<String>) -> Refusal {
         Refusal {
             error,
             message: message.into(),
@@ -179,11 +181,13 @@ pub struct TopicRequest {
     pub configs: BTreeMap<String, String>,
 }
 
-/// The broker defaults a CreateTopics falls back to.
-#[derive(Clone, Copy, Debug)]
+/// The broker defaults a CreateTopics falls back to, and the log
+/// settings topic overrides are checked against.
+#[derive(Clone, Debug, Default)]
 pub struct TopicDefaults {
     pub partitions: i32,
     pub replication_factor: i16,
+    pub log: LogConfig,
 }
 
 /// CreateTopics for one topic: its records (the topic, each partition's
@@ -193,7 +197,7 @@ pub struct TopicDefaults {
 pub fn create_topic(
     image: &ClusterImage,
     request: &TopicRequest,
-    defaults: TopicDefaults,
+    defaults: &TopicDefaults,
     id: TopicId,
 ) -> Result<Vec<MetadataRecord>, Refusal> {
     validate_topic_name(&request.name)
@@ -232,39 +236,19 @@ pub fn create_topic(
             "Replication factor must be larger than 0, or -1 to use the default value.",
         ));
     }
-    let candidates: Vec<Candidate> = image
-        .live_brokers()
-        .map(|broker| Candidate {
-            id: broker.registration.id,
-            rack: broker.registration.rack.clone(),
-        })
-        .collect();
-    let seed = u64::from_be_bytes(id.0[..8].try_into().expect("16-byte id"));
-    let assignment = assign_replicas(
-        &candidates,
-        partitions as usize,
-        replication_factor as usize,
-        0,
-        Spread::from_seed(seed),
-    )
-    .map_err(placement_refusal)?;
+    check_overrides(&defaults.log, &request.configs)
+        .map_err(|message| Refusal::new(ErrorCode::INVALID_CONFIG, message))?;
     let mut records = vec![MetadataRecord::Topic {
         name: request.name.clone(),
         id,
     }];
-    records.extend(assignment.into_iter().enumerate().map(|(index, replicas)| {
-        MetadataRecord::Partition {
-            topic: id,
-            partition: PartitionId(index as i32),
-            registration: PartitionRegistration {
-                isr: replicas.clone(),
-                leader: replicas[0],
-                replicas,
-                leader_epoch: LeaderEpoch(0),
-                partition_epoch: 0,
-            },
-        }
-    }));
+    records.extend(new_partitions(
+        image,
+        id,
+        0,
+        partitions as usize,
+        replication_factor as usize,
+    )?);
     records.extend(
         request
             .configs
@@ -276,6 +260,50 @@ pub fn create_topic(
             }),
     );
     Ok(records)
+}
+
+/// Registrations for partitions `first ..< first + count` of topic `id`,
+/// placed over the live brokers, every replica in the ISR and the first
+/// the leader. The topic id seeds the spread, so a topic's partitions
+/// continue one walk.
+pub(crate) fn new_partitions(
+    image: &ClusterImage,
+    id: TopicId,
+    first: usize,
+    count: usize,
+    replication_factor: usize,
+) -> Result<Vec<MetadataRecord>, Refusal> {
+    let candidates: Vec<Candidate> = image
+        .live_brokers()
+        .map(|broker| Candidate {
+            id: broker.registration.id,
+            rack: broker.registration.rack.clone(),
+        })
+        .collect();
+    let seed = u64::from_be_bytes(id.0[..8].try_into().expect("16-byte id"));
+    let assignment = assign_replicas(
+        &candidates,
+        count,
+        replication_factor,
+        first,
+        Spread::from_seed(seed),
+    )
+    .map_err(placement_refusal)?;
+    Ok(assignment
+        .into_iter()
+        .enumerate()
+        .map(|(index, replicas)| MetadataRecord::Partition {
+            topic: id,
+            partition: PartitionId((first + index) as i32),
+            registration: PartitionRegistration {
+                isr: replicas.clone(),
+                leader: replicas[0],
+                replicas,
+                leader_epoch: LeaderEpoch(0),
+                partition_epoch: 0,
+            },
+        })
+        .collect())
 }
 
 fn placement_refusal(error: PlacementError) -> Refusal {
@@ -301,7 +329,7 @@ pub struct Created {
 pub fn create_topics(
     image: &ClusterImage,
     requests: &[TopicRequest],
-    defaults: TopicDefaults,
+    defaults: &TopicDefaults,
     ids: &[TopicId],
 ) -> (Vec<Result<Created, Refusal>>, Vec<MetadataRecord>) {
     assert_eq!(requests.len(), ids.len());
@@ -364,11 +392,11 @@ pub fn delete_topic(image: &ClusterImage, name: &str) -> Result<Vec<MetadataReco
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::cluster::records::Endpoint;
 
-    fn registration(id: i32, incarnation: u8) -> BrokerRegistration {
+    pub(crate) fn registration(id: i32, incarnation: u8) -> BrokerRegistration {
         BrokerRegistration {
             id: BrokerId(id),
             incarnation: [incarnation; 16],
@@ -382,7 +410,7 @@ mod tests {
     }
 
     /// Three registered, unfenced brokers at offsets 1..=3, unfenced at 4.
-    fn three_brokers() -> ClusterImage {
+    pub(crate) fn three_brokers() -> ClusterImage {
         let mut image = ClusterImage::default();
         for id in 1..=3 {
             image
@@ -402,10 +430,13 @@ mod tests {
         image
     }
 
-    const DEFAULTS: TopicDefaults = TopicDefaults {
-        partitions: 1,
-        replication_factor: 1,
-    };
+    fn defaults() -> TopicDefaults {
+        TopicDefaults {
+            partitions: 1,
+            replication_factor: 1,
+            log: LogConfig::default(),
+        }
+    }
 
     fn request(name: &str, partitions: i32, replication_factor: i16) -> TopicRequest {
         TopicRequest {
@@ -419,8 +450,13 @@ mod tests {
     #[test]
     fn a_topic_is_placed_on_live_brokers_with_every_replica_in_sync() {
         let mut image = three_brokers();
-        let records =
-            create_topic(&image, &request("orders", 6, 3), DEFAULTS, TopicId([5; 16])).unwrap();
+        let records = create_topic(
+            &image,
+            &request("orders", 6, 3),
+            &defaults(),
+            TopicId([5; 16]),
+        )
+        .unwrap();
         image.apply(5, &records).unwrap();
         let topic = image.topic_by_name("orders").unwrap();
         assert_eq!(topic.partitions.len(), 6);
@@ -439,7 +475,7 @@ mod tests {
     fn create_topics_refusals_are_kafkas() {
         let mut image = three_brokers();
         let refuse = |image: &ClusterImage, request: TopicRequest| {
-            create_topic(image, &request, DEFAULTS, TopicId([7; 16]))
+            create_topic(image, &request, &defaults(), TopicId([7; 16]))
                 .unwrap_err()
                 .error
         };
@@ -460,7 +496,7 @@ mod tests {
             ErrorCode::INVALID_REPLICATION_FACTOR
         );
         let records =
-            create_topic(&image, &request("t", -1, -1), DEFAULTS, TopicId([6; 16])).unwrap();
+            create_topic(&image, &request("t", -1, -1), &defaults(), TopicId([6; 16])).unwrap();
         image.apply(5, &records).unwrap();
         assert_eq!(image.topic_by_name("t").unwrap().partitions.len(), 1);
         assert_eq!(
@@ -469,7 +505,7 @@ mod tests {
         );
         // A new topic never takes an id in use (ids are drawn again).
         assert_eq!(
-            create_topic(&image, &request("v", 1, 1), DEFAULTS, TopicId([6; 16]))
+            create_topic(&image, &request("v", 1, 1), &defaults(), TopicId([6; 16]))
                 .unwrap_err()
                 .error,
             ErrorCode::UNKNOWN_SERVER_ERROR
@@ -505,7 +541,7 @@ mod tests {
         let mut image = three_brokers();
         let requests = vec![request("a", 2, 3), request("b", 1, 1), request("a", 1, 1)];
         let ids = [TopicId([1; 16]), TopicId([2; 16]), TopicId([3; 16])];
-        let (results, records) = create_topics(&image, &requests, DEFAULTS, &ids);
+        let (results, records) = create_topics(&image, &requests, &defaults(), &ids);
         assert_eq!(
             results[0],
             Ok(Created {

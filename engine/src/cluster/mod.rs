@@ -17,5 +17,6 @@ pub mod producer_ids;
 pub mod quorum;
 pub mod records;
 pub mod sim;
+pub mod topic_changes;
 pub mod topic_config;
 pub mod topic_pages;

@@ -8,9 +8,15 @@
 //! frame    = length:u32 kind:u8 body          (length counts kind + body, ≤ PEER_FRAME_BYTES_MAX)
 //! hello    = kind 1, cluster_id:string node:i32   (first frame each way; a different cluster id closes)
 //! raft     = kind 2, raft-rs Message (protobuf)
-//! request  = kind 3, correlation:u32 tag:u8 …
-//! response = kind 4, correlation:u32 tag:u8 …
+//! request  = kind 3, correlation:u32 epoch:u64 tag:u8 …
+//! response = kind 4, correlation:u32 epoch:u64 tag:u8 …
 //! ```
+//!
+//! A request's `epoch` is the controller epoch (Raft term) its sender
+//! knows, 0 before it knows any; a voter refuses one from another epoch
+//! ([`crate::cluster::quorum::epoch_check`], KRaft's FENCED_LEADER_EPOCH /
+//! UNKNOWN_LEADER_EPOCH). A response's `epoch` is the answering voter's, and
+//! a broker ignores an answer from an epoch older than one it has seen.
 
 use bytes::BufMut;
 use protobuf::Message as _;
@@ -21,10 +27,11 @@ use std::collections::BTreeMap;
 
 use crate::cluster::controller::TopicRequest;
 use crate::cluster::image::TopicId;
-use crate::cluster::quorum::Catchup;
+use crate::cluster::quorum::{Catchup, QuorumDescription, ReplicaProgress};
 use crate::cluster::records::{
     BrokerRegistration, Reader, RecordError, put_registration, put_string,
 };
+use crate::cluster::topic_config::ConfigOperation;
 use crate::protocol::errors::ErrorCode;
 use crate::types::BrokerId;
 
@@ -53,6 +60,22 @@ pub enum PeerRequest {
     /// DeleteTopics, forwarded likewise.
     DeleteTopics {
         names: Vec<String>,
+    },
+    /// DescribeQuorum, forwarded likewise.
+    DescribeQuorum,
+    /// CreatePartitions for one topic, forwarded likewise.
+    CreatePartitions {
+        topic: String,
+        total: i32,
+        validate_only: bool,
+    },
+    /// IncrementalAlterConfigs (`replace` false) or AlterConfigs
+    /// (`replace` true) for one topic, forwarded likewise.
+    AlterConfigs {
+        topic: String,
+        changes: Vec<(String, ConfigOperation)>,
+        replace: bool,
+        validate_only: bool,
     },
 }
 
@@ -88,6 +111,14 @@ pub enum PeerResponse {
         results: Vec<TopicResult>,
         offset: u64,
     },
+    /// The request's epoch is not the voter's: FENCED_LEADER_EPOCH when
+    /// older (ask again with the response's epoch), UNKNOWN_LEADER_EPOCH
+    /// when newer (this voter is behind; ask another).
+    WrongEpoch {
+        error: ErrorCode,
+        leader: Option<BrokerId>,
+    },
+    Quorum(QuorumDescription),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -99,10 +130,12 @@ pub enum PeerFrame {
     Raft(Box<Message>),
     Request {
         correlation: u32,
+        epoch: u64,
         request: PeerRequest,
     },
     Response {
         correlation: u32,
+        epoch: u64,
         response: PeerResponse,
     },
 }
@@ -161,18 +194,22 @@ pub fn encode_frame(frame: &PeerFrame) -> Vec<u8> {
         }
         PeerFrame::Request {
             correlation,
+            epoch,
             request,
         } => {
             out.put_u8(3);
             out.put_u32(*correlation);
+            out.put_u64(*epoch);
             encode_request(&mut out, request);
         }
         PeerFrame::Response {
             correlation,
+            epoch,
             response,
         } => {
             out.put_u8(4);
             out.put_u32(*correlation);
+            out.put_u64(*epoch);
             encode_response(&mut out, response);
         }
     }
@@ -226,6 +263,46 @@ fn encode_request(out: &mut Vec<u8>, request: &PeerRequest) {
                 put_string(out, name);
             }
         }
+        PeerRequest::DescribeQuorum => out.put_u8(6),
+        PeerRequest::CreatePartitions {
+            topic,
+            total,
+            validate_only,
+        } => {
+            out.put_u8(7);
+            put_string(out, topic);
+            out.put_i32(*total);
+            out.put_u8(u8::from(*validate_only));
+        }
+        PeerRequest::AlterConfigs {
+            topic,
+            changes,
+            replace,
+            validate_only,
+        } => {
+            out.put_u8(8);
+            put_string(out, topic);
+            out.put_u8(u8::from(*replace));
+            out.put_u8(u8::from(*validate_only));
+            out.put_u32(changes.len() as u32);
+            for (key, operation) in changes {
+                put_string(out, key);
+                let (code, value) = match operation {
+                    ConfigOperation::Set(value) => (0, value),
+                    ConfigOperation::Delete => (1, &None),
+                    ConfigOperation::Append(value) => (2, value),
+                    ConfigOperation::Subtract(value) => (3, value),
+                };
+                out.put_u8(code);
+                match value {
+                    Some(value) => {
+                        out.put_u8(1);
+                        put_string(out, value);
+                    }
+                    None => out.put_u8(0),
+                }
+            }
+        }
     }
 }
 
@@ -277,6 +354,26 @@ fn encode_response(out: &mut Vec<u8>, response: &PeerResponse) {
                 out.put_i16(result.replication_factor);
             }
         }
+        PeerResponse::WrongEpoch { error, leader } => {
+            out.put_u8(7);
+            out.put_i16(error.0);
+            out.put_i32(leader.map_or(-1, |leader| leader.0));
+        }
+        PeerResponse::Quorum(quorum) => {
+            out.put_u8(8);
+            out.put_i32(quorum.leader.0);
+            out.put_u64(quorum.epoch);
+            out.put_u64(quorum.high_watermark);
+            for replicas in [&quorum.voters, &quorum.observers] {
+                out.put_u32(replicas.len() as u32);
+                for replica in replicas {
+                    out.put_i32(replica.node.0);
+                    out.put_u64(replica.log_end_offset);
+                    out.put_i64(replica.last_fetch_ms.map_or(-1, |at| at as i64));
+                    out.put_i64(replica.last_caught_up_ms.map_or(-1, |at| at as i64));
+                }
+            }
+        }
     }
 }
 
@@ -292,10 +389,12 @@ pub fn decode_frame(body: &[u8]) -> Result<PeerFrame, PeerWireError> {
         2 => PeerFrame::Raft(Box::new(parse(rest)?)),
         3 => PeerFrame::Request {
             correlation: reader.i32()? as u32,
+            epoch: reader.i64()? as u64,
             request: decode_request(&mut reader)?,
         },
         4 => PeerFrame::Response {
             correlation: reader.i32()? as u32,
+            epoch: reader.i64()? as u64,
             response: decode_response(&mut reader)?,
         },
         kind => return Err(PeerWireError::UnknownKind(kind)),
@@ -350,6 +449,37 @@ fn decode_request(reader: &mut Reader<'_>) -> Result<PeerRequest, PeerWireError>
                 .collect::<Result<Vec<_>, _>>()?;
             PeerRequest::DeleteTopics { names }
         }
+        6 => PeerRequest::DescribeQuorum,
+        7 => PeerRequest::CreatePartitions {
+            topic: reader.string()?,
+            total: reader.i32()?,
+            validate_only: reader.u8()? != 0,
+        },
+        8 => {
+            let topic = reader.string()?;
+            let replace = reader.u8()? != 0;
+            let validate_only = reader.u8()? != 0;
+            let count = reader.count(4)?;
+            let changes = (0..count)
+                .map(|_| {
+                    let key = reader.string()?;
+                    let code = reader.u8()?;
+                    let value = match reader.u8()? {
+                        0 => None,
+                        _ => Some(reader.string()?),
+                    };
+                    let operation = ConfigOperation::from_wire(code as i8, value)
+                        .ok_or(RecordError::UnknownTag { tag: code })?;
+                    Ok((key, operation))
+                })
+                .collect::<Result<Vec<_>, RecordError>>()?;
+            PeerRequest::AlterConfigs {
+                topic,
+                changes,
+                replace,
+                validate_only,
+            }
+        }
         tag => return Err(PeerWireError::UnknownTag(tag)),
     })
 }
@@ -401,6 +531,38 @@ fn decode_response(reader: &mut Reader<'_>) -> Result<PeerResponse, PeerWireErro
                 .collect::<Result<Vec<_>, RecordError>>()?;
             PeerResponse::Topics { results, offset }
         }
+        7 => PeerResponse::WrongEpoch {
+            error: ErrorCode(reader.u16()? as i16),
+            leader: Some(reader.i32()?).filter(|id| *id >= 0).map(BrokerId),
+        },
+        8 => {
+            let leader = BrokerId(reader.i32()?);
+            let epoch = reader.i64()? as u64;
+            let high_watermark = reader.i64()? as u64;
+            let mut replicas = || {
+                let count = reader.count(28)?;
+                (0..count)
+                    .map(|_| {
+                        let at = |value: i64| u64::try_from(value).ok();
+                        Ok(ReplicaProgress {
+                            node: BrokerId(reader.i32()?),
+                            log_end_offset: reader.i64()? as u64,
+                            last_fetch_ms: at(reader.i64()?),
+                            last_caught_up_ms: at(reader.i64()?),
+                        })
+                    })
+                    .collect::<Result<Vec<_>, RecordError>>()
+            };
+            let voters = replicas()?;
+            let observers = replicas()?;
+            PeerResponse::Quorum(QuorumDescription {
+                leader,
+                epoch,
+                high_watermark,
+                voters,
+                observers,
+            })
+        }
         tag => return Err(PeerWireError::UnknownTag(tag)),
     })
 }
@@ -435,6 +597,7 @@ mod tests {
             PeerFrame::Raft(Box::new(message)),
             PeerFrame::Request {
                 correlation: 5,
+                epoch: 3,
                 request: PeerRequest::Register(BrokerRegistration {
                     id: BrokerId(1),
                     incarnation: [4; 16],
@@ -448,6 +611,7 @@ mod tests {
             },
             PeerFrame::Request {
                 correlation: u32::MAX,
+                epoch: 3,
                 request: PeerRequest::Heartbeat {
                     broker: BrokerId(1),
                     epoch: 12,
@@ -456,10 +620,12 @@ mod tests {
             },
             PeerFrame::Request {
                 correlation: 6,
+                epoch: 3,
                 request: PeerRequest::Fetch { offset: 3 },
             },
             PeerFrame::Response {
                 correlation: 5,
+                epoch: 3,
                 response: PeerResponse::Registered {
                     error: ErrorCode::DUPLICATE_BROKER_REGISTRATION,
                     epoch: -1,
@@ -467,6 +633,7 @@ mod tests {
             },
             PeerFrame::Response {
                 correlation: 5,
+                epoch: 3,
                 response: PeerResponse::Heartbeat {
                     error: ErrorCode::NONE,
                     fenced: true,
@@ -474,18 +641,94 @@ mod tests {
             },
             PeerFrame::Response {
                 correlation: 6,
+                epoch: 3,
                 response: PeerResponse::Fetched(Catchup::Entries(vec![entry.clone(), entry])),
             },
             PeerFrame::Response {
                 correlation: 6,
+                epoch: 3,
                 response: PeerResponse::Fetched(Catchup::Snapshot(snapshot)),
             },
             PeerFrame::Response {
                 correlation: 7,
+                epoch: 3,
                 response: PeerResponse::NotController { leader: None },
             },
             PeerFrame::Request {
+                correlation: 10,
+                epoch: 0,
+                request: PeerRequest::DescribeQuorum,
+            },
+            PeerFrame::Request {
+                correlation: 11,
+                epoch: 2,
+                request: PeerRequest::CreatePartitions {
+                    topic: "orders".into(),
+                    total: 12,
+                    validate_only: false,
+                },
+            },
+            PeerFrame::Request {
+                correlation: 12,
+                epoch: 2,
+                request: PeerRequest::AlterConfigs {
+                    topic: "orders".into(),
+                    changes: vec![
+                        (
+                            "retention.ms".into(),
+                            ConfigOperation::Set(Some("5".into())),
+                        ),
+                        ("segment.ms".into(), ConfigOperation::Delete),
+                        (
+                            "cleanup.policy".into(),
+                            ConfigOperation::Append(Some("compact".into())),
+                        ),
+                        ("cleanup.policy".into(), ConfigOperation::Subtract(None)),
+                    ],
+                    replace: true,
+                    validate_only: true,
+                },
+            },
+            PeerFrame::Response {
+                correlation: 10,
+                epoch: 4,
+                response: PeerResponse::Quorum(QuorumDescription {
+                    leader: BrokerId(2),
+                    epoch: 4,
+                    high_watermark: 90,
+                    voters: vec![
+                        ReplicaProgress {
+                            node: BrokerId(2),
+                            log_end_offset: 91,
+                            last_fetch_ms: Some(1_700_000_000_000),
+                            last_caught_up_ms: Some(1_700_000_000_000),
+                        },
+                        ReplicaProgress {
+                            node: BrokerId(1),
+                            log_end_offset: 0,
+                            last_fetch_ms: None,
+                            last_caught_up_ms: None,
+                        },
+                    ],
+                    observers: vec![ReplicaProgress {
+                        node: BrokerId(4),
+                        log_end_offset: 90,
+                        last_fetch_ms: Some(5),
+                        last_caught_up_ms: None,
+                    }],
+                }),
+            },
+            PeerFrame::Response {
+                correlation: 7,
+                epoch: u64::MAX,
+                response: PeerResponse::WrongEpoch {
+                    error: ErrorCode::FENCED_LEADER_EPOCH,
+                    leader: Some(BrokerId(3)),
+                },
+            },
+            PeerFrame::Request {
                 correlation: 8,
+                epoch: 3,
                 request: PeerRequest::CreateTopics {
                     topics: vec![TopicRequest {
                         name: "orders".into(),
@@ -498,12 +741,14 @@ mod tests {
             },
             PeerFrame::Request {
                 correlation: 9,
+                epoch: 3,
                 request: PeerRequest::DeleteTopics {
                     names: vec!["a".into(), "b".into()],
                 },
             },
             PeerFrame::Response {
                 correlation: 8,
+                epoch: 3,
                 response: PeerResponse::Topics {
                     results: vec![TopicResult {
                         name: "orders".into(),
@@ -538,7 +783,7 @@ mod tests {
         assert_eq!(frame_length([0; 4]), Err(PeerWireError::Empty));
         assert_eq!(decode_frame(&[9]), Err(PeerWireError::UnknownKind(9)));
         assert_eq!(
-            decode_frame(&[3, 0, 0, 0, 1, 77]),
+            decode_frame(&[3, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 77]),
             Err(PeerWireError::UnknownTag(77))
         );
         for frame in frames() {

@@ -294,6 +294,21 @@ pub fn resolve(
     )
 }
 
+/// Whether `overrides` are a topic's valid overrides under
+/// `broker_defaults`: every key a topic config Brook knows, every value
+/// one it accepts. The message says which is not.
+pub fn check_overrides(
+    broker_defaults: &LogConfig,
+    overrides: &BTreeMap<String, String>,
+) -> Result<(), String> {
+    if let Some(unknown) = overrides.keys().find(|key| !is_topic_config(key)) {
+        return Err(format!("config {unknown} is not supported by Brook"));
+    }
+    resolve(broker_defaults, overrides)
+        .map(|_| ())
+        .map_err(|error| error.to_string())
+}
+
 /// One IncrementalAlterConfigs operation on a topic config (KIP-339).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ConfigOperation {

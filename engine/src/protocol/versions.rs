@@ -58,6 +58,7 @@ pub const SUPPORTED: &[Supported] = &[
     api(ApiKey::DescribeCluster, 0, 2),
     api(ApiKey::ListConfigResources, 0, 1),
     api(ApiKey::DescribeTopicPartitions, 0, 0),
+    api(ApiKey::DescribeQuorum, 0, 2),
     api(ApiKey::FindCoordinator, 0, 6),
     api(ApiKey::JoinGroup, 0, 9),
     api(ApiKey::SyncGroup, 0, 5),
@@ -80,6 +81,12 @@ pub const SUPPORTED: &[Supported] = &[
     api(ApiKey::ListTransactions, 0, 2),
 ];
 
+/// APIs advertised only by a node of a cluster (one started with
+/// `controller.quorum.voters`): a one-node Brook has no controller quorum
+/// to describe, so it does not list DescribeQuorum, and answers one with
+/// UNSUPPORTED_VERSION.
+pub const CLUSTER_ONLY: &[ApiKey] = &[ApiKey::DescribeQuorum];
+
 /// The served range of `api_key`, if Brook implements it.
 pub fn supported(api_key: ApiKey) -> Option<Supported> {
     SUPPORTED
@@ -93,12 +100,14 @@ pub fn is_supported(api_key: ApiKey, version: i16) -> bool {
     supported(api_key).is_some_and(|entry| (entry.min..=entry.max).contains(&version))
 }
 
-/// The ApiVersions response body listing every supported API. With an
-/// error (an unsupported ApiVersions version), Kafka still lists them so the
-/// client can retry with a version both sides know.
-pub fn api_versions_response(error: ErrorCode) -> ApiVersionsResponse {
+/// The ApiVersions response body listing every supported API (those of
+/// [`CLUSTER_ONLY`] only when `cluster`). With an error (an unsupported
+/// ApiVersions version), Kafka still lists them so the client can retry
+/// with a version both sides know.
+pub fn api_versions_response(error: ErrorCode, cluster: bool) -> ApiVersionsResponse {
     let api_keys = SUPPORTED
         .iter()
+        .filter(|entry| cluster || !CLUSTER_ONLY.contains(&entry.api_key))
         .map(|entry| {
             ApiVersion::default()
                 .with_api_key(entry.api_key as i16)
@@ -132,13 +141,29 @@ mod tests {
     fn produce_v0_to_v2_are_advertised_but_not_served() {
         assert!(!is_supported(ApiKey::Produce, 2));
         assert!(is_supported(ApiKey::Produce, 3));
-        let response = api_versions_response(ErrorCode::NONE);
+        let response = api_versions_response(ErrorCode::NONE, false);
         let produce = response
             .api_keys
             .iter()
             .find(|key| key.api_key == ApiKey::Produce as i16)
             .unwrap();
         assert_eq!((produce.min_version, produce.max_version), (0, 13));
+    }
+
+    #[test]
+    fn describe_quorum_is_advertised_by_cluster_nodes_only() {
+        let lists = |cluster| {
+            api_versions_response(ErrorCode::NONE, cluster)
+                .api_keys
+                .iter()
+                .any(|key| key.api_key == ApiKey::DescribeQuorum as i16)
+        };
+        assert!(lists(true));
+        assert!(!lists(false));
+        assert_eq!(
+            api_versions_response(ErrorCode::NONE, true).api_keys.len(),
+            SUPPORTED.len()
+        );
     }
 
     /// The newest version Kafka 4.1.0 serves of each API Brook implements:
@@ -189,6 +214,7 @@ mod tests {
             ApiKey::DescribeTransactions => DescribeTransactionsRequest::VERSIONS.max,
             ApiKey::ListTransactions => ListTransactionsRequest::VERSIONS.max,
             ApiKey::DescribeProducers => DescribeProducersRequest::VERSIONS.max,
+            ApiKey::DescribeQuorum => DescribeQuorumRequest::VERSIONS.max,
             other => panic!("{other:?} has no stable range here"),
         }
     }

@@ -111,7 +111,10 @@ async fn read_requests<R: AsyncRead + Unpin>(
                 api_key: ApiKey::ApiVersions,
                 correlation_id,
                 ..
-            }) => Slot::Ready(unsupported_api_versions(correlation_id)),
+            }) => Slot::Ready(unsupported_api_versions(
+                correlation_id,
+                shard.context.config.cluster.is_some(),
+            )),
             Err(error) => return Err(error),
         };
         let (sender, receiver) = oneshot::channel();
@@ -151,7 +154,7 @@ enum Slot {
 
 /// ApiVersions in a version the broker does not know: the error and the
 /// supported list, in version 0 (KIP-511), so the client can pick again.
-fn unsupported_api_versions(correlation_id: i32) -> Response {
+fn unsupported_api_versions(correlation_id: i32, cluster: bool) -> Response {
     let request = Request {
         client_host: String::new(),
         api_key: ApiKey::ApiVersions,
@@ -162,7 +165,7 @@ fn unsupported_api_versions(correlation_id: i32) -> Response {
     };
     crate::server::response::encode(
         &request,
-        &api_versions_response(ErrorCode::UNSUPPORTED_VERSION),
+        &api_versions_response(ErrorCode::UNSUPPORTED_VERSION, cluster),
     )
     .unwrap_or_else(|error| Response::Close(error.to_string()))
 }

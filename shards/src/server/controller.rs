@@ -15,7 +15,7 @@ use brook_engine::cluster::image::{
     validate_topic_name,
 };
 use brook_engine::cluster::peer_wire::{PeerRequest, PeerResponse};
-use brook_engine::cluster::topic_config::{ConfigOperation, altered, is_topic_config, resolve};
+use brook_engine::cluster::topic_config::{ConfigOperation, altered, check_overrides, resolve};
 use brook_engine::log::config::LogConfig;
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::types::{PartitionId, TopicPartition};
@@ -149,12 +149,38 @@ async fn forward(shard: &Rc<Shard>, change: Change) -> Vec<TopicOutcome> {
             validate_only,
         },
         Change::Delete { names } => PeerRequest::DeleteTopics { names },
-        _ => {
-            return refuse_all(
-                ErrorCode::INVALID_REQUEST,
-                "not yet in a cluster: only CreateTopics and DeleteTopics reach the controller",
-            );
-        }
+        Change::AddPartitions {
+            topic,
+            total,
+            validate_only,
+        } => PeerRequest::CreatePartitions {
+            topic,
+            total,
+            validate_only,
+        },
+        Change::AlterConfigs {
+            topic,
+            changes,
+            validate_only,
+        } => PeerRequest::AlterConfigs {
+            topic,
+            changes,
+            replace: false,
+            validate_only,
+        },
+        Change::ReplaceConfigs {
+            topic,
+            configs,
+            validate_only,
+        } => PeerRequest::AlterConfigs {
+            topic,
+            changes: configs
+                .into_iter()
+                .map(|(key, value)| (key, ConfigOperation::Set(Some(value))))
+                .collect(),
+            replace: true,
+            validate_only,
+        },
     };
     let answered = shard
         .on_shard(ShardId(0), move |first| async move {
@@ -325,15 +351,6 @@ async fn apply_here(controller: &Rc<Shard>, change: Change) -> Vec<TopicOutcome>
     outcomes
 }
 
-fn check_configs(defaults: &LogConfig, configs: &BTreeMap<String, String>) -> Result<(), String> {
-    if let Some(unknown) = configs.keys().find(|key| !is_topic_config(key)) {
-        return Err(format!("config {unknown} is not supported by Brook"));
-    }
-    resolve(defaults, configs)
-        .map(|_| ())
-        .map_err(|error| error.to_string())
-}
-
 fn create(
     image: &mut MetadataImage,
     effects: &mut Effects,
@@ -363,7 +380,7 @@ fn create(
             format!("{} partitions", topic.partitions),
         );
     }
-    if let Err(message) = check_configs(defaults, &topic.configs) {
+    if let Err(message) = check_overrides(defaults, &topic.configs) {
         return TopicOutcome::failed(&topic.name, ErrorCode::INVALID_CONFIG, message);
     }
     let mut loads = image.shard_loads(shards);
@@ -482,7 +499,7 @@ fn alter_configs(
         Ok(configs) => configs,
         Err(message) => return TopicOutcome::failed(name, ErrorCode::INVALID_CONFIG, message),
     };
-    if let Err(message) = check_configs(defaults, &configs) {
+    if let Err(message) = check_overrides(defaults, &configs) {
         return TopicOutcome::failed(name, ErrorCode::INVALID_CONFIG, message);
     }
     if validate_only {

@@ -629,10 +629,162 @@ fn kafka_topics_creates_through_any_broker_and_every_broker_describes_the_same()
         vec![2, 2, 2],
         "{leaders:?}"
     );
+
+    // kafka-metadata-quorum through a broker that is not the controller
+    // and through the controller: one leader (DescribeCluster's
+    // controller), one epoch, the three voters at their controller
+    // endpoints, the leader and two followers replicating.
+    const QUORUM: &str = "org.apache.kafka.tools.MetadataQuorumCommand";
+    let quorum = |index: usize, what: &str| {
+        let mut command = brook_tests::java::java(QUORUM);
+        command.args([
+            "--bootstrap-server",
+            &cluster.nodes[index].address,
+            "describe",
+            what,
+        ]);
+        brook_tests::clients::run(&mut command, None, &cluster.nodes[index])
+    };
+    let field = |text: &str, name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name))
+            .map(|value| value.trim().to_owned())
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    };
+    let controller = cluster.described_controller(asked).unwrap();
+    let status = quorum(asked, "--status");
+    println!("{status}");
+    assert_eq!(
+        field(&status, "LeaderId:"),
+        controller.to_string(),
+        "{status}"
+    );
+    assert!(field(&status, "LeaderEpoch:").parse::<u64>().unwrap() >= 1);
+    assert!(field(&status, "HighWatermark:").parse::<u64>().unwrap() >= 1);
+    let voters = field(&status, "CurrentVoters:");
+    for index in ALL {
+        let endpoint = format!(
+            "\"id\": {index}, \"endpoints\": [\"CONTROLLER://127.0.0.1:{}\"]",
+            cluster.controller_port(index)
+        );
+        assert!(voters.contains(&endpoint), "{endpoint} not in {voters}");
+    }
+    assert_eq!(field(&status, "CurrentObservers:"), "[]");
+    let from_controller = quorum(controller as usize, "--status");
+    for name in ["LeaderId:", "LeaderEpoch:", "CurrentVoters:"] {
+        assert_eq!(
+            field(&from_controller, name),
+            field(&status, name),
+            "{name}"
+        );
+    }
+    let replication = quorum(asked, "--replication");
+    println!("{replication}");
+    let mut rows: Vec<(String, String)> = replication
+        .lines()
+        .skip(1)
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| {
+            let cells: Vec<&str> = line.split_whitespace().collect();
+            (cells[0].to_owned(), cells[cells.len() - 1].to_owned())
+        })
+        .collect();
+    rows.sort();
+    let mut expected: Vec<(String, String)> = ALL
+        .iter()
+        .map(|index| {
+            let role = if *index as i32 == controller {
+                "Leader"
+            } else {
+                "Follower"
+            };
+            (index.to_string(), role.to_owned())
+        })
+        .collect();
+    expected.sort();
+    assert_eq!(rows, expected, "{replication}");
+}
+
+/// A topic config override as node `index` describes it.
+fn config_seen(cluster: &Cluster, index: usize, topic: &str, key: &str) -> Option<String> {
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest, DescribeConfigsResponse};
+    use kafka_protocol::protocol::StrBytes;
+    let mut stream = TcpStream::connect(&cluster.nodes[index].address).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let resource = DescribeConfigsResource::default()
+        .with_resource_type(2)
+        .with_resource_name(StrBytes::from_string(topic.to_owned()))
+        .with_configuration_keys(Some(vec![StrBytes::from_string(key.to_owned())]));
+    let response: DescribeConfigsResponse = brook_tests::raw::try_exchange(
+        &mut stream,
+        ApiKey::DescribeConfigs,
+        4,
+        &DescribeConfigsRequest::default().with_resources(vec![resource]),
+    )?;
+    let result = response
+        .results
+        .first()
+        .filter(|result| result.error_code == 0)?;
+    let config = result
+        .configs
+        .iter()
+        .find(|config| config.name.as_str() == key)?;
+    // Source 1: a topic's own override.
+    (config.config_source == 1).then(|| config.value.as_ref().map(|value| value.to_string()))?
+}
+
+/// IncrementalAlterConfigs SET `key=value` on `topic` through node `index`.
+fn set_config(cluster: &Cluster, index: usize, topic: &str, key: &str, value: &str) -> i16 {
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    use kafka_protocol::messages::{
+        ApiKey, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let mut stream = brook_tests::raw::connect(&cluster.nodes[index]);
+    let resource = AlterConfigsResource::default()
+        .with_resource_type(2)
+        .with_resource_name(StrBytes::from_string(topic.to_owned()))
+        .with_configs(vec![
+            AlterableConfig::default()
+                .with_name(StrBytes::from_string(key.to_owned()))
+                .with_config_operation(0)
+                .with_value(Some(StrBytes::from_string(value.to_owned()))),
+        ]);
+    let response: IncrementalAlterConfigsResponse = brook_tests::raw::exchange(
+        &mut stream,
+        ApiKey::IncrementalAlterConfigs,
+        1,
+        &IncrementalAlterConfigsRequest::default().with_resources(vec![resource]),
+    );
+    response.responses[0].error_code
+}
+
+/// CreatePartitions: `topic` grows to `total` through node `index`.
+fn grow_topic(cluster: &Cluster, index: usize, topic: &str, total: i32) -> i16 {
+    use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+    use kafka_protocol::messages::{
+        ApiKey, CreatePartitionsRequest, CreatePartitionsResponse, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let mut stream = brook_tests::raw::connect(&cluster.nodes[index]);
+    let request = CreatePartitionsRequest::default()
+        .with_topics(vec![
+            CreatePartitionsTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_count(total),
+        ])
+        .with_timeout_ms(30_000);
+    let response: CreatePartitionsResponse =
+        brook_tests::raw::exchange(&mut stream, ApiKey::CreatePartitions, 3, &request);
+    response.results[0].error_code
 }
 
 /// kill -9 every node and start them all again: the same topics with the
-/// same ids and placement; the metadata log was snapshotted (a small
+/// same ids, placement and configs (changed through brokers that are not
+/// the controller); the metadata log was snapshotted and trimmed (a small
 /// `metadata.log.max.record.bytes.between.snapshots` makes it happen).
 #[test]
 fn every_node_killed_and_restarted_keeps_the_topics_and_the_log_is_snapshotted() {
@@ -653,6 +805,24 @@ fn every_node_killed_and_restarted_keeps_the_topics_and_the_log_is_snapshotted()
         let mut stream = brook_tests::raw::connect(&cluster.nodes[index % 3]);
         brook_tests::raw::create_topic(&mut stream, &format!("kept-{index}"), 3);
     }
+    // A config and a partition count changed through brokers that are not
+    // the controller; a bad config refused there as Kafka refuses it.
+    let controller = cluster.seen_by(0).unwrap().controller as usize;
+    let (first, second) = ((controller + 1) % 3, (controller + 2) % 3);
+    assert_eq!(
+        set_config(&cluster, first, "kept-0", "retention.ms", "123456"),
+        0
+    );
+    assert_eq!(
+        set_config(&cluster, first, "kept-0", "retention.ms", "soon"),
+        40
+    );
+    assert_eq!(grow_topic(&cluster, second, "kept-1", 5), 0);
+    assert_eq!(
+        grow_topic(&cluster, second, "kept-1", 4),
+        37,
+        "INVALID_PARTITIONS"
+    );
     let before: Vec<_> = (0..4)
         .map(|index| {
             let name = format!("kept-{index}");
@@ -662,7 +832,8 @@ fn every_node_killed_and_restarted_keeps_the_topics_and_the_log_is_snapshotted()
                     .iter()
                     .map(|node| partitions_seen(&cluster, *node, &name))
                     .collect();
-                if seen.iter().all(|view| view.is_some() && *view == seen[0]) {
+                let grown = index != 1 || seen[0].as_ref().is_some_and(|view| view.0.len() == 5);
+                if grown && seen.iter().all(|view| view.is_some() && *view == seen[0]) {
                     break seen[0].clone().unwrap();
                 }
                 assert!(Instant::now() < deadline, "{name}: {seen:?}");
@@ -670,6 +841,13 @@ fn every_node_killed_and_restarted_keeps_the_topics_and_the_log_is_snapshotted()
             }
         })
         .collect();
+    let retention =
+        |cluster: &Cluster| ALL.map(|node| config_seen(cluster, node, "kept-0", "retention.ms"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while retention(&cluster) != [(); 3].map(|()| Some("123456".to_owned())) {
+        assert!(Instant::now() < deadline, "{:?}", retention(&cluster));
+        std::thread::sleep(Duration::from_millis(100));
+    }
     for node in &mut cluster.nodes {
         node.kill();
     }
@@ -688,15 +866,18 @@ fn every_node_killed_and_restarted_keeps_the_topics_and_the_log_is_snapshotted()
             );
         }
     }
+    assert_eq!(
+        retention(&cluster),
+        [(); 3].map(|()| Some("123456".to_owned()))
+    );
     for node in &cluster.nodes {
-        let snapshot = node
-            .data_dir()
-            .join("__cluster_metadata-0")
-            .join("snapshot");
+        let (snapshot, entries) =
+            brook_shards::server::quorum::disk::inspect(node.data_dir()).unwrap();
+        // Trimmed: the log holds only what follows the snapshot.
+        assert!(snapshot > 1, "{snapshot}");
         assert!(
-            std::fs::metadata(&snapshot).is_ok_and(|file| file.len() > 0),
-            "{}",
-            snapshot.display()
+            entries.first().is_none_or(|first| *first == snapshot + 1),
+            "snapshot {snapshot}, log {entries:?}"
         );
     }
 }

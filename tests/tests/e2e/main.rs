@@ -22,6 +22,7 @@ mod broker_versions;
 mod cli;
 mod client_groups;
 mod client_transactions;
+mod cluster_epochs;
 mod cluster_quorum;
 mod crash_recovery;
 mod exactly_once;

@@ -21,6 +21,7 @@
 //! together comes from the driver, which varies each node's tick interval
 //! with its own seeded jitter (see [`tick_interval_ms`]).
 
+pub mod progress;
 pub mod store;
 
 use raft::eraftpb::{Entry, EntryType, HardState, Message, Snapshot};
@@ -35,7 +36,10 @@ use crate::cluster::records::{
 use crate::protocol::errors::ErrorCode;
 use crate::types::BrokerId;
 
+pub use progress::{QuorumDescription, ReplicaProgress};
 pub use store::MetadataStore;
+
+use progress::QuorumProgress;
 
 /// The Raft tick.
 pub const TICK_MS: u64 = 100;
@@ -160,6 +164,8 @@ pub struct ControllerNode {
     sessions_term: u64,
     bytes_since_snapshot: u64,
     config: QuorumConfig,
+    /// What DescribeQuorum reports, while this node leads.
+    progress: QuorumProgress,
 }
 
 impl ControllerNode {
@@ -192,6 +198,7 @@ impl ControllerNode {
             sessions_term: 0,
             bytes_since_snapshot: 0,
             config,
+            progress: QuorumProgress::default(),
         })
     }
 
@@ -242,6 +249,51 @@ impl ControllerNode {
             return Ok(());
         }
         self.raw.step(message).map_err(QuorumError::from)
+    }
+
+    /// A Raft message from voter `from` was stepped at `now_ms` (the
+    /// clock DescribeQuorum reports in): the leader notes what it knows of
+    /// that voter's log.
+    pub fn heard_from(&mut self, from: BrokerId, now_ms: u64) {
+        if !self.is_leader() || !self.config.voters.contains(&from) {
+            return;
+        }
+        let leader_end = self.raw.raft.raft_log.last_index();
+        if let Some(progress) = self.raw.raft.prs().get(raft_id(from)) {
+            let matched = progress.matched;
+            self.progress.voter_heard(from, matched, leader_end, now_ms);
+        }
+    }
+
+    /// Committed metadata after `offset`, for broker `from`; the leader
+    /// notes a broker that is not a voter as an observer.
+    pub fn fetch(&mut self, from: BrokerId, offset: u64, now_ms: u64) -> Catchup {
+        if self.is_leader() && !self.config.voters.contains(&from) {
+            let leader_end = self.raw.raft.raft_log.last_index();
+            self.progress
+                .observer_fetched(from, offset, leader_end, now_ms);
+        }
+        self.committed_since(offset, crate::cluster::peer_wire::CATCHUP_ENTRIES_MAX)
+    }
+
+    /// DescribeQuorum's answer; only the active controller has one.
+    pub fn describe_quorum(&self, now_ms: u64) -> Result<QuorumDescription, QuorumError> {
+        if !self.is_leader() {
+            return Err(self.not_controller());
+        }
+        let prs = self.raw.raft.prs();
+        Ok(self.progress.describe(
+            self.config.node,
+            self.term(),
+            self.committed_index(),
+            self.raw.raft.raft_log.last_index(),
+            &self.config.voters,
+            |node| {
+                prs.get(raft_id(node))
+                    .map_or(0, |progress| progress.matched)
+            },
+            now_ms,
+        ))
     }
 
     fn not_controller(&self) -> QuorumError {
@@ -560,5 +612,48 @@ pub fn error_code(error: &QuorumError) -> ErrorCode {
     match error {
         QuorumError::NotController { .. } => ErrorCode::NOT_CONTROLLER,
         _ => ErrorCode::UNKNOWN_SERVER_ERROR,
+    }
+}
+
+/// Whether a voter at controller epoch `current` serves a request sent at
+/// `epoch` (KRaft's rule for its metadata fetches): 0 means the sender knows
+/// no epoch yet and is served; an older epoch is FENCED_LEADER_EPOCH (the
+/// sender learns the current one from the answer and asks again); a newer
+/// one is UNKNOWN_LEADER_EPOCH (this voter is behind, perhaps a deposed
+/// controller that has not heard of the election, and must not answer).
+pub fn epoch_check(epoch: u64, current: u64) -> Result<(), ErrorCode> {
+    match epoch {
+        0 => Ok(()),
+        epoch if epoch < current => Err(ErrorCode::FENCED_LEADER_EPOCH),
+        epoch if epoch > current => Err(ErrorCode::UNKNOWN_LEADER_EPOCH),
+        _ => Ok(()),
+    }
+}
+
+/// Whether a broker that has seen controller epoch `known` takes an answer
+/// given at `answered`: never from an older epoch than one it has seen.
+pub fn answer_is_current(known: u64, answered: u64) -> bool {
+    answered >= known
+}
+
+#[cfg(test)]
+mod epoch_tests {
+    use super::*;
+
+    #[test]
+    fn requests_from_another_epoch_are_refused_either_way() {
+        assert_eq!(epoch_check(0, 7), Ok(()), "no epoch known yet");
+        assert_eq!(epoch_check(7, 7), Ok(()));
+        assert_eq!(epoch_check(6, 7), Err(ErrorCode::FENCED_LEADER_EPOCH));
+        assert_eq!(epoch_check(1, 7), Err(ErrorCode::FENCED_LEADER_EPOCH));
+        assert_eq!(epoch_check(8, 7), Err(ErrorCode::UNKNOWN_LEADER_EPOCH));
+    }
+
+    #[test]
+    fn a_broker_ignores_answers_from_an_older_epoch() {
+        assert!(answer_is_current(0, 1));
+        assert!(answer_is_current(4, 4));
+        assert!(answer_is_current(4, 9));
+        assert!(!answer_is_current(4, 3));
     }
 }

@@ -180,9 +180,10 @@ impl Simulation {
         let defaults = TopicDefaults {
             partitions: 1,
             replication_factor: 1,
+            log: Default::default(),
         };
         if let Ok(Ok(_)) =
-            controller.propose_with(|image| create_topic(image, &request, defaults, TopicId(id)))
+            controller.propose_with(|image| create_topic(image, &request, &defaults, TopicId(id)))
         {
             self.report.topics += 1;
         }

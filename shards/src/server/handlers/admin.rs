@@ -265,21 +265,28 @@ pub async fn create_partitions(
     let mut results = Vec::with_capacity(body.topics.len());
     for topic in body.topics {
         let name = topic.name.to_string();
+        let cluster = shard.context.config.cluster.is_some();
         let bad_assignment = topic.assignments.as_ref().is_some_and(|assignments| {
-            assignments.iter().any(|assignment| {
-                assignment
-                    .broker_ids
-                    .iter()
-                    .map(|id| id.0)
-                    .collect::<Vec<_>>()
-                    != vec![broker]
-            })
+            (cluster && !assignments.is_empty())
+                || assignments.iter().any(|assignment| {
+                    assignment
+                        .broker_ids
+                        .iter()
+                        .map(|id| id.0)
+                        .collect::<Vec<_>>()
+                        != vec![broker]
+                })
         });
         let outcome = if bad_assignment {
+            let message = if cluster {
+                "manual replica assignments are not yet taken in a cluster".to_owned()
+            } else {
+                format!("replicas must be [{broker}], the only broker")
+            };
             TopicOutcome {
                 name: name.clone(),
                 error: INVALID_REPLICA_ASSIGNMENT,
-                message: Some(format!("replicas must be [{broker}], the only broker")),
+                message: Some(message),
                 topic_id: TopicId::default(),
                 partitions: 0,
                 replication_factor: 0,

@@ -12,6 +12,7 @@ mod groups;
 mod offsets;
 pub(crate) mod produce;
 mod producers;
+mod quorum;
 mod transactions;
 mod txn_offsets;
 
@@ -42,7 +43,7 @@ pub async fn start(shard: &Rc<Shard>, request: Request) -> LocalBoxFuture<'stati
 
 async fn handle(shard: &Rc<Shard>, request: Request) -> Response {
     let handled = match request.api_key {
-        ApiKey::ApiVersions => api_versions(&request),
+        ApiKey::ApiVersions => api_versions(shard, &request),
         ApiKey::Metadata => cluster::metadata(shard, &request).await,
         ApiKey::DescribeCluster => cluster::describe_cluster(shard, &request),
         ApiKey::Fetch => fetch::handle(shard, &request).await,
@@ -61,6 +62,7 @@ async fn handle(shard: &Rc<Shard>, request: Request) -> Response {
         ApiKey::DescribeLogDirs => cluster::describe_log_dirs(shard, &request).await,
         ApiKey::AlterReplicaLogDirs => cluster::alter_replica_log_dirs(shard, &request),
         ApiKey::DescribeTopicPartitions => cluster::describe_topic_partitions(shard, &request),
+        ApiKey::DescribeQuorum => quorum::describe_quorum(shard, &request).await,
         ApiKey::FindCoordinator => groups::find_coordinator(shard, &request).await,
         ApiKey::JoinGroup => groups::join_group(shard, &request).await,
         ApiKey::SyncGroup => groups::sync_group(shard, &request).await,
@@ -90,9 +92,12 @@ async fn handle(shard: &Rc<Shard>, request: Request) -> Response {
     handled.unwrap_or_else(|error| Response::Close(error.to_string()))
 }
 
-fn api_versions(request: &Request) -> Result<Response, FrameError> {
+fn api_versions(shard: &Shard, request: &Request) -> Result<Response, FrameError> {
     request.decode_body::<ApiVersionsRequest>()?;
-    encode(request, &api_versions_response(ErrorCode::NONE))
+    encode(
+        request,
+        &api_versions_response(ErrorCode::NONE, shard.context.config.cluster.is_some()),
+    )
 }
 
 pub(crate) fn topic_name(name: &str) -> TopicName {

@@ -3,6 +3,7 @@
 //! `broker.heartbeat.interval.ms`, follow the committed metadata log, and
 //! publish the image and the controller to every shard.
 
+use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 use brook_engine::cluster::cluster_image::ClusterImage;
 use brook_engine::cluster::node_config::ClusterSettings;
 use brook_engine::cluster::peer_wire::{PeerFrame, PeerRequest, PeerResponse, encode_frame};
-use brook_engine::cluster::quorum::{QuorumError, apply_catchup};
+use brook_engine::cluster::quorum::{QuorumError, answer_is_current, apply_catchup};
 use brook_engine::cluster::records::{BrokerRegistration, Endpoint};
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::types::BrokerId;
@@ -35,16 +36,49 @@ const RETRY_DELAY: Duration = Duration::from_millis(200);
 struct Session {
     stream: TcpStream,
     correlation: u32,
+    /// The highest controller epoch this broker has seen (kept across
+    /// sessions): requests carry it, older answers are ignored.
+    epoch: Rc<Cell<u64>>,
 }
 
 impl Session {
+    /// One request and its answer. An answer from an older controller
+    /// epoch than one seen ends the session; a voter that says the request
+    /// is from an older epoch is asked again at its epoch; one that is
+    /// behind the request's epoch is answered as not the controller.
     async fn ask(&mut self, request: PeerRequest) -> Result<PeerResponse, PeerError> {
+        for _ in 0..2 {
+            let (epoch, response) = self.exchange(request.clone()).await?;
+            if !answer_is_current(self.epoch.get(), epoch) {
+                return Err(PeerError::StaleEpoch {
+                    answered: epoch,
+                    known: self.epoch.get(),
+                });
+            }
+            self.epoch.set(epoch);
+            match response {
+                PeerResponse::WrongEpoch { error, .. }
+                    if error == ErrorCode::FENCED_LEADER_EPOCH =>
+                {
+                    continue;
+                }
+                PeerResponse::WrongEpoch { leader, .. } => {
+                    return Ok(PeerResponse::NotController { leader });
+                }
+                response => return Ok(response),
+            }
+        }
+        Ok(PeerResponse::NotController { leader: None })
+    }
+
+    async fn exchange(&mut self, request: PeerRequest) -> Result<(u64, PeerResponse), PeerError> {
         self.correlation = self.correlation.wrapping_add(1);
         let correlation = self.correlation;
         write_bytes(
             &mut self.stream,
             &encode_frame(&PeerFrame::Request {
                 correlation,
+                epoch: self.epoch.get(),
                 request,
             }),
         )
@@ -53,8 +87,9 @@ impl Session {
         match with_timeout(read_frame(&mut self.stream), PEER_TIMEOUT * 2).await? {
             PeerFrame::Response {
                 correlation: answered,
+                epoch,
                 response,
-            } if answered == correlation => Ok(response),
+            } if answered == correlation => Ok((epoch, response)),
             _ => Err(PeerError::NoHello),
         }
     }
@@ -70,6 +105,7 @@ struct BrokerState {
     epoch: Option<i64>,
     image: ClusterImage,
     controller: Option<BrokerId>,
+    controller_epoch: Rc<Cell<u64>>,
     published: (u64, Option<BrokerId>),
 }
 
@@ -82,6 +118,7 @@ pub async fn run(shard: Rc<Shard>, settings: ClusterSettings, forwarded: Forward
         epoch: None,
         image: ClusterImage::default(),
         controller: None,
+        controller_epoch: Rc::new(Cell::new(0)),
         published: (0, None),
     };
     let mut next_voter = 0usize;
@@ -152,6 +189,7 @@ async fn session(
     let mut session = Session {
         stream,
         correlation: 0,
+        epoch: state.controller_epoch.clone(),
     };
     let heartbeat_every = Duration::from_millis(state.settings.heartbeat_interval_ms);
     let mut next_heartbeat = Instant::now();
@@ -193,9 +231,7 @@ async fn session(
                     tracing::warn!(?error, "heartbeat refused; registering again");
                     state.epoch = None;
                 }
-                PeerResponse::Fetched(_) | PeerResponse::Topics { .. } => {
-                    return Err(PeerError::NoHello);
-                }
+                _ => return Err(PeerError::NoHello),
             }
         }
         if let PeerResponse::Fetched(catchup) = session

@@ -166,6 +166,19 @@ impl QuorumDisk {
     }
 }
 
+/// What a stopped node's metadata directory holds: the index its snapshot
+/// covers (0 without one) and the indexes of the entries in its log after
+/// it. For tools and tests that look at a node from outside.
+pub fn inspect(data_dir: &Path) -> Result<(u64, Vec<u64>), StorageError> {
+    let directory = data_dir.join(DIRECTORY);
+    let snapshot = read_message::<Snapshot>(&directory.join(SNAPSHOT))?
+        .map_or(0, |snapshot| snapshot.get_metadata().index);
+    let path = directory.join(LOG);
+    let bytes = std::fs::read(&path).map_err(|error| StorageError::io("reading", &path, error))?;
+    let (entries, _, _) = read_entries(&bytes);
+    Ok((snapshot, entries.iter().map(|entry| entry.index).collect()))
+}
+
 fn protobuf_error(error: protobuf::ProtobufError) -> StorageError {
     StorageError::Corrupt {
         path: PathBuf::from(DIRECTORY),

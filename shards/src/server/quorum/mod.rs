@@ -33,13 +33,14 @@ use brook_engine::cluster::controller::{Refusal, TopicDefaults, create_topics, d
 use brook_engine::cluster::image::TopicId;
 use brook_engine::cluster::node_config::ClusterSettings;
 use brook_engine::cluster::peer_wire::{
-    CATCHUP_ENTRIES_MAX, PeerFrame, PeerRequest, PeerResponse, TopicResult, encode_frame,
+    PeerFrame, PeerRequest, PeerResponse, TopicResult, encode_frame,
 };
 use brook_engine::cluster::quorum::{
     Applied, ControllerNode, QuorumConfig, QuorumError, Registered, SNAPSHOT_AFTER_BYTES_DEFAULT,
-    node_of, raft_id, tick_interval_ms,
+    epoch_check, node_of, raft_id, tick_interval_ms,
 };
 use brook_engine::cluster::records::MetadataRecord;
+use brook_engine::cluster::topic_changes::{add_partitions, alter_topic_configs};
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::types::BrokerId;
 use futures::channel::{mpsc, oneshot};
@@ -65,7 +66,13 @@ pub struct ClusterView {
 
 enum Input {
     Raft(Box<Message>),
-    Request(PeerRequest, oneshot::Sender<PeerResponse>),
+    /// A request from node `from` (its hello) sent at controller `epoch`.
+    Request {
+        from: BrokerId,
+        epoch: u64,
+        request: PeerRequest,
+        reply: oneshot::Sender<PeerResponse>,
+    },
 }
 
 /// Admin requests a broker forwards to the active controller, with where
@@ -111,12 +118,29 @@ impl Quorum {
         futures::SinkExt::send(&mut sender, input).await.is_ok()
     }
 
-    pub async fn request(&self, request: PeerRequest) -> Option<PeerResponse> {
+    pub async fn request(
+        &self,
+        from: BrokerId,
+        epoch: u64,
+        request: PeerRequest,
+    ) -> Option<PeerResponse> {
         let (reply, answer) = oneshot::channel();
-        if !self.submit(Input::Request(request, reply)).await {
+        let input = Input::Request {
+            from,
+            epoch,
+            request,
+            reply,
+        };
+        if !self.submit(input).await {
             return None;
         }
         answer.await.ok()
+    }
+
+    /// This voter's controller epoch (its Raft term), which its answers
+    /// carry.
+    pub fn epoch(&self) -> u64 {
+        self.node.borrow().term()
     }
 }
 
@@ -231,6 +255,7 @@ fn start_voter(shard: &Rc<Shard>, settings: &ClusterSettings) -> Result<Rc<Quoru
         waiting: RefCell::new(Vec::new()),
         started: Instant::now(),
         topic_defaults: TopicDefaults {
+            log: shard.context.config.log_defaults.clone(),
             partitions: shard.context.config.num_partitions as i32,
             replication_factor: shard
                 .context
@@ -262,11 +287,19 @@ async fn drive(shard: Rc<Shard>, quorum: Rc<Quorum>, mut inputs: mpsc::Receiver<
         };
         match input {
             Some(Input::Raft(message)) => {
-                if let Err(error) = quorum.node.borrow_mut().step(*message) {
-                    tracing::debug!(%error, "raft message refused");
+                let from = node_of(message.from);
+                let mut node = quorum.node.borrow_mut();
+                match node.step(*message) {
+                    Ok(()) => node.heard_from(from, wall_ms()),
+                    Err(error) => tracing::debug!(%error, "raft message refused"),
                 }
             }
-            Some(Input::Request(request, reply)) => handle_request(&quorum, request, reply),
+            Some(Input::Request {
+                from,
+                epoch,
+                request,
+                reply,
+            }) => handle_request(&quorum, from, epoch, request, reply),
             None => {
                 let now = quorum.now_ms();
                 let fenced = quorum.node.borrow_mut().tick(now);
@@ -281,9 +314,28 @@ async fn drive(shard: Rc<Shard>, quorum: Rc<Quorum>, mut inputs: mpsc::Receiver<
     }
 }
 
-fn handle_request(quorum: &Quorum, request: PeerRequest, reply: oneshot::Sender<PeerResponse>) {
+/// The wall clock, which DescribeQuorum reports in.
+fn wall_ms() -> u64 {
+    crate::server::shard::now_ms().max(0) as u64
+}
+
+fn handle_request(
+    quorum: &Quorum,
+    from: BrokerId,
+    epoch: u64,
+    request: PeerRequest,
+    reply: oneshot::Sender<PeerResponse>,
+) {
     let now = quorum.now_ms();
     let mut node = quorum.node.borrow_mut();
+    if let Err(error) = epoch_check(epoch, node.term()) {
+        tracing::debug!(%from, epoch, current = node.term(), code = error.0, "a request from another controller epoch refused");
+        let _ = reply.send(PeerResponse::WrongEpoch {
+            error,
+            leader: node.leader(),
+        });
+        return;
+    }
     let not_controller = |error: QuorumError| match error {
         QuorumError::NotController { leader } => PeerResponse::NotController { leader },
         error => {
@@ -322,16 +374,19 @@ fn handle_request(quorum: &Quorum, request: PeerRequest, reply: oneshot::Sender<
             },
             Err(error) => not_controller(error),
         },
-        PeerRequest::Fetch { offset } => {
-            PeerResponse::Fetched(node.committed_since(offset, CATCHUP_ENTRIES_MAX))
-        }
+        PeerRequest::Fetch { offset } => PeerResponse::Fetched(node.fetch(from, offset, wall_ms())),
+        PeerRequest::DescribeQuorum => match node.describe_quorum(wall_ms()) {
+            Ok(described) => PeerResponse::Quorum(described),
+            Err(error) => not_controller(error),
+        },
         PeerRequest::CreateTopics {
             topics,
             validate_only,
         } => {
             let ids: Vec<TopicId> = topics.iter().map(|_| TopicId(random_id())).collect();
             let proposed = node.latest_image().map(|image| {
-                let (results, records) = create_topics(image, &topics, quorum.topic_defaults, &ids);
+                let (results, records) =
+                    create_topics(image, &topics, &quorum.topic_defaults, &ids);
                 let results = topics
                     .iter()
                     .zip(results)
@@ -360,8 +415,59 @@ fn handle_request(quorum: &Quorum, request: PeerRequest, reply: oneshot::Sender<
             });
             return propose_topics(quorum, &mut node, proposed, reply);
         }
+        PeerRequest::CreatePartitions {
+            topic,
+            total,
+            validate_only,
+        } => {
+            let proposed = node.latest_image().map(|image| {
+                let rule = add_partitions(image, &topic, total);
+                one_topic_change(image, &topic, rule, validate_only, Some(total))
+            });
+            return propose_topics(quorum, &mut node, proposed, reply);
+        }
+        PeerRequest::AlterConfigs {
+            topic,
+            changes,
+            replace,
+            validate_only,
+        } => {
+            let proposed = node.latest_image().map(|image| {
+                let log = &quorum.topic_defaults.log;
+                let rule = alter_topic_configs(image, &topic, &changes, replace, log);
+                one_topic_change(image, &topic, rule, validate_only, None)
+            });
+            return propose_topics(quorum, &mut node, proposed, reply);
+        }
     };
     let _ = reply.send(response);
+}
+
+/// A rule's outcome for one existing topic: its result (with `partitions`
+/// once changed, else the topic's count) and the records to propose.
+fn one_topic_change(
+    image: &ClusterImage,
+    name: &str,
+    rule: Result<Vec<MetadataRecord>, Refusal>,
+    validate_only: bool,
+    partitions: Option<i32>,
+) -> (Vec<TopicResult>, Vec<MetadataRecord>) {
+    let result = rule.map(|records| {
+        let topic = image.topic_by_name(name).expect("the rule found the topic");
+        let replication_factor = topic
+            .partitions
+            .first()
+            .map_or(0, |first| first.replicas.len() as i16);
+        let count = partitions.unwrap_or(topic.partitions.len() as i32);
+        (records, (topic.id, count, replication_factor))
+    });
+    match result {
+        Ok((records, topic)) => (
+            vec![topic_result(name, Ok(topic))],
+            if validate_only { Vec::new() } else { records },
+        ),
+        Err(refusal) => (vec![topic_result(name, Err(refusal))], Vec::new()),
+    }
 }
 
 fn topic_result(name: &str, result: Result<(TopicId, i32, i16), Refusal>) -> TopicResult {

@@ -37,6 +37,8 @@ pub enum PeerError {
     NoHello,
     #[error("timed out")]
     TimedOut,
+    #[error("an answer from controller epoch {answered}, older than {known}, ignored")]
+    StaleEpoch { answered: u64, known: u64 },
 }
 
 pub async fn read_frame(stream: &mut (impl AsyncRead + Unpin)) -> Result<PeerFrame, PeerError> {
@@ -189,7 +191,7 @@ async fn serve_peer(
     quorum: Option<Rc<Quorum>>,
 ) -> Result<(), PeerError> {
     let (mut reader, mut writer) = stream.split();
-    expect_hello(&mut reader, cluster_id).await?;
+    let from = expect_hello(&mut reader, cluster_id).await?;
     let hello = encode_frame(&PeerFrame::Hello {
         cluster_id: cluster_id.to_owned(),
         node,
@@ -216,17 +218,22 @@ async fn serve_peer(
             }
             PeerFrame::Request {
                 correlation,
+                epoch,
                 request,
             } => {
-                let response = match &quorum {
-                    Some(quorum) => quorum
-                        .request(request)
-                        .await
-                        .unwrap_or(PeerResponse::NotController { leader: None }),
-                    None => PeerResponse::NotController { leader: None },
+                let (response, epoch) = match &quorum {
+                    Some(quorum) => (
+                        quorum
+                            .request(from, epoch, request)
+                            .await
+                            .unwrap_or(PeerResponse::NotController { leader: None }),
+                        quorum.epoch(),
+                    ),
+                    None => (PeerResponse::NotController { leader: None }, 0),
                 };
                 let frame = encode_frame(&PeerFrame::Response {
                     correlation,
+                    epoch,
                     response,
                 });
                 if futures::SinkExt::send(&mut responses.clone(), frame)

@@ -1,0 +1,232 @@
+//! The controller's rules for changing a topic that exists: CreatePartitions
+//! and (Incremental)AlterConfigs, as pure functions of the cluster image
+//! returning the records to propose (see [`crate::cluster::controller`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::cluster::cluster_image::{ClusterImage, TopicRegistration};
+use crate::cluster::controller::{Refusal, new_partitions};
+use crate::cluster::image::PARTITIONS_MAX;
+use crate::cluster::records::MetadataRecord;
+use crate::cluster::topic_config::{ConfigOperation, altered, check_overrides};
+use crate::log::config::LogConfig;
+use crate::protocol::errors::ErrorCode;
+
+fn existing<'a>(image: &'a ClusterImage, name: &str) -> Result<&'a TopicRegistration, Refusal> {
+    image.topic_by_name(name).ok_or_else(|| {
+        Refusal::new(
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            "This server does not host this topic-partition.",
+        )
+    })
+}
+
+/// CreatePartitions: topic `name` grows to `total` partitions, the new ones
+/// placed over the live brokers with the topic's replication factor,
+/// continuing its placement walk. Kafka's refusals: a total that is not an
+/// increase, or over Brook's partition limit.
+pub fn add_partitions(
+    image: &ClusterImage,
+    name: &str,
+    total: i32,
+) -> Result<Vec<MetadataRecord>, Refusal> {
+    let topic = existing(image, name)?;
+    let current = topic.partitions.len();
+    if total < 0 || (total as usize) < current {
+        return Err(Refusal::new(
+            ErrorCode::INVALID_PARTITIONS,
+            format!(
+                "The topic {name} currently has {current} partition(s); {total} would not be an increase."
+            ),
+        ));
+    }
+    if total as usize == current {
+        return Err(Refusal::new(
+            ErrorCode::INVALID_PARTITIONS,
+            format!("Topic already has {current} partition(s)."),
+        ));
+    }
+    if total as usize > PARTITIONS_MAX {
+        return Err(Refusal::new(
+            ErrorCode::INVALID_PARTITIONS,
+            format!("{total} partitions is over Brook's limit of {PARTITIONS_MAX}"),
+        ));
+    }
+    let replication_factor = topic
+        .partitions
+        .first()
+        .map_or(1, |first| first.replicas.len());
+    new_partitions(
+        image,
+        topic.id,
+        current,
+        total as usize - current,
+        replication_factor,
+    )
+}
+
+/// IncrementalAlterConfigs (`replace` false: `changes` in order) or
+/// AlterConfigs (`replace` true: the overrides become exactly the `Set`
+/// ones) on topic `name`, checked under the broker's `log_defaults`. The
+/// records set or remove each override that changes; none when nothing
+/// does.
+pub fn alter_topic_configs(
+    image: &ClusterImage,
+    name: &str,
+    changes: &[(String, ConfigOperation)],
+    replace: bool,
+    log_defaults: &LogConfig,
+) -> Result<Vec<MetadataRecord>, Refusal> {
+    let topic = existing(image, name)?;
+    let invalid = |message: String| Refusal::new(ErrorCode::INVALID_CONFIG, message);
+    let configs = if replace {
+        altered(&BTreeMap::new(), log_defaults, changes).map_err(invalid)?
+    } else {
+        altered(&topic.configs, log_defaults, changes).map_err(invalid)?
+    };
+    check_overrides(log_defaults, &configs).map_err(invalid)?;
+    let keys: BTreeSet<&String> = topic.configs.keys().chain(configs.keys()).collect();
+    Ok(keys
+        .into_iter()
+        .filter(|key| topic.configs.get(*key) != configs.get(*key))
+        .map(|key| MetadataRecord::TopicConfig {
+            topic: name.to_owned(),
+            key: key.clone(),
+            value: configs.get(key).cloned(),
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::controller::tests::three_brokers;
+    use crate::cluster::controller::{TopicDefaults, TopicRequest, create_topic};
+    use crate::cluster::image::TopicId;
+    use crate::types::BrokerId;
+
+    fn with_topic(partitions: i32, replication_factor: i16) -> ClusterImage {
+        let mut image = three_brokers();
+        let request = TopicRequest {
+            name: "orders".into(),
+            partitions,
+            replication_factor,
+            configs: BTreeMap::from([("retention.ms".into(), "60000".into())]),
+        };
+        let records = create_topic(
+            &image,
+            &request,
+            &TopicDefaults::default(),
+            TopicId([9; 16]),
+        )
+        .unwrap();
+        image.apply(5, &records).unwrap();
+        image
+    }
+
+    #[test]
+    fn added_partitions_keep_the_replication_factor_and_spread_over_brokers() {
+        let mut image = with_topic(3, 3);
+        let records = add_partitions(&image, "orders", 6).unwrap();
+        assert_eq!(records.len(), 3);
+        image.apply(6, &records).unwrap();
+        let topic = image.topic_by_name("orders").unwrap();
+        assert_eq!(topic.partitions.len(), 6);
+        let mut leaders = BTreeMap::<BrokerId, usize>::new();
+        for partition in &topic.partitions {
+            let distinct: BTreeSet<_> = partition.replicas.iter().collect();
+            assert_eq!(distinct.len(), 3, "{partition:?}");
+            assert_eq!(partition.isr, partition.replicas);
+            *leaders.entry(partition.leader).or_default() += 1;
+        }
+        assert_eq!(leaders.values().copied().collect::<Vec<_>>(), vec![2, 2, 2]);
+    }
+
+    #[test]
+    fn partitions_only_grow() {
+        let image = with_topic(3, 1);
+        for (total, message) in [
+            (
+                2,
+                "The topic orders currently has 3 partition(s); 2 would not be an increase.",
+            ),
+            (3, "Topic already has 3 partition(s)."),
+        ] {
+            let refusal = add_partitions(&image, "orders", total).unwrap_err();
+            assert_eq!(refusal.error, ErrorCode::INVALID_PARTITIONS);
+            assert_eq!(refusal.message, message);
+        }
+        assert_eq!(
+            add_partitions(&image, "nope", 4).unwrap_err().error,
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+        );
+    }
+
+    #[test]
+    fn config_changes_become_records_of_what_changed() {
+        let image = with_topic(1, 1);
+        let defaults = LogConfig::default();
+        let set =
+            |key: &str, value: &str| (key.to_owned(), ConfigOperation::Set(Some(value.into())));
+        let records = alter_topic_configs(
+            &image,
+            "orders",
+            &[
+                set("cleanup.policy", "compact"),
+                set("retention.ms", "60000"),
+            ],
+            false,
+            &defaults,
+        )
+        .unwrap();
+        assert_eq!(
+            records,
+            vec![MetadataRecord::TopicConfig {
+                topic: "orders".into(),
+                key: "cleanup.policy".into(),
+                value: Some("compact".into()),
+            }]
+        );
+        // AlterConfigs replaces: retention.ms goes, segment.ms comes.
+        let records = alter_topic_configs(
+            &image,
+            "orders",
+            &[set("segment.ms", "1000")],
+            true,
+            &defaults,
+        )
+        .unwrap();
+        assert_eq!(
+            records,
+            vec![
+                MetadataRecord::TopicConfig {
+                    topic: "orders".into(),
+                    key: "retention.ms".into(),
+                    value: None,
+                },
+                MetadataRecord::TopicConfig {
+                    topic: "orders".into(),
+                    key: "segment.ms".into(),
+                    value: Some("1000".into()),
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_configs_are_invalid_config() {
+        let image = with_topic(1, 1);
+        let defaults = LogConfig::default();
+        for (key, value) in [("no.such.config", "1"), ("retention.ms", "soon")] {
+            let refusal = alter_topic_configs(
+                &image,
+                "orders",
+                &[(key.into(), ConfigOperation::Set(Some(value.into())))],
+                false,
+                &defaults,
+            )
+            .unwrap_err();
+            assert_eq!(refusal.error, ErrorCode::INVALID_CONFIG, "{key}");
+        }
+    }
+}
