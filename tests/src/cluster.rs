@@ -130,8 +130,9 @@ impl Cluster {
         Some(response.controller_id.0)
     }
 
-    /// DescribeQuorum (v2) from node `index`, `None` if it does not answer.
-    pub fn described_quorum(&self, index: usize) -> Option<DescribeQuorumResponse> {
+    /// DescribeQuorum at `version` from node `index`, `None` if it does
+    /// not answer.
+    pub fn described_quorum(&self, index: usize, version: i16) -> Option<DescribeQuorumResponse> {
         let mut stream = std::net::TcpStream::connect(&self.nodes[index].address).ok()?;
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
@@ -139,7 +140,7 @@ impl Cluster {
         raw::try_exchange(
             &mut stream,
             ApiKey::DescribeQuorum,
-            2,
+            version,
             &metadata_quorum_request(),
         )
     }

@@ -12,6 +12,7 @@ use brook_engine::types::TimestampMs;
 use brook_tests::broker::Broker;
 use brook_tests::raw::exchange;
 use bytes::Bytes;
+use kafka_protocol::messages::DescribeQuorumResponse;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -300,6 +301,17 @@ fn sweep(stream: &mut TcpStream, api_key: ApiKey, version: i16, topic_id: Uuid) 
                 .iter()
                 .any(|resource| resource.resource_name.as_str() == TOPIC);
             assert_eq!(topic_listed, version >= 1, "v{version}");
+        }
+        ApiKey::DescribeQuorum => {
+            // A one-node broker has no quorum (tests/tests/e2e/cluster_epochs.rs
+            // sweeps a cluster's answer).
+            let response: DescribeQuorumResponse = exchange(
+                stream,
+                api_key,
+                version,
+                &brook_tests::cluster::metadata_quorum_request(),
+            );
+            assert_eq!(response.error_code, 35, "UNSUPPORTED_VERSION");
         }
         other if sweep_groups(stream, other, version) => {}
         other if sweep_transactions(stream, other, version) => {}

@@ -142,8 +142,15 @@ fn requests_from_another_controller_epoch_are_refused() {
         assert_eq!(answered, epoch);
         assert!(matches!(response, PeerResponse::Fetched(_)), "{response:?}");
     }
-    // Any broker's DescribeQuorum reaches the same controller.
-    assert_eq!(described(&cluster, survivors[1]).leader_epoch as u64, epoch);
+    // Any broker's DescribeQuorum reaches the same controller, at every
+    // version (v2 adds the voters' endpoints).
+    for version in 0..=2 {
+        let response = cluster.described_quorum(survivors[1], version).unwrap();
+        let partition = &response.topics[0].partitions[0];
+        assert_eq!(partition.leader_epoch as u64, epoch, "v{version}");
+        assert_eq!(partition.current_voters.len(), 3, "v{version}");
+        assert_eq!(response.nodes.len(), if version >= 2 { 3 } else { 0 });
+    }
 }
 
 fn described(
@@ -151,7 +158,7 @@ fn described(
     index: usize,
 ) -> kafka_protocol::messages::describe_quorum_response::PartitionData {
     let response = cluster
-        .described_quorum(index)
+        .described_quorum(index, 2)
         .expect("a DescribeQuorum answer");
     assert_eq!(response.error_code, 0, "{response:?}");
     let partition = response.topics[0].partitions[0].clone();

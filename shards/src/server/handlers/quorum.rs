@@ -68,7 +68,9 @@ pub async fn describe_quorum(shard: &Rc<Shard>, request: &Request) -> Result<Res
         })
         .await;
     let partition = match answered {
-        Ok(Some(PeerResponse::Quorum(described))) => described_partition(&described),
+        Ok(Some(PeerResponse::Quorum(described))) => {
+            described_partition(&described, request.api_version)
+        }
         // Kafka's answer from a voter that is not the leader: retriable.
         _ => PartitionData::default()
             .with_error_code(ErrorCode::NOT_LEADER_OR_FOLLOWER.0)
@@ -76,17 +78,27 @@ pub async fn describe_quorum(shard: &Rc<Shard>, request: &Request) -> Result<Res
             .with_leader_epoch(-1)
             .with_high_watermark(-1),
     };
+    let nodes = if request.api_version >= 2 {
+        voter_nodes(&settings)
+    } else {
+        Vec::new()
+    };
     let response = DescribeQuorumResponse::default()
         .with_topics(vec![
             TopicData::default()
                 .with_topic_name(topic_name(METADATA_TOPIC))
                 .with_partitions(vec![partition]),
         ])
-        .with_nodes(voter_nodes(&settings));
+        .with_nodes(nodes);
     encode(request, &response)
 }
 
-fn described_partition(described: &QuorumDescription) -> PartitionData {
+/// The partition's answer; timestamps only from v1 on (v0 has none).
+fn described_partition(described: &QuorumDescription, version: i16) -> PartitionData {
+    let at = |timestamp: Option<u64>| match timestamp {
+        Some(at) if version >= 1 => at as i64,
+        _ => -1,
+    };
     let states = |replicas: &[ReplicaProgress]| {
         replicas
             .iter()
@@ -94,10 +106,8 @@ fn described_partition(described: &QuorumDescription) -> PartitionData {
                 ReplicaState::default()
                     .with_replica_id(BrokerId(replica.node.0))
                     .with_log_end_offset(replica.log_end_offset as i64)
-                    .with_last_fetch_timestamp(replica.last_fetch_ms.map_or(-1, |at| at as i64))
-                    .with_last_caught_up_timestamp(
-                        replica.last_caught_up_ms.map_or(-1, |at| at as i64),
-                    )
+                    .with_last_fetch_timestamp(at(replica.last_fetch_ms))
+                    .with_last_caught_up_timestamp(at(replica.last_caught_up_ms))
             })
             .collect()
     };
