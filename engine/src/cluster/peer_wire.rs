@@ -77,6 +77,12 @@ pub enum PeerRequest {
         replace: bool,
         validate_only: bool,
     },
+    /// AllocateProducerIds (KIP-730): a block of producer ids for `broker`,
+    /// registered at `broker_epoch`.
+    AllocateProducerIds {
+        broker: BrokerId,
+        broker_epoch: i64,
+    },
 }
 
 /// One topic's outcome of a forwarded admin request.
@@ -119,6 +125,12 @@ pub enum PeerResponse {
         leader: Option<BrokerId>,
     },
     Quorum(QuorumDescription),
+    /// Ids `start ..< start + length` are the asking broker's.
+    ProducerIds {
+        error: ErrorCode,
+        start: i64,
+        length: i64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -303,6 +315,14 @@ fn encode_request(out: &mut Vec<u8>, request: &PeerRequest) {
                 }
             }
         }
+        PeerRequest::AllocateProducerIds {
+            broker,
+            broker_epoch,
+        } => {
+            out.put_u8(9);
+            out.put_i32(broker.0);
+            out.put_i64(*broker_epoch);
+        }
     }
 }
 
@@ -358,6 +378,16 @@ fn encode_response(out: &mut Vec<u8>, response: &PeerResponse) {
             out.put_u8(7);
             out.put_i16(error.0);
             out.put_i32(leader.map_or(-1, |leader| leader.0));
+        }
+        PeerResponse::ProducerIds {
+            error,
+            start,
+            length,
+        } => {
+            out.put_u8(9);
+            out.put_i16(error.0);
+            out.put_i64(*start);
+            out.put_i64(*length);
         }
         PeerResponse::Quorum(quorum) => {
             out.put_u8(8);
@@ -480,6 +510,10 @@ fn decode_request(reader: &mut Reader<'_>) -> Result<PeerRequest, PeerWireError>
                 validate_only,
             }
         }
+        9 => PeerRequest::AllocateProducerIds {
+            broker: BrokerId(reader.i32()?),
+            broker_epoch: reader.i64()?,
+        },
         tag => return Err(PeerWireError::UnknownTag(tag)),
     })
 }
@@ -534,6 +568,11 @@ fn decode_response(reader: &mut Reader<'_>) -> Result<PeerResponse, PeerWireErro
         7 => PeerResponse::WrongEpoch {
             error: ErrorCode(reader.u16()? as i16),
             leader: Some(reader.i32()?).filter(|id| *id >= 0).map(BrokerId),
+        },
+        9 => PeerResponse::ProducerIds {
+            error: ErrorCode(reader.u16()? as i16),
+            start: reader.i64()?,
+            length: reader.i64()?,
         },
         8 => {
             let leader = BrokerId(reader.i32()?);
@@ -658,6 +697,23 @@ mod tests {
                 correlation: 10,
                 epoch: 0,
                 request: PeerRequest::DescribeQuorum,
+            },
+            PeerFrame::Request {
+                correlation: 13,
+                epoch: 2,
+                request: PeerRequest::AllocateProducerIds {
+                    broker: BrokerId(3),
+                    broker_epoch: 17,
+                },
+            },
+            PeerFrame::Response {
+                correlation: 13,
+                epoch: 2,
+                response: PeerResponse::ProducerIds {
+                    error: ErrorCode::NONE,
+                    start: 5000,
+                    length: 1000,
+                },
             },
             PeerFrame::Request {
                 correlation: 11,

@@ -3,14 +3,20 @@
 //! across restarts included (SPEC P3).
 //!
 //! Kafka's controller hands brokers blocks of 1000 ids and records the next
-//! free id in the metadata log (`ProducerIdsRecord`). Brook's controller shard
-//! does the same with a file: [`ProducerIdBlocks::allocate`] either has an
-//! id or asks the caller to persist a new block end first. Ids lost with an
-//! unused block at a crash are simply skipped, as in Kafka.
+//! free id in the metadata log (`ProducerIdsRecord`). In a cluster Brook's
+//! does the same ([`allocate_producer_ids`], KIP-730's AllocateProducerIds);
+//! a one-node Brook's controller shard does it with a file. Either way
+//! [`ProducerIdBlocks::allocate`] has an id or asks the caller for a new
+//! block first (persisting its end, or asking the controller). Ids lost with
+//! an unused block at a crash are simply skipped, as in Kafka.
 
 use thiserror::Error;
 
-use crate::types::ProducerId;
+use crate::cluster::cluster_image::ClusterImage;
+use crate::cluster::controller::Refusal;
+use crate::cluster::records::MetadataRecord;
+use crate::protocol::errors::ErrorCode;
+use crate::types::{BrokerId, ProducerId};
 
 /// Ids reserved per persisted block (Kafka's `PRODUCER_ID_BLOCK_SIZE`).
 pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
@@ -70,6 +76,14 @@ impl ProducerIdBlocks {
         self.reserved_end = self.reserved_end.max(end);
     }
 
+    /// The controller granted ids `start ..< start + length` to this
+    /// broker: they are handed out next (a cluster's blocks only move
+    /// forward, so an earlier block's unused ids are never needed again).
+    pub fn granted(&mut self, start: i64, length: i64) {
+        self.next = start;
+        self.reserved_end = start.saturating_add(length.max(0));
+    }
+
     /// The file's contents for a persisted end.
     pub fn encode(end: i64) -> String {
         format!("next_producer_id={end}\n")
@@ -82,9 +96,94 @@ impl ProducerIdBlocks {
     }
 }
 
+/// AllocateProducerIds from `broker` at `broker_epoch`, on the active
+/// controller's view: the next block of [`PRODUCER_ID_BLOCK_SIZE`] ids and
+/// the record that takes it (Kafka's `ProducerIdControlManager`). A broker
+/// that is not registered at that epoch is refused, as is a request once
+/// ids run out.
+pub fn allocate_producer_ids(
+    image: &ClusterImage,
+    broker: BrokerId,
+    broker_epoch: i64,
+) -> Result<(i64, Vec<MetadataRecord>), Refusal> {
+    let Some(known) = image.brokers.get(&broker) else {
+        return Err(Refusal::new(
+            ErrorCode::BROKER_ID_NOT_REGISTERED,
+            format!("broker {broker} is not registered"),
+        ));
+    };
+    if known.epoch != broker_epoch {
+        return Err(Refusal::new(
+            ErrorCode::STALE_BROKER_EPOCH,
+            format!(
+                "broker {broker} is registered at epoch {}, not {broker_epoch}",
+                known.epoch
+            ),
+        ));
+    }
+    let start = image.next_producer_id.max(0);
+    let end = start.checked_add(PRODUCER_ID_BLOCK_SIZE).ok_or_else(|| {
+        Refusal::new(
+            ErrorCode::UNKNOWN_SERVER_ERROR,
+            "producer ids are exhausted",
+        )
+    })?;
+    Ok((
+        start,
+        vec![MetadataRecord::ProducerIds {
+            broker,
+            next_producer_id: end,
+        }],
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::controller::tests::three_brokers;
+
+    #[test]
+    fn the_controller_hands_out_consecutive_blocks_to_registered_brokers() {
+        let mut image = three_brokers();
+        let mut offset = image.offset;
+        let mut blocks = Vec::new();
+        for broker in [1, 2, 1] {
+            let epoch = image.brokers[&BrokerId(broker)].epoch;
+            let (start, records) = allocate_producer_ids(&image, BrokerId(broker), epoch).unwrap();
+            offset += 1;
+            image.apply(offset, &records).unwrap();
+            blocks.push(start);
+        }
+        assert_eq!(blocks, vec![0, 1000, 2000]);
+        // The image (and so a snapshot) remembers where the next block starts.
+        let restored = ClusterImage::from_snapshot(image.offset, &image.to_records()).unwrap();
+        assert_eq!(
+            allocate_producer_ids(&restored, BrokerId(3), 3).unwrap().0,
+            3000
+        );
+        assert_eq!(
+            allocate_producer_ids(&image, BrokerId(2), 99)
+                .unwrap_err()
+                .error,
+            ErrorCode::STALE_BROKER_EPOCH
+        );
+        assert_eq!(
+            allocate_producer_ids(&image, BrokerId(9), 1)
+                .unwrap_err()
+                .error,
+            ErrorCode::BROKER_ID_NOT_REGISTERED
+        );
+    }
+
+    #[test]
+    fn a_granted_block_is_handed_out_then_another_is_asked_for() {
+        let mut blocks = ProducerIdBlocks::new(None);
+        assert_eq!(blocks.allocate(), Ok(Allocation::Reserve { end: 1000 }));
+        blocks.granted(4000, 2);
+        assert_eq!(blocks.allocate(), Ok(Allocation::Ready(ProducerId(4000))));
+        assert_eq!(blocks.allocate(), Ok(Allocation::Ready(ProducerId(4001))));
+        assert!(matches!(blocks.allocate(), Ok(Allocation::Reserve { .. })));
+    }
 
     fn take(blocks: &mut ProducerIdBlocks, persisted: &mut Option<i64>) -> ProducerId {
         loop {

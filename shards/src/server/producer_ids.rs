@@ -1,16 +1,21 @@
 //! The broker's producer-id allocator. Lives on the controller shard, the one
-//! shard that hands out ids (others ask it over the mesh); its block end is
-//! persisted in `brook-producer-ids` in the data directory before any id of
-//! the block is given out (see [`brook_engine::cluster::producer_ids`]).
+//! shard that hands out ids (others ask it over the mesh). A one-node broker
+//! persists its block end in `brook-producer-ids` in the data directory
+//! before any id of the block is given out; a broker of a cluster asks the
+//! active controller for each block, which the metadata log records (see
+//! [`brook_engine::cluster::producer_ids`]), so no two brokers ever hand out
+//! one id.
 
 use std::cell::RefCell;
 use std::path::Path;
 
+use brook_engine::cluster::peer_wire::{PeerRequest, PeerResponse};
 use brook_engine::cluster::producer_ids::{Allocation, ProducerIdBlocks};
 use brook_engine::protocol::errors::ErrorCode;
-use brook_engine::types::ProducerId;
+use brook_engine::types::{BrokerId, ProducerId};
 use glommio::sync::Semaphore;
 
+use crate::server::shard::Shard;
 use crate::storage::write_file_atomically;
 
 /// The allocator's file in the data directory.
@@ -41,18 +46,30 @@ impl Default for ProducerIds {
 }
 
 impl ProducerIds {
-    /// A producer id never handed out before, by this broker or an earlier
-    /// run of it. Fails with a Kafka error code (and a log line) when the
-    /// file cannot be read or written: handing out an id without the file
-    /// could reuse one.
-    pub async fn allocate(&self, data_dir: &Path) -> Result<ProducerId, ErrorCode> {
+    /// A producer id never handed out before, by this broker, an earlier
+    /// run of it or (in a cluster) another broker. Call on the controller
+    /// shard. Fails with a Kafka error code (and a log line) when the file
+    /// cannot be read or written, since handing out an id without it could
+    /// reuse one; in a cluster, COORDINATOR_LOAD_IN_PROGRESS (retriable, as
+    /// Kafka answers) while the controller grants no block.
+    pub async fn allocate(&self, shard: &Shard) -> Result<ProducerId, ErrorCode> {
         let _permit = self
             .lock
             .acquire_permit(1)
             .await
             .map_err(|_| ErrorCode::COORDINATOR_NOT_AVAILABLE)?;
+        let data_dir = &shard.context.data_dir;
+        let cluster = shard
+            .context
+            .config
+            .cluster
+            .as_ref()
+            .map(|settings| settings.node);
         if self.blocks.borrow().is_none() {
-            let loaded = load(data_dir)?;
+            let loaded = match cluster {
+                Some(_) => None,
+                None => load(data_dir)?,
+            };
             *self.blocks.borrow_mut() = Some(ProducerIdBlocks::new(loaded));
         }
         // At most one reservation per allocation: after it, an id is ready.
@@ -65,6 +82,14 @@ impl ProducerIds {
                 .allocate();
             match step {
                 Ok(Allocation::Ready(id)) => return Ok(id),
+                Ok(Allocation::Reserve { .. }) if let Some(node) = cluster => {
+                    let (start, length) = granted_block(shard, node).await?;
+                    self.blocks
+                        .borrow_mut()
+                        .as_mut()
+                        .expect("loaded above")
+                        .granted(start, length);
+                }
                 Ok(Allocation::Reserve { end }) => {
                     let path = data_dir.join(PRODUCER_IDS_FILE);
                     let contents = ProducerIdBlocks::encode(end);
@@ -85,6 +110,32 @@ impl ProducerIds {
             }
         }
         unreachable!("a reserved block always has an id")
+    }
+}
+
+/// A block from the active controller, asked for at this broker's epoch
+/// as the metadata log registers it.
+async fn granted_block(shard: &Shard, node: BrokerId) -> Result<(i64, i64), ErrorCode> {
+    let not_yet = ErrorCode::COORDINATOR_LOAD_IN_PROGRESS;
+    let broker_epoch = shard
+        .cluster_view()
+        .and_then(|view| view.image.brokers.get(&node).map(|broker| broker.epoch))
+        .ok_or(not_yet)?;
+    let request = PeerRequest::AllocateProducerIds {
+        broker: node,
+        broker_epoch,
+    };
+    match crate::server::quorum::ask_controller(shard, request).await {
+        Some(PeerResponse::ProducerIds {
+            error,
+            start,
+            length,
+        }) if error == ErrorCode::NONE && start >= 0 && length > 0 => Ok((start, length)),
+        Some(PeerResponse::ProducerIds { error, .. }) => {
+            tracing::warn!(code = error.0, "the controller granted no producer ids");
+            Err(not_yet)
+        }
+        _ => Err(not_yet),
     }
 }
 

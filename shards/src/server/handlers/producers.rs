@@ -57,8 +57,7 @@ pub(crate) async fn allocate_producer_id(shard: &Rc<Shard>) -> Result<ProducerId
     let controller = shard.context.controller_shard();
     shard
         .on_shard(controller, |controller| async move {
-            let data_dir = controller.context.data_dir.clone();
-            controller.producer_ids.allocate(&data_dir).await
+            controller.producer_ids.allocate(&controller).await
         })
         .await
         .unwrap_or(Err(ErrorCode::COORDINATOR_NOT_AVAILABLE))

@@ -35,6 +35,7 @@ use brook_engine::cluster::node_config::ClusterSettings;
 use brook_engine::cluster::peer_wire::{
     PeerFrame, PeerRequest, PeerResponse, TopicResult, encode_frame,
 };
+use brook_engine::cluster::producer_ids::{PRODUCER_ID_BLOCK_SIZE, allocate_producer_ids};
 use brook_engine::cluster::quorum::{
     Applied, ControllerNode, QuorumConfig, QuorumError, Registered, SNAPSHOT_AFTER_BYTES_DEFAULT,
     epoch_check, node_of, raft_id, tick_interval_ms,
@@ -85,6 +86,8 @@ const FORWARDED_MAX: usize = 256;
 enum Pending {
     Registration(oneshot::Sender<PeerResponse>),
     Topics(Vec<TopicResult>, oneshot::Sender<PeerResponse>),
+    /// A producer-id block starting here.
+    ProducerIds(i64, oneshot::Sender<PeerResponse>),
 }
 
 /// The controller voter of this node.
@@ -415,6 +418,34 @@ fn handle_request(
             });
             return propose_topics(quorum, &mut node, proposed, reply);
         }
+        PeerRequest::AllocateProducerIds {
+            broker,
+            broker_epoch,
+        } => {
+            let mut start = 0;
+            let proposed = node.propose_with(|image| {
+                allocate_producer_ids(image, broker, broker_epoch).map(|(first, records)| {
+                    start = first;
+                    records
+                })
+            });
+            match proposed {
+                Ok(Ok(proposal)) => {
+                    quorum.waiting.borrow_mut().push((
+                        proposal.index,
+                        proposal.term,
+                        Pending::ProducerIds(start, reply),
+                    ));
+                    return;
+                }
+                Ok(Err(refusal)) => PeerResponse::ProducerIds {
+                    error: refusal.error,
+                    start: -1,
+                    length: 0,
+                },
+                Err(error) => not_controller(error),
+            }
+        }
         PeerRequest::CreatePartitions {
             topic,
             total,
@@ -608,6 +639,17 @@ fn answer_registrations(quorum: &Quorum, applied: &[Applied]) {
                     PeerResponse::Topics {
                         results,
                         offset: index,
+                    }
+                } else {
+                    PeerResponse::NotController { leader: None }
+                });
+            }
+            Pending::ProducerIds(start, reply) => {
+                let _ = reply.send(if committed {
+                    PeerResponse::ProducerIds {
+                        error: ErrorCode::NONE,
+                        start,
+                        length: PRODUCER_ID_BLOCK_SIZE,
                     }
                 } else {
                     PeerResponse::NotController { leader: None }
