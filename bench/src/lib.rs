@@ -12,15 +12,15 @@
 //!
 //! - [`log`]: the storage engine alone (`brook bench log`).
 //! - [`ceiling`]: the machine's limits (`brook bench ceiling`).
-//! - [`client`] and [`workload`]: a Kafka load generator (`brook bench run
-//!   custom`); [`broker`] starts the broker it measures.
+//! - [`workload`]: a Kafka load generator (`brook bench run custom`) on
+//!   Brook's own client (`brook_shards::client`); [`broker`] starts the
+//!   broker it measures.
 //! - [`named`]: the workloads behind the performance bar (`brook bench run
 //!   throughput`, …).
 
 pub mod allocator;
 pub mod broker;
 pub mod ceiling;
-pub mod client;
 pub mod log;
 pub mod named;
 pub mod workload;

@@ -6,6 +6,7 @@
 //! behind this crate's own small API ([`runtime`], [`storage`]) so it could be
 //! swapped for a fork without touching callers.
 
+pub mod client;
 pub mod net;
 pub mod runtime;
 pub mod server;

@@ -14,9 +14,9 @@ use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse};
 use super::report::{Figure, NamedRun, Target};
 use super::{Bench, BenchError};
 use crate::broker::{BrokerLaunch, BrokerProcess};
-use crate::client::cluster::{resolve, topic_name};
-use crate::client::{ClientError, Cluster};
 use crate::log::json::JsonObject;
+use brook_shards::client::cluster::{resolve, topic_name};
+use brook_shards::client::{ClientError, Cluster};
 
 const NODES: usize = 3;
 const KILLS: usize = 10;

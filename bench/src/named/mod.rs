@@ -20,14 +20,14 @@ use glommio::Placement;
 
 use crate::broker::{BrokerLaunch, BrokerProcess};
 use crate::ceiling::{CeilingOptions, CeilingReport};
-use crate::client::cluster::resolve;
-use crate::client::{ClientError, Cluster};
 use crate::log::error::BenchError;
 use crate::log::json::JsonObject;
 use crate::log::parse_bytes;
 use crate::workload::client_error;
 use crate::workload::options::{WorkloadOptions, parse_duration};
 use crate::workload::report::WorkloadReport;
+use brook_shards::client::cluster::resolve;
+use brook_shards::client::{ClientError, Cluster};
 use brook_shards::runtime::executor_builder;
 use report::{Figure, NamedReport, NamedRun, Target};
 

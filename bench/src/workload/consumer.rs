@@ -16,13 +16,13 @@ use futures::future::join_all;
 use hdrhistogram::Histogram;
 use kafka_protocol::messages::{ApiKey, FetchResponse};
 
-use crate::client::connection::{Connection, decode};
-use crate::client::fetch_session::{ClientSession, FetchLimits, SessionEntry};
-use crate::client::records::{for_each_record, next_offset_after};
-use crate::client::{ClientError, Cluster};
 use crate::workload::now_ns;
 use crate::workload::options::{STAMP_BYTES, WorkloadOptions};
 use crate::workload::stats::{Ledger, Live, Phase, latency_histogram};
+use brook_shards::client::connection::{Connection, decode};
+use brook_shards::client::fetch_session::{ClientSession, FetchLimits, SessionEntry};
+use brook_shards::client::records::{for_each_record, next_offset_after};
+use brook_shards::client::{ClientError, Cluster};
 
 pub const FETCH_VERSION: i16 = 12;
 /// How long a fetch waits at the broker for data (short: the consumer must

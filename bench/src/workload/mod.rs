@@ -1,5 +1,5 @@
 //! `brook bench run`: a load generator in the spirit of the OpenMessaging
-//! Benchmark, speaking Kafka with Brook's own client ([`crate::client`]) so
+//! Benchmark, speaking Kafka with Brook's own client ([`brook_shards::client`]) so
 //! it drives any Kafka-compatible broker.
 //!
 //! Producers and consumers are spread over thread-per-core executors (one
@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 use glommio::Placement;
 use hdrhistogram::Histogram;
 
-use crate::client::cluster::resolve;
-use crate::client::{ClientError, Cluster, PartitionLeader};
 use crate::log::error::BenchError;
+use brook_shards::client::cluster::resolve;
+use brook_shards::client::{ClientError, Cluster, PartitionLeader};
 use brook_shards::runtime::executor_builder;
 use consumer::{Assignment, ConsumerSpec, run_consumer};
 use options::WorkloadOptions;

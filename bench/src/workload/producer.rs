@@ -16,17 +16,17 @@ use hdrhistogram::Histogram;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 
-use crate::client::cluster::topic_name;
-use crate::client::connection::decode;
-use crate::client::produce;
-use crate::client::records::{BatchBuilder, BatchProducer, SealedBatch};
-use crate::client::{ClientError, Cluster, PartitionLeader};
 use crate::log::payload::Xorshift64;
 use crate::workload::options::WorkloadOptions;
 use crate::workload::rate::RateLimiter;
 use crate::workload::stats::{Ledger, Live, Phase, latency_histogram};
 use crate::workload::value::{Values, stamp};
 use crate::workload::{now_ns, unix_now_ms};
+use brook_shards::client::cluster::topic_name;
+use brook_shards::client::connection::decode;
+use brook_shards::client::produce;
+use brook_shards::client::records::{BatchBuilder, BatchProducer, SealedBatch};
+use brook_shards::client::{ClientError, Cluster, PartitionLeader};
 
 pub const PRODUCE_VERSION: i16 = produce::VERSION;
 /// How long the broker may take to answer a Produce request.

@@ -19,7 +19,7 @@ use std::process::ExitCode;
 use std::rc::Rc;
 use std::time::Duration;
 
-use brook_bench::client::ClientError;
+use brook_shards::client::ClientError;
 use kafka_protocol::error::ResponseError;
 use thiserror::Error;
 

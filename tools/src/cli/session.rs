@@ -1,4 +1,4 @@
-//! A session with a cluster: Brook's own client (`brook_bench::client`)
+//! A session with a cluster: Brook's own client (`brook_shards::client`)
 //! behind a deadline on every connect and request, so an unreachable or
 //! silent broker fails the command within `--timeout` with one line.
 
@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
-use brook_bench::client::cluster::{METADATA_VERSION, resolve, topic_name};
-use brook_bench::client::{Cluster, Connection};
+use brook_shards::client::cluster::{METADATA_VERSION, resolve, topic_name};
+use brook_shards::client::{Cluster, Connection};
 use futures::future::{Either, select};
 use glommio::Placement;
 use kafka_protocol::messages::find_coordinator_request::FindCoordinatorRequest;

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use brook_bench::client::cluster::topic_name;
+use brook_shards::client::cluster::topic_name;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition;
 use kafka_protocol::messages::{ConsumerProtocolAssignment, ConsumerProtocolSubscription};

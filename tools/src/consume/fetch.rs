@@ -10,8 +10,8 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use brook_bench::client::PartitionLeader;
-use brook_bench::client::cluster::topic_name;
+use brook_shards::client::PartitionLeader;
+use brook_shards::client::cluster::topic_name;
 use futures::future::join_all;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::fetch_response::PartitionData;

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use brook_bench::client::PartitionLeader;
+use brook_shards::client::PartitionLeader;
 
 use crate::cli::{CliError, Session, session::within, time};
 use crate::consume::assign::Start;

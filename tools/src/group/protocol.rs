@@ -11,9 +11,9 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use brook_bench::client::cluster::topic_name;
-use brook_bench::client::{ClientError, PartitionLeader};
 use brook_engine::group::assignor::{TopicPartition, decode_assignment};
+use brook_shards::client::cluster::topic_name;
+use brook_shards::client::{ClientError, PartitionLeader};
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };

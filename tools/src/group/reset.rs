@@ -10,8 +10,8 @@
 
 use std::collections::BTreeMap;
 
-use brook_bench::client::PartitionLeader;
 use brook_engine::group::assignor::TopicPartition;
+use brook_shards::client::PartitionLeader;
 use clap::ArgGroup;
 use serde::Serialize;
 

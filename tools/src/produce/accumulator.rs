@@ -13,8 +13,8 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
-use brook_bench::client::records::{BatchBuilder, BatchProducer, RecordHeader};
 use brook_engine::log::batch::Compression;
+use brook_shards::client::records::{BatchBuilder, BatchProducer, RecordHeader};
 use bytes::Bytes;
 
 use crate::cli::CliError;

@@ -14,8 +14,8 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
-use brook_bench::client::Connection;
-use brook_bench::client::cluster::topic_name;
+use brook_shards::client::Connection;
+use brook_shards::client::cluster::topic_name;
 use futures::future::join_all;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use brook_bench::client::cluster::{CREATE_TOPICS_VERSION, topic_name};
 use brook_engine::protocol::errors::ErrorCode;
+use brook_shards::client::cluster::{CREATE_TOPICS_VERSION, topic_name};
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse};

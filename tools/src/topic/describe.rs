@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use brook_bench::client::cluster::PartitionLeader;
+use brook_shards::client::cluster::PartitionLeader;
 use kafka_protocol::messages::MetadataResponse;
 use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
 use serde::Serialize;
@@ -262,7 +262,7 @@ pub async fn describe(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use brook_bench::client::cluster::topic_name;
+    use brook_shards::client::cluster::topic_name;
     use kafka_protocol::messages::BrokerId;
     use kafka_protocol::messages::metadata_response::MetadataResponsePartition;
 

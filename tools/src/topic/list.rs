@@ -107,7 +107,7 @@ pub async fn list(session: Rc<Session>, args: ListArgs, format: Format) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use brook_bench::client::cluster::topic_name;
+    use brook_shards::client::cluster::topic_name;
     use kafka_protocol::messages::BrokerId;
     use kafka_protocol::messages::metadata_response::MetadataResponsePartition;
 

@@ -4,7 +4,7 @@
 
 use std::rc::Rc;
 
-use brook_bench::client::cluster::topic_name;
+use brook_shards::client::cluster::topic_name;
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::{ApiKey, CreatePartitionsRequest, CreatePartitionsResponse};
 use serde::Serialize;

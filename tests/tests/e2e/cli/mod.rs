@@ -2,6 +2,7 @@
 //! (issue 7): a module per subcommand, sharing [`common`]'s broker and
 //! process helpers.
 
+mod cluster;
 mod common;
 mod consume;
 mod errors;

@@ -1,6 +1,7 @@
-//! Brook's own Kafka client, for the load generator: just what a benchmark
-//! needs (metadata, topic creation, produce, fetch, list offsets), on the
-//! executor that drives it, with no threads or locks of its own. Requests
+//! Brook's own Kafka client, for the load generator, the `brook` tools and
+//! (next) the broker's replica fetchers: metadata, topic creation, produce,
+//! fetch, list offsets, on the executor that drives it, with no threads or
+//! locks of its own. Requests
 //! and responses are `kafka-protocol`'s; record batches are written and
 //! walked here ([`records`]) because that is the hot path.
 
@@ -16,7 +17,7 @@ use kafka_protocol::messages::ApiKey;
 use thiserror::Error;
 
 pub use cluster::{Cluster, PartitionLeader};
-pub use connection::Connection;
+pub use connection::{BrokerVersions, Connection};
 
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum ClientError {
@@ -40,4 +41,9 @@ pub enum ClientError {
     Kafka { what: String, code: i16 },
     #[error("resolving {0}: no address")]
     Resolve(String),
+    #[error("{what}: no answer within {after:?}")]
+    TimedOut {
+        what: String,
+        after: std::time::Duration,
+    },
 }

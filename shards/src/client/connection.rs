@@ -2,20 +2,27 @@
 //! the order they are sent and their responses come back in that order
 //! (Kafka answers a connection's requests in order), so a reader task pairs
 //! each response frame with the oldest request still waiting.
+//!
+//! [`Connection::negotiate`] asks the broker's ApiVersions (KIP-35/KIP-511);
+//! from then on a request is sent at the highest version both sides serve,
+//! up to the one the caller asked for, and one the broker does not serve
+//! at all fails before it is sent.
 
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 
-use brook_shards::net::receive_exact;
+use crate::net::receive_exact;
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::channel::oneshot;
 use futures::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use glommio::net::TcpStream;
 use glommio::sync::Semaphore;
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use crate::client::ClientError;
@@ -33,6 +40,40 @@ struct Waiting {
     failed: Option<ClientError>,
 }
 
+/// The versions a broker serves, by API key (its ApiVersions answer).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BrokerVersions(BTreeMap<i16, (i16, i16)>);
+
+impl BrokerVersions {
+    pub fn from_response(response: &ApiVersionsResponse) -> BrokerVersions {
+        BrokerVersions(
+            response
+                .api_keys
+                .iter()
+                .map(|key| (key.api_key, (key.min_version, key.max_version)))
+                .collect(),
+        )
+    }
+
+    /// The version to send `api_key` at when the caller speaks up to
+    /// `wanted`: the highest the broker serves, at most `wanted`.
+    pub fn choose(&self, api_key: ApiKey, wanted: i16) -> Result<i16, ClientError> {
+        match self.0.get(&(api_key as i16)) {
+            Some(&(min, max)) if min <= wanted => Ok(wanted.min(max)),
+            Some(&(min, _)) => Err(ClientError::Protocol(format!(
+                "the broker serves {api_key:?} from v{min}, this client up to v{wanted}"
+            ))),
+            None => Err(ClientError::Protocol(format!(
+                "the broker does not serve {api_key:?}"
+            ))),
+        }
+    }
+}
+
+/// ApiVersions as this client asks it (v3, KIP-511's client name and
+/// version); a broker that does not know v3 answers in v0 with its list.
+const API_VERSIONS_VERSION: i16 = 3;
+
 /// A connection to one broker. Cheap to share (`Rc`) between the tasks of
 /// one executor.
 pub struct Connection {
@@ -44,6 +85,8 @@ pub struct Connection {
     waiting: Rc<RefCell<Waiting>>,
     next_correlation_id: Cell<i32>,
     reader: RefCell<Option<glommio::Task<()>>>,
+    /// Set by [`Connection::negotiate`].
+    versions: RefCell<Option<BrokerVersions>>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -78,6 +121,7 @@ impl Connection {
             waiting: waiting.clone(),
             next_correlation_id: Cell::new(1),
             reader: RefCell::new(None),
+            versions: RefCell::new(None),
         });
         let task = glommio::spawn_local(read_responses(address, socket, reader, waiting));
         *connection.reader.borrow_mut() = Some(task);
@@ -86,6 +130,47 @@ impl Connection {
 
     pub fn address(&self) -> SocketAddr {
         self.address
+    }
+
+    /// Whether the connection has failed (a later request fails at once).
+    pub fn is_failed(&self) -> bool {
+        self.waiting.borrow().failed.is_some()
+    }
+
+    /// Asks the broker which versions it serves; requests are sent at a
+    /// version it serves from then on.
+    pub async fn negotiate(&self) -> Result<(), ClientError> {
+        let request = ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str("brook"))
+            .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
+        let receiver = self
+            .send(ApiKey::ApiVersions, API_VERSIONS_VERSION, &request, true)
+            .await?;
+        let mut body = receiver
+            .await
+            .map_err(|_| ClientError::Closed(self.address))??;
+        // UNSUPPORTED_VERSION comes in v0 (KIP-511), whose list is the same.
+        let response: ApiVersionsResponse =
+            match decode(&mut body.clone(), ApiKey::ApiVersions, API_VERSIONS_VERSION) {
+                Ok(response) => response,
+                Err(_) => decode(&mut body, ApiKey::ApiVersions, 0)?,
+            };
+        if response.api_keys.is_empty() {
+            return Err(ClientError::Kafka {
+                what: "ApiVersions".into(),
+                code: response.error_code,
+            });
+        }
+        *self.versions.borrow_mut() = Some(BrokerVersions::from_response(&response));
+        Ok(())
+    }
+
+    /// The version `api_key` goes out at when the caller asks for `wanted`.
+    pub fn version(&self, api_key: ApiKey, wanted: i16) -> Result<i16, ClientError> {
+        match &*self.versions.borrow() {
+            Some(versions) => versions.choose(api_key, wanted),
+            None => Ok(wanted),
+        }
     }
 
     /// Sends a request and returns the future of its response body (after
@@ -174,13 +259,15 @@ impl Connection {
         Ok(receiver)
     }
 
-    /// Sends a request and decodes its response.
+    /// Sends a request and decodes its response, at `version` or (after
+    /// [`Connection::negotiate`]) the highest below it the broker serves.
     pub async fn request<Q: Encodable, R: Decodable>(
         &self,
         api_key: ApiKey,
         version: i16,
         body: &Q,
     ) -> Result<R, ClientError> {
+        let version = self.version(api_key, version)?;
         let receiver = self.send(api_key, version, body, true).await?;
         let mut response = receiver
             .await
@@ -266,4 +353,38 @@ async fn read_responses(
         let _ = waiter.send(Err(failure.clone()));
     }
     waiting.failed = Some(failure);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::api_versions_response::ApiVersion;
+
+    fn broker(ranges: &[(ApiKey, i16, i16)]) -> BrokerVersions {
+        BrokerVersions::from_response(
+            &ApiVersionsResponse::default().with_api_keys(
+                ranges
+                    .iter()
+                    .map(|(key, min, max)| {
+                        ApiVersion::default()
+                            .with_api_key(*key as i16)
+                            .with_min_version(*min)
+                            .with_max_version(*max)
+                    })
+                    .collect(),
+            ),
+        )
+    }
+
+    #[test]
+    fn the_highest_version_both_serve_is_chosen() {
+        let versions = broker(&[(ApiKey::Metadata, 0, 9), (ApiKey::Fetch, 4, 18)]);
+        assert_eq!(versions.choose(ApiKey::Metadata, 12), Ok(9));
+        assert_eq!(versions.choose(ApiKey::Fetch, 12), Ok(12));
+        assert!(
+            versions.choose(ApiKey::Fetch, 3).is_err(),
+            "below the broker's range"
+        );
+        assert!(versions.choose(ApiKey::Produce, 9).is_err(), "not served");
+    }
 }
