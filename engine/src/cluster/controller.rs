@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use crate::cluster::cluster_image::ClusterImage;
 use crate::cluster::image::{PARTITIONS_MAX, TopicId, validate_topic_name};
+use crate::cluster::manual_assignment::manual_partitions;
 use crate::cluster::placement::{Candidate, PlacementError, Spread, assign_replicas};
 use crate::cluster::records::{BrokerRegistration, MetadataRecord, PartitionRegistration};
 use crate::cluster::topic_config::check_overrides;
@@ -179,6 +180,9 @@ pub struct TopicRequest {
     /// -1: `default.replication.factor`.
     pub replication_factor: i16,
     pub configs: BTreeMap<String, String>,
+    /// Manual replica assignments, (partition, replicas); empty: the
+    /// controller places the partitions.
+    pub assignments: Vec<(i32, Vec<BrokerId>)>,
 }
 
 /// The broker defaults a CreateTopics falls back to, and the log
@@ -215,6 +219,51 @@ pub fn create_topic(
             "the new topic id is in use",
         ));
     }
+    let partitions = if request.assignments.is_empty() {
+        placed_partitions(image, request, defaults, id)?
+    } else {
+        // Kafka's checks, in its order.
+        if request.replication_factor != -1 {
+            return Err(Refusal::new(
+                ErrorCode::INVALID_REQUEST,
+                "A manual partition assignment was specified, but replication factor was not set to -1.",
+            ));
+        }
+        if request.partitions != -1 {
+            return Err(Refusal::new(
+                ErrorCode::INVALID_REQUEST,
+                "A manual partition assignment was specified, but numPartitions was not set to -1.",
+            ));
+        }
+        manual_partitions(image, id, &request.assignments, None)?
+    };
+    check_overrides(&defaults.log, &request.configs)
+        .map_err(|message| Refusal::new(ErrorCode::INVALID_CONFIG, message))?;
+    let mut records = vec![MetadataRecord::Topic {
+        name: request.name.clone(),
+        id,
+    }];
+    records.extend(partitions);
+    records.extend(
+        request
+            .configs
+            .iter()
+            .map(|(key, value)| MetadataRecord::TopicConfig {
+                topic: request.name.clone(),
+                key: key.clone(),
+                value: Some(value.clone()),
+            }),
+    );
+    Ok(records)
+}
+
+/// The controller's placement of a new topic's partitions.
+fn placed_partitions(
+    image: &ClusterImage,
+    request: &TopicRequest,
+    defaults: &TopicDefaults,
+    id: TopicId,
+) -> Result<Vec<MetadataRecord>, Refusal> {
     let partitions = if request.partitions == -1 {
         defaults.partitions
     } else {
@@ -236,30 +285,13 @@ pub fn create_topic(
             "Replication factor must be larger than 0, or -1 to use the default value.",
         ));
     }
-    check_overrides(&defaults.log, &request.configs)
-        .map_err(|message| Refusal::new(ErrorCode::INVALID_CONFIG, message))?;
-    let mut records = vec![MetadataRecord::Topic {
-        name: request.name.clone(),
-        id,
-    }];
-    records.extend(new_partitions(
+    new_partitions(
         image,
         id,
         0,
         partitions as usize,
         replication_factor as usize,
-    )?);
-    records.extend(
-        request
-            .configs
-            .iter()
-            .map(|(key, value)| MetadataRecord::TopicConfig {
-                topic: request.name.clone(),
-                key: key.clone(),
-                value: Some(value.clone()),
-            }),
-    );
-    Ok(records)
+    )
 }
 
 /// Registrations for partitions `first ..< first + count` of topic `id`,
@@ -444,6 +476,7 @@ pub(crate) mod tests {
             partitions,
             replication_factor,
             configs: BTreeMap::from([("retention.ms".into(), "60000".into())]),
+            assignments: Vec::new(),
         }
     }
 

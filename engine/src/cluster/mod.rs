@@ -10,6 +10,7 @@ pub mod cluster_image;
 pub mod controller;
 pub mod describe;
 pub mod image;
+pub mod manual_assignment;
 pub mod node_config;
 pub mod peer_wire;
 pub mod placement;

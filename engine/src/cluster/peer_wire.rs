@@ -67,6 +67,8 @@ pub enum PeerRequest {
     CreatePartitions {
         topic: String,
         total: i32,
+        /// One replica list per new partition; empty: the controller places.
+        assignments: Vec<Vec<BrokerId>>,
         validate_only: bool,
     },
     /// IncrementalAlterConfigs (`replace` false) or AlterConfigs
@@ -266,6 +268,11 @@ fn encode_request(out: &mut Vec<u8>, request: &PeerRequest) {
                     put_string(out, key);
                     put_string(out, value);
                 }
+                out.put_u32(topic.assignments.len() as u32);
+                for (partition, replicas) in &topic.assignments {
+                    out.put_i32(*partition);
+                    put_brokers(out, replicas);
+                }
             }
         }
         PeerRequest::DeleteTopics { names } => {
@@ -279,12 +286,17 @@ fn encode_request(out: &mut Vec<u8>, request: &PeerRequest) {
         PeerRequest::CreatePartitions {
             topic,
             total,
+            assignments,
             validate_only,
         } => {
             out.put_u8(7);
             put_string(out, topic);
             out.put_i32(*total);
             out.put_u8(u8::from(*validate_only));
+            out.put_u32(assignments.len() as u32);
+            for replicas in assignments {
+                put_brokers(out, replicas);
+            }
         }
         PeerRequest::AlterConfigs {
             topic,
@@ -324,6 +336,18 @@ fn encode_request(out: &mut Vec<u8>, request: &PeerRequest) {
             out.put_i64(*broker_epoch);
         }
     }
+}
+
+fn put_brokers(out: &mut Vec<u8>, brokers: &[BrokerId]) {
+    out.put_u32(brokers.len() as u32);
+    for broker in brokers {
+        out.put_i32(broker.0);
+    }
+}
+
+fn brokers(reader: &mut Reader<'_>) -> Result<Vec<BrokerId>, RecordError> {
+    let count = reader.count(4)?;
+    (0..count).map(|_| Ok(BrokerId(reader.i32()?))).collect()
 }
 
 fn encode_response(out: &mut Vec<u8>, response: &PeerResponse) {
@@ -459,11 +483,16 @@ fn decode_request(reader: &mut Reader<'_>) -> Result<PeerRequest, PeerWireError>
                     let configs = (0..configs)
                         .map(|_| Ok((reader.string()?, reader.string()?)))
                         .collect::<Result<BTreeMap<_, _>, RecordError>>()?;
+                    let assignments = reader.count(8)?;
+                    let assignments = (0..assignments)
+                        .map(|_| Ok((reader.i32()?, brokers(reader)?)))
+                        .collect::<Result<Vec<_>, RecordError>>()?;
                     Ok(TopicRequest {
                         name,
                         partitions,
                         replication_factor,
                         configs,
+                        assignments,
                     })
                 })
                 .collect::<Result<Vec<_>, RecordError>>()?;
@@ -480,11 +509,21 @@ fn decode_request(reader: &mut Reader<'_>) -> Result<PeerRequest, PeerWireError>
             PeerRequest::DeleteTopics { names }
         }
         6 => PeerRequest::DescribeQuorum,
-        7 => PeerRequest::CreatePartitions {
-            topic: reader.string()?,
-            total: reader.i32()?,
-            validate_only: reader.u8()? != 0,
-        },
+        7 => {
+            let topic = reader.string()?;
+            let total = reader.i32()?;
+            let validate_only = reader.u8()? != 0;
+            let count = reader.count(4)?;
+            let assignments = (0..count)
+                .map(|_| brokers(reader))
+                .collect::<Result<Vec<_>, RecordError>>()?;
+            PeerRequest::CreatePartitions {
+                topic,
+                total,
+                assignments,
+                validate_only,
+            }
+        }
         8 => {
             let topic = reader.string()?;
             let replace = reader.u8()? != 0;
@@ -721,6 +760,7 @@ mod tests {
                 request: PeerRequest::CreatePartitions {
                     topic: "orders".into(),
                     total: 12,
+                    assignments: vec![vec![BrokerId(3)], vec![BrokerId(1), BrokerId(2)]],
                     validate_only: false,
                 },
             },
@@ -791,6 +831,7 @@ mod tests {
                         partitions: 6,
                         replication_factor: 3,
                         configs: BTreeMap::from([("retention.ms".into(), "1000".into())]),
+                        assignments: vec![(0, vec![BrokerId(1), BrokerId(2)]), (1, vec![])],
                     }],
                     validate_only: true,
                 },

@@ -7,10 +7,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::cluster::cluster_image::{ClusterImage, TopicRegistration};
 use crate::cluster::controller::{Refusal, new_partitions};
 use crate::cluster::image::PARTITIONS_MAX;
+use crate::cluster::manual_assignment::manual_partitions;
 use crate::cluster::records::MetadataRecord;
 use crate::cluster::topic_config::{ConfigOperation, altered, check_overrides};
 use crate::log::config::LogConfig;
 use crate::protocol::errors::ErrorCode;
+use crate::types::BrokerId;
 
 fn existing<'a>(image: &'a ClusterImage, name: &str) -> Result<&'a TopicRegistration, Refusal> {
     image.topic_by_name(name).ok_or_else(|| {
@@ -23,12 +25,14 @@ fn existing<'a>(image: &'a ClusterImage, name: &str) -> Result<&'a TopicRegistra
 
 /// CreatePartitions: topic `name` grows to `total` partitions, the new ones
 /// placed over the live brokers with the topic's replication factor,
-/// continuing its placement walk. Kafka's refusals: a total that is not an
-/// increase, or over Brook's partition limit.
+/// continuing its placement walk, or as `assignments` say (one replica list
+/// per new partition). Kafka's refusals: a total that is not an increase,
+/// assignments that do not match it, or over Brook's partition limit.
 pub fn add_partitions(
     image: &ClusterImage,
     name: &str,
     total: i32,
+    assignments: &[Vec<BrokerId>],
 ) -> Result<Vec<MetadataRecord>, Refusal> {
     let topic = existing(image, name)?;
     let current = topic.partitions.len();
@@ -56,6 +60,29 @@ pub fn add_partitions(
         .partitions
         .first()
         .map_or(1, |first| first.replicas.len());
+    if !assignments.is_empty() {
+        let additional = total as usize - current;
+        if assignments.len() != additional {
+            return Err(Refusal::new(
+                ErrorCode::INVALID_REPLICA_ASSIGNMENT,
+                format!(
+                    "Attempted to add {additional} additional partition(s), but only {} assignment(s) were specified.",
+                    assignments.len()
+                ),
+            ));
+        }
+        let numbered: Vec<(i32, Vec<BrokerId>)> = assignments
+            .iter()
+            .enumerate()
+            .map(|(offset, replicas)| ((current + offset) as i32, replicas.clone()))
+            .collect();
+        return manual_partitions(
+            image,
+            topic.id,
+            &numbered,
+            Some((current, replication_factor)),
+        );
+    }
     new_partitions(
         image,
         topic.id,
@@ -103,7 +130,6 @@ mod tests {
     use crate::cluster::controller::tests::three_brokers;
     use crate::cluster::controller::{TopicDefaults, TopicRequest, create_topic};
     use crate::cluster::image::TopicId;
-    use crate::types::BrokerId;
 
     fn with_topic(partitions: i32, replication_factor: i16) -> ClusterImage {
         let mut image = three_brokers();
@@ -112,6 +138,7 @@ mod tests {
             partitions,
             replication_factor,
             configs: BTreeMap::from([("retention.ms".into(), "60000".into())]),
+            assignments: Vec::new(),
         };
         let records = create_topic(
             &image,
@@ -127,7 +154,7 @@ mod tests {
     #[test]
     fn added_partitions_keep_the_replication_factor_and_spread_over_brokers() {
         let mut image = with_topic(3, 3);
-        let records = add_partitions(&image, "orders", 6).unwrap();
+        let records = add_partitions(&image, "orders", 6, &[]).unwrap();
         assert_eq!(records.len(), 3);
         image.apply(6, &records).unwrap();
         let topic = image.topic_by_name("orders").unwrap();
@@ -143,6 +170,27 @@ mod tests {
     }
 
     #[test]
+    fn added_partitions_can_be_assigned_by_hand() {
+        let image = with_topic(2, 2);
+        let assigned =
+            add_partitions(&image, "orders", 3, &[vec![BrokerId(3), BrokerId(1)]]).unwrap();
+        assert!(matches!(
+            &assigned[..],
+            [MetadataRecord::Partition { partition, registration, .. }]
+                if partition.0 == 2 && registration.leader == BrokerId(3)
+        ));
+        let refusal =
+            add_partitions(&image, "orders", 4, &[vec![BrokerId(3), BrokerId(1)]]).unwrap_err();
+        assert_eq!(refusal.error, ErrorCode::INVALID_REPLICA_ASSIGNMENT);
+        assert_eq!(
+            refusal.message,
+            "Attempted to add 2 additional partition(s), but only 1 assignment(s) were specified."
+        );
+        let refusal = add_partitions(&image, "orders", 3, &[vec![BrokerId(3)]]).unwrap_err();
+        assert_eq!(refusal.error, ErrorCode::INVALID_REPLICA_ASSIGNMENT);
+    }
+
+    #[test]
     fn partitions_only_grow() {
         let image = with_topic(3, 1);
         for (total, message) in [
@@ -152,12 +200,12 @@ mod tests {
             ),
             (3, "Topic already has 3 partition(s)."),
         ] {
-            let refusal = add_partitions(&image, "orders", total).unwrap_err();
+            let refusal = add_partitions(&image, "orders", total, &[]).unwrap_err();
             assert_eq!(refusal.error, ErrorCode::INVALID_PARTITIONS);
             assert_eq!(refusal.message, message);
         }
         assert_eq!(
-            add_partitions(&image, "nope", 4).unwrap_err().error,
+            add_partitions(&image, "nope", 4, &[]).unwrap_err().error,
             ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
         );
     }

@@ -26,6 +26,7 @@ impl ErrorCode {
     pub const TOPIC_ALREADY_EXISTS: ErrorCode = ErrorCode(36);
     pub const INVALID_PARTITIONS: ErrorCode = ErrorCode(37);
     pub const INVALID_REPLICATION_FACTOR: ErrorCode = ErrorCode(38);
+    pub const INVALID_REPLICA_ASSIGNMENT: ErrorCode = ErrorCode(39);
     pub const INVALID_REQUEST: ErrorCode = ErrorCode(42);
     pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: ErrorCode = ErrorCode(43);
     pub const POLICY_VIOLATION: ErrorCode = ErrorCode(44);

@@ -18,7 +18,7 @@ use brook_engine::cluster::peer_wire::{PeerRequest, PeerResponse};
 use brook_engine::cluster::topic_config::{ConfigOperation, altered, check_overrides, resolve};
 use brook_engine::log::config::LogConfig;
 use brook_engine::protocol::errors::ErrorCode;
-use brook_engine::types::{PartitionId, TopicPartition};
+use brook_engine::types::{BrokerId, PartitionId, TopicPartition};
 
 use crate::server::shard::Shard;
 use crate::storage::StorageError;
@@ -71,6 +71,10 @@ pub struct NewTopic {
     pub configs: BTreeMap<String, String>,
     /// The id the metadata log gave it (a cluster); `None`: a new one.
     pub id: Option<TopicId>,
+    /// A cluster's manual replica assignments, (partition, replicas); empty:
+    /// the controller places the partitions. (A one-node broker has
+    /// checked and turned them into `partitions`.)
+    pub assignments: Vec<(i32, Vec<BrokerId>)>,
 }
 
 /// A requested metadata change.
@@ -86,6 +90,9 @@ pub enum Change {
     AddPartitions {
         topic: String,
         total: i32,
+        /// A cluster's replica lists for the new partitions (see
+        /// [`NewTopic::assignments`]).
+        assignments: Vec<Vec<BrokerId>>,
         validate_only: bool,
     },
     /// IncrementalAlterConfigs on one topic's overrides.
@@ -144,6 +151,7 @@ async fn forward(shard: &Rc<Shard>, change: Change) -> Vec<TopicOutcome> {
                     partitions: topic.partitions,
                     replication_factor: topic.replication_factor,
                     configs: topic.configs,
+                    assignments: topic.assignments,
                 })
                 .collect(),
             validate_only,
@@ -152,10 +160,12 @@ async fn forward(shard: &Rc<Shard>, change: Change) -> Vec<TopicOutcome> {
         Change::AddPartitions {
             topic,
             total,
+            assignments,
             validate_only,
         } => PeerRequest::CreatePartitions {
             topic,
             total,
+            assignments,
             validate_only,
         },
         Change::AlterConfigs {
@@ -279,6 +289,7 @@ async fn apply_here(controller: &Rc<Shard>, change: Change) -> Vec<TopicOutcome>
             topic,
             total,
             validate_only,
+            ..
         } => {
             vec![add_partitions(
                 &mut image,

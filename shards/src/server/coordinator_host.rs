@@ -361,6 +361,7 @@ pub async fn ensure_internal_topic(
             replication_factor: -1,
             configs,
             id: None,
+            assignments: Vec::new(),
         }],
         validate_only: false,
     };

@@ -630,6 +630,58 @@ fn kafka_topics_creates_through_any_broker_and_every_broker_describes_the_same()
         "{leaders:?}"
     );
 
+    // Manual assignments through a broker that is not the controller:
+    // kafka-topics --replica-assignment on create, then on --alter for
+    // the added partition; the first replica leads.
+    topics(
+        asked,
+        &[
+            "--create",
+            "--topic",
+            "manual",
+            "--replica-assignment",
+            "2:1,0:2,1:0",
+        ],
+    );
+    topics(
+        (asked + 1) % 3,
+        &[
+            "--alter",
+            "--topic",
+            "manual",
+            "--partitions",
+            "4",
+            "--replica-assignment",
+            "2:1,0:2,1:0,1:2",
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let manual = loop {
+        let described = topics(asked, &["--describe", "--topic", "manual"]);
+        if described.contains("PartitionCount: 4") || Instant::now() > deadline {
+            break described;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let assigned: Vec<(String, String)> = manual
+        .lines()
+        .filter(|line| line.contains("Partition: "))
+        .map(|line| {
+            let field = |name: &str| {
+                line.split('\t')
+                    .find_map(|part| part.strip_prefix(name))
+                    .unwrap()
+                    .to_owned()
+            };
+            (field("Leader: "), field("Replicas: "))
+        })
+        .collect();
+    let expected: Vec<(String, String)> = [("2", "2,1"), ("0", "0,2"), ("1", "1,0"), ("1", "1,2")]
+        .iter()
+        .map(|(leader, replicas)| (leader.to_string(), replicas.to_string()))
+        .collect();
+    assert_eq!(assigned, expected, "{manual}");
+
     // kafka-metadata-quorum through a broker that is not the controller
     // and through the controller: one leader (DescribeCluster's
     // controller), one epoch, the three voters at their controller

@@ -171,6 +171,7 @@ impl Simulation {
             partitions: (self.topics_asked % 4 + 1) as i32,
             replication_factor,
             configs: BTreeMap::new(),
+            assignments: Vec::new(),
         };
         // The id is the request's own: a duplicated request carries it too.
         let number: u64 = request.name["topic-".len()..].parse().unwrap_or(0);

@@ -8,6 +8,7 @@ use brook_engine::cluster::describe::topic_entries;
 use brook_engine::cluster::image::TopicId;
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::frame::{FrameError, Request};
+use brook_engine::types::BrokerId;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::create_topics_response::{
@@ -26,20 +27,12 @@ use crate::server::handlers::{text, topic_name};
 use crate::server::response::{Response, encode};
 use crate::server::shard::Shard;
 
-/// Error code for a replica assignment Brook cannot honour.
-const INVALID_REPLICA_ASSIGNMENT: ErrorCode = ErrorCode(39);
-
 /// Checks what a single broker can honour before anything is created.
 fn check_replication(shard: &Shard, topic: &CreatableTopic) -> Result<i32, (ErrorCode, String)> {
     let broker = shard.context.broker_id;
     if shard.context.config.cluster.is_some() {
-        // The controller places the replicas and checks the factor.
-        if !topic.assignments.is_empty() {
-            return Err((
-                INVALID_REPLICA_ASSIGNMENT,
-                "manual replica assignments are not yet taken in a cluster".into(),
-            ));
-        }
+        // The controller places the replicas (or checks the assignments)
+        // and checks the factor.
         return Ok(topic.num_partitions);
     }
     if topic.replication_factor > 1 {
@@ -72,7 +65,7 @@ fn check_replication(shard: &Shard, topic: &CreatableTopic) -> Result<i32, (Erro
             != vec![broker]
     }) {
         return Err((
-            INVALID_REPLICA_ASSIGNMENT,
+            ErrorCode::INVALID_REPLICA_ASSIGNMENT,
             format!("replicas must be [{broker}], the only broker"),
         ));
     }
@@ -98,12 +91,29 @@ pub async fn create_topics(shard: &Rc<Shard>, request: &Request) -> Result<Respo
                             .map(|value| (config.name.to_string(), value.to_string()))
                     })
                     .collect();
+                let assignments = if shard.context.config.cluster.is_some() {
+                    topic
+                        .assignments
+                        .iter()
+                        .map(|assignment| {
+                            let replicas = assignment
+                                .broker_ids
+                                .iter()
+                                .map(|id| BrokerId(id.0))
+                                .collect();
+                            (assignment.partition_index, replicas)
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
                 new_topics.push(NewTopic {
                     name,
                     partitions,
                     replication_factor: topic.replication_factor,
                     configs,
                     id: None,
+                    assignments,
                 });
                 results.push(None);
             }
@@ -266,9 +276,11 @@ pub async fn create_partitions(
     for topic in body.topics {
         let name = topic.name.to_string();
         let cluster = shard.context.config.cluster.is_some();
-        let bad_assignment = topic.assignments.as_ref().is_some_and(|assignments| {
-            (cluster && !assignments.is_empty())
-                || assignments.iter().any(|assignment| {
+        // A cluster's controller checks assignments; one broker only
+        // takes itself.
+        let bad_assignment = !cluster
+            && topic.assignments.as_ref().is_some_and(|assignments| {
+                assignments.iter().any(|assignment| {
                     assignment
                         .broker_ids
                         .iter()
@@ -276,25 +288,34 @@ pub async fn create_partitions(
                         .collect::<Vec<_>>()
                         != vec![broker]
                 })
-        });
+            });
         let outcome = if bad_assignment {
-            let message = if cluster {
-                "manual replica assignments are not yet taken in a cluster".to_owned()
-            } else {
-                format!("replicas must be [{broker}], the only broker")
-            };
             TopicOutcome {
                 name: name.clone(),
-                error: INVALID_REPLICA_ASSIGNMENT,
-                message: Some(message),
+                error: ErrorCode::INVALID_REPLICA_ASSIGNMENT,
+                message: Some(format!("replicas must be [{broker}], the only broker")),
                 topic_id: TopicId::default(),
                 partitions: 0,
                 replication_factor: 0,
             }
         } else {
+            let assignments = match (&topic.assignments, cluster) {
+                (Some(assignments), true) => assignments
+                    .iter()
+                    .map(|assignment| {
+                        assignment
+                            .broker_ids
+                            .iter()
+                            .map(|id| BrokerId(id.0))
+                            .collect()
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
             let change = Change::AddPartitions {
                 topic: name.clone(),
                 total: topic.count,
+                assignments,
                 validate_only: body.validate_only,
             };
             controller::apply(shard, change)

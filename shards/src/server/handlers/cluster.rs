@@ -53,6 +53,7 @@ pub(crate) async fn ensure_topics(shard: &Rc<Shard>, names: &[String]) -> Arc<Me
             replication_factor: -1,
             configs: Default::default(),
             id: None,
+            assignments: Vec::new(),
         })
         .collect();
     if missing.is_empty() || !shard.context.config.auto_create_topics_enable {

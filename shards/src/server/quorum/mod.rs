@@ -281,12 +281,18 @@ async fn drive(shard: Rc<Shard>, quorum: Rc<Quorum>, mut inputs: mpsc::Receiver<
     let mut next_tick = Instant::now() + Duration::from_millis(tick_interval_ms(jitter.r#gen()));
     while !shard.is_stopping() && !quorum.failed.get() {
         let wait = next_tick.saturating_duration_since(Instant::now());
-        let input = futures::select_biased! {
-            input = inputs.next() => match input {
-                Some(input) => Some(input),
-                None => return,
-            },
-            () = glommio::timer::sleep(wait).fuse() => None,
+        // An overdue tick goes first: a flood of peers' messages must not
+        // hold back elections and session expiry.
+        let input = if wait.is_zero() {
+            None
+        } else {
+            futures::select_biased! {
+                input = inputs.next() => match input {
+                    Some(input) => Some(input),
+                    None => return,
+                },
+                () = glommio::timer::sleep(wait).fuse() => None,
+            }
         };
         match input {
             Some(Input::Raft(message)) => {
@@ -449,10 +455,11 @@ fn handle_request(
         PeerRequest::CreatePartitions {
             topic,
             total,
+            assignments,
             validate_only,
         } => {
             let proposed = node.latest_image().map(|image| {
-                let rule = add_partitions(image, &topic, total);
+                let rule = add_partitions(image, &topic, total, &assignments);
                 one_topic_change(image, &topic, rule, validate_only, Some(total))
             });
             return propose_topics(quorum, &mut node, proposed, reply);

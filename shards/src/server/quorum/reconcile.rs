@@ -39,6 +39,7 @@ pub async fn reconcile(shard: &Rc<Shard>, image: &ClusterImage) {
                     changes.push(Change::AddPartitions {
                         topic: topic.name.clone(),
                         total: topic.partitions.len() as i32,
+                        assignments: Vec::new(),
                         validate_only: false,
                     });
                 }
@@ -56,6 +57,7 @@ pub async fn reconcile(shard: &Rc<Shard>, image: &ClusterImage) {
                 replication_factor: -1,
                 configs: topic.configs.clone(),
                 id: Some(topic.id),
+                assignments: Vec::new(),
             }),
         }
     }
