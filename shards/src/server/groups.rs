@@ -36,7 +36,7 @@ use crate::server::coordinator_host::{
     Coordinator, CoordinatorHost, Waiters, ensure_internal_topic, locate_in, read_partition_batches,
 };
 use crate::server::handlers::produce::with_timeout;
-use crate::server::shard::{LEADER_EPOCH, Shard, now_ms};
+use crate::server::shard::{Shard, now_ms};
 use crate::storage::{AppendInfo, PartitionLog, StorageError};
 
 /// Records written in one batch at most (a group's tombstones can be many).
@@ -273,9 +273,13 @@ pub async fn write_records_placed(
         let appended = match producer {
             None => {
                 let batch = encode_batch(&batch_records, &BatchOptions::default());
-                log.append(&batch, LEADER_EPOCH, now)
-                    .await
-                    .map_err(|error| append_error(partition, &error))?
+                log.append(
+                    &batch,
+                    shard.leader_epoch_of(&offsets_partition(partition)),
+                    now,
+                )
+                .await
+                .map_err(|error| append_error(partition, &error))?
             }
             Some(producer) => {
                 append_transactional(shard, &log, partition, &batch_records, producer).await?
@@ -355,7 +359,8 @@ async fn append_transactional(
             ..BatchOptions::default()
         };
         let batch = encode_batch(records, &options);
-        match log.append(&batch, LEADER_EPOCH, now_ms()).await {
+        let epoch = shard.leader_epoch_of(&offsets_partition(partition));
+        match log.append(&batch, epoch, now_ms()).await {
             Ok(appended) if !appended.duplicate => {
                 book.borrow_mut()
                     .appended(partition, producer, sequence, count);

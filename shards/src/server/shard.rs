@@ -34,8 +34,9 @@ use crate::storage::{
 /// Partition logs a shard opens (and recovers) at once.
 const PARTITION_OPENS_IN_FLIGHT_MAX: usize = 8;
 
-/// The only leader epoch a single broker ever has.
-pub const LEADER_EPOCH: LeaderEpoch = LeaderEpoch(0);
+/// The leader epoch of a one-node broker's partitions (their leader never
+/// changes), and of every partition when its registration is new.
+pub const FIRST_LEADER_EPOCH: LeaderEpoch = LeaderEpoch(0);
 
 /// Per-shard state. Lives on its shard; shared with its tasks by `Rc`.
 pub struct Shard {
@@ -102,6 +103,31 @@ impl Shard {
                     .get(usize::try_from(partition.0).ok()?)
             })
             .is_some_and(|registration| registration.leader.0 == self.context.broker_id)
+    }
+
+    /// The leader epoch `topic`'s `partition` is served at: its
+    /// registration's in a cluster, [`FIRST_LEADER_EPOCH`] on one node.
+    pub fn leader_epoch(
+        &self,
+        topic: &str,
+        partition: brook_engine::types::PartitionId,
+    ) -> LeaderEpoch {
+        if self.context.config.cluster.is_none() {
+            return FIRST_LEADER_EPOCH;
+        }
+        self.cluster_view()
+            .and_then(|view| {
+                let registered = view.image.topic_by_name(topic)?;
+                let registration = registered
+                    .partitions
+                    .get(usize::try_from(partition.0).ok()?)?;
+                Some(registration.leader_epoch)
+            })
+            .unwrap_or(FIRST_LEADER_EPOCH)
+    }
+
+    pub fn leader_epoch_of(&self, topic_partition: &TopicPartition) -> LeaderEpoch {
+        self.leader_epoch(&topic_partition.topic, topic_partition.partition)
     }
 
     pub fn log(&self, topic_partition: &TopicPartition) -> Option<PartitionLog> {
@@ -185,7 +211,8 @@ impl Shard {
                     .store
                     .open_partition(&topic_partition, config, now_ms())
                     .await?;
-                log.become_leader(LEADER_EPOCH).await
+                // A partition opens at its registration's first epoch.
+                log.become_leader(FIRST_LEADER_EPOCH).await
             })
             .buffer_unordered(PARTITION_OPENS_IN_FLIGHT_MAX);
         while let Some(opened) = opens.next().await {

@@ -32,7 +32,7 @@ use crate::server::coordinator_host::{
     Coordinator, CoordinatorHost, Waiters, ensure_internal_topic, locate_in, read_partition_batches,
 };
 use crate::server::handlers::produce::with_timeout;
-use crate::server::shard::{LEADER_EPOCH, Shard, now_ms};
+use crate::server::shard::{Shard, now_ms};
 use crate::storage::{PartitionLog, StorageError};
 
 /// Kafka's internal topic of transaction state.
@@ -246,7 +246,11 @@ async fn persist(
         coordinator_error_for_append(crate::server::handlers::produce::storage_error_code(error))
     };
     let appended = log
-        .append(&batch, LEADER_EPOCH, now)
+        .append(
+            &batch,
+            shard.leader_epoch_of(&state_partition(partition)),
+            now,
+        )
         .await
         .map_err(|error| code(&error))?;
     match with_timeout(PERSIST_TIMEOUT, log.wait_durable(appended.log_end_offset)).await {
@@ -355,7 +359,7 @@ pub(crate) async fn write_marker(
                     producer_epoch,
                     coordinator_epoch,
                     kind,
-                    LEADER_EPOCH,
+                    owner.leader_epoch_of(&topic_partition),
                     now_ms(),
                 )
                 .await
@@ -389,8 +393,9 @@ impl Coordinator for TransactionCoordinator {
         partition: i32,
         log: &PartitionLog,
     ) -> Result<(TransactionCoordinator, Vec<Action>), String> {
+        let epoch = shard.leader_epoch_of(&state_partition(partition)).0;
         let mut coordinator =
-            TransactionCoordinator::new(transaction_config(shard), partition, LEADER_EPOCH.0);
+            TransactionCoordinator::new(transaction_config(shard), partition, epoch);
         let mut records = 0_u64;
         read_partition_batches(log, |batch| {
             for record in batch.records {

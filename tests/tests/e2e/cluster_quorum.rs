@@ -102,7 +102,13 @@ fn three_nodes_elect_one_controller_fence_a_stopped_broker_and_survive_the_contr
         "the killed node fenced",
         |seen| !seen.brokers.contains(&(controller as i32)),
     );
-    // It restarts from its metadata log and joins again.
+    // Topics are created again, through either survivor.
+    for (index, survivor) in survivors.iter().enumerate() {
+        let mut stream = brook_tests::raw::connect(&cluster.nodes[*survivor]);
+        brook_tests::raw::create_topic(&mut stream, &format!("after-{index}"), 2);
+    }
+    // It restarts from its metadata log, joins again and serves the topics
+    // created while it was dead.
     cluster.nodes[controller].restart();
     let seen = cluster.wait_until(
         &ALL,
@@ -115,6 +121,21 @@ fn three_nodes_elect_one_controller_fence_a_stopped_broker_and_survive_the_contr
             .all(|view| view.controller == seen[0].controller),
         "{seen:?}"
     );
+    for index in 0..survivors.len() {
+        let name = format!("after-{index}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while partitions_seen(&cluster, controller, &name).is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "{name} not seen by the restarted node"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(
+            partitions_seen(&cluster, controller, &name),
+            partitions_seen(&cluster, survivors[0], &name)
+        );
+    }
     let log = cluster.nodes[controller]
         .data_dir()
         .join("__cluster_metadata-0")

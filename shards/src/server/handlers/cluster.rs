@@ -38,7 +38,7 @@ use uuid::Uuid;
 use crate::server::controller::{self, Change, NewTopic};
 use crate::server::handlers::{text, topic_name};
 use crate::server::response::{Response, encode};
-use crate::server::shard::{LEADER_EPOCH, Shard};
+use crate::server::shard::{FIRST_LEADER_EPOCH, Shard};
 
 /// Creates the missing topics among `names` (auto topic creation) and
 /// returns the image that includes them.
@@ -182,7 +182,7 @@ fn placement(shard: &Shard, topic: TopicId, index: usize) -> Placement {
             let node = BrokerId(shard.context.broker_id);
             Placement {
                 leader: node,
-                leader_epoch: LEADER_EPOCH.0,
+                leader_epoch: FIRST_LEADER_EPOCH.0,
                 replicas: vec![node],
                 isr: vec![node],
             }

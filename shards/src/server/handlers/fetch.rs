@@ -25,7 +25,7 @@ use brook_engine::protocol::fetch_session::{
     SessionPartition, SessionRequest, TopicKey,
 };
 use brook_engine::protocol::frame::{FrameError, Request};
-use brook_engine::types::{Offset, PartitionId, TopicPartition};
+use brook_engine::types::{LeaderEpoch, Offset, PartitionId, TopicPartition};
 use bytes::Bytes;
 use futures::FutureExt;
 use futures::channel::oneshot;
@@ -34,7 +34,7 @@ use kafka_protocol::messages::FetchRequest;
 
 use crate::server::handlers::produce::storage_error_code;
 use crate::server::response::{FetchPart, Records, Response};
-use crate::server::shard::{LEADER_EPOCH, Shard, now_ms};
+use crate::server::shard::{Shard, now_ms};
 use crate::storage::{LogData, ReadOptions, StorageError};
 
 /// The longest a fetch may wait, whatever it asks for.
@@ -344,7 +344,10 @@ fn resolve(
                 Some(_) if !shard.leads(name, PartitionId(at.partition)) => {
                     Err(ErrorCode::NOT_LEADER_OR_FOLLOWER)
                 }
-                Some(owner) => match epoch_error(fetch.current_leader_epoch) {
+                Some(owner) => match epoch_error(
+                    fetch.current_leader_epoch,
+                    shard.leader_epoch(name, PartitionId(at.partition)),
+                ) {
                     Some(error) => Err(error),
                     None => Ok(owner),
                 },
@@ -605,11 +608,12 @@ async fn read_partitions(
     results
 }
 
-/// The leader-epoch check of Fetch and ListOffsets (KIP-320).
-pub(crate) fn epoch_error(current_leader_epoch: i32) -> Option<ErrorCode> {
+/// The leader-epoch check of Fetch and ListOffsets (KIP-320): the client's
+/// `current_leader_epoch` against the one the partition is served at.
+pub(crate) fn epoch_error(current_leader_epoch: i32, served: LeaderEpoch) -> Option<ErrorCode> {
     match current_leader_epoch {
-        epoch if epoch < 0 || epoch == LEADER_EPOCH.0 => None,
-        epoch if epoch < LEADER_EPOCH.0 => Some(ErrorCode::FENCED_LEADER_EPOCH),
+        epoch if epoch < 0 || epoch == served.0 => None,
+        epoch if epoch < served.0 => Some(ErrorCode::FENCED_LEADER_EPOCH),
         _ => Some(ErrorCode::UNKNOWN_LEADER_EPOCH),
     }
 }

@@ -24,7 +24,7 @@ use crate::server::handlers::fetch::epoch_error;
 use crate::server::handlers::produce::storage_error_code;
 use crate::server::handlers::topic_name;
 use crate::server::response::{Response, encode};
-use crate::server::shard::{LEADER_EPOCH, Shard};
+use crate::server::shard::Shard;
 use crate::storage::PartitionLog;
 
 /// ListOffsets' special timestamps.
@@ -102,17 +102,19 @@ pub async fn list_offsets(shard: &Rc<Shard>, request: &Request) -> Result<Respon
                 topic: name.clone(),
                 partition: PartitionId(partition.partition_index),
             };
-            let (error, timestamp, offset) = match epoch_error(partition.current_leader_epoch) {
-                Some(error) => (error, -1, -1),
-                None => {
-                    let missing = (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1);
-                    let target = partition.timestamp;
-                    on_owner(shard, topic_partition, missing, move |log| {
-                        Box::pin(list_offset(log, target, committed))
-                    })
-                    .await
-                }
-            };
+            let served = shard.leader_epoch_of(&topic_partition);
+            let (error, timestamp, offset) =
+                match epoch_error(partition.current_leader_epoch, served) {
+                    Some(error) => (error, -1, -1),
+                    None => {
+                        let missing = (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1);
+                        let target = partition.timestamp;
+                        on_owner(shard, topic_partition, missing, move |log| {
+                            Box::pin(list_offset(log, target, committed))
+                        })
+                        .await
+                    }
+                };
             partitions.push(
                 ListOffsetsPartitionResponse::default()
                     .with_partition_index(partition.partition_index)
@@ -121,7 +123,7 @@ pub async fn list_offsets(shard: &Rc<Shard>, request: &Request) -> Result<Respon
                     .with_offset(offset)
                     // The field exists from v4 (the codec rejects it before).
                     .with_leader_epoch(if offset >= 0 && request.api_version >= 4 {
-                        LEADER_EPOCH.0
+                        served.0
                     } else {
                         -1
                     }),
@@ -150,22 +152,24 @@ pub async fn offset_for_leader_epoch(
                 topic: name.clone(),
                 partition: PartitionId(partition.partition),
             };
-            let (error, epoch, end_offset) = match epoch_error(partition.current_leader_epoch) {
-                Some(error) => (error, -1, -1),
-                None => {
-                    let requested = LeaderEpoch(partition.leader_epoch);
-                    let missing = (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1);
-                    on_owner(shard, topic_partition, missing, move |log| {
-                        Box::pin(async move {
-                            match log.epoch_end_offset(requested) {
-                                Some((epoch, end)) => (ErrorCode::NONE, epoch.0, end.0),
-                                None => (ErrorCode::NONE, -1, -1),
-                            }
+            let served = shard.leader_epoch_of(&topic_partition);
+            let (error, epoch, end_offset) =
+                match epoch_error(partition.current_leader_epoch, served) {
+                    Some(error) => (error, -1, -1),
+                    None => {
+                        let requested = LeaderEpoch(partition.leader_epoch);
+                        let missing = (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1);
+                        on_owner(shard, topic_partition, missing, move |log| {
+                            Box::pin(async move {
+                                match log.epoch_end_offset(requested) {
+                                    Some((epoch, end)) => (ErrorCode::NONE, epoch.0, end.0),
+                                    None => (ErrorCode::NONE, -1, -1),
+                                }
+                            })
                         })
-                    })
-                    .await
-                }
-            };
+                        .await
+                    }
+                };
             partitions.push(
                 EpochEndOffset::default()
                     .with_partition(partition.partition)

@@ -26,7 +26,7 @@ use crate::server::handlers::cluster::ensure_topics;
 use crate::server::handlers::{text, topic_name};
 use crate::server::mesh::ShardGone;
 use crate::server::response::{Response, encode};
-use crate::server::shard::{LEADER_EPOCH, Shard, now_ms};
+use crate::server::shard::{Shard, now_ms};
 use crate::server::transactions;
 use crate::storage::{PartitionLog, StorageError};
 use brook_engine::replica::producer_state::{
@@ -145,8 +145,9 @@ async fn append_on_owner(
         Err(rejected) => return Produced::rejected(rejected),
     };
     let (acks, timeout) = (context.acks, context.timeout);
+    let leader_epoch = shard.leader_epoch_of(&topic_partition);
     let appended = match transactional_batch(&records) {
-        None => log.append(&records, LEADER_EPOCH, now_ms()).await,
+        None => log.append(&records, leader_epoch, now_ms()).await,
         Some(batch) => {
             // Appends keep their request order while one waits for its
             // verification (a later batch of the same transaction would
@@ -154,7 +155,7 @@ async fn append_on_owner(
             let _order = log.transactional_order().await;
             match verify(&shard, &log, &topic_partition, &batch, &context).await {
                 Ok(guard) => {
-                    log.append_verified(&records, guard, LEADER_EPOCH, now_ms())
+                    log.append_verified(&records, guard, leader_epoch, now_ms())
                         .await
                 }
                 Err(error) => {
