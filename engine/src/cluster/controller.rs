@@ -34,7 +34,7 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    pub(crate) fn new(error: ErrorCode, message: impl Into<String>) -> Refusal {
+    pub fn new(error: ErrorCode, message: impl Into<String>) -> Refusal {
         Refusal {
             error,
             message: message.into(),
@@ -204,14 +204,7 @@ pub fn create_topic(
     defaults: &TopicDefaults,
     id: TopicId,
 ) -> Result<Vec<MetadataRecord>, Refusal> {
-    validate_topic_name(&request.name)
-        .map_err(|error| Refusal::new(ErrorCode::INVALID_TOPIC_EXCEPTION, error.to_string()))?;
-    if image.topic_by_name(&request.name).is_some() {
-        return Err(Refusal::new(
-            ErrorCode::TOPIC_ALREADY_EXISTS,
-            format!("Topic '{}' already exists.", request.name),
-        ));
-    }
+    check_new_topic_name(&request.name, image.topic_by_name(&request.name).is_some())?;
     if id.is_zero() || image.topics.contains_key(&id) {
         // Ids are random 128-bit values: the caller draws another.
         return Err(Refusal::new(
@@ -257,6 +250,37 @@ pub fn create_topic(
     Ok(records)
 }
 
+/// A new topic's name: valid and not taken (`exists`): the rule a one-node
+/// broker applies too.
+pub fn check_new_topic_name(name: &str, exists: bool) -> Result<(), Refusal> {
+    validate_topic_name(name)
+        .map_err(|error| Refusal::new(ErrorCode::INVALID_TOPIC_EXCEPTION, error.to_string()))?;
+    if exists {
+        return Err(Refusal::new(
+            ErrorCode::TOPIC_ALREADY_EXISTS,
+            format!("Topic '{name}' already exists."),
+        ));
+    }
+    Ok(())
+}
+
+/// A new topic's partition count: positive, and within Brook's limit.
+pub fn check_partition_count(partitions: i32) -> Result<(), Refusal> {
+    if partitions < 1 {
+        return Err(Refusal::new(
+            ErrorCode::INVALID_PARTITIONS,
+            "Number of partitions was set to an invalid non-positive value.",
+        ));
+    }
+    if partitions as usize > PARTITIONS_MAX {
+        return Err(Refusal::new(
+            ErrorCode::INVALID_PARTITIONS,
+            format!("{partitions} partitions is over Brook's limit of {PARTITIONS_MAX}"),
+        ));
+    }
+    Ok(())
+}
+
 /// The controller's placement of a new topic's partitions.
 fn placed_partitions(
     image: &ClusterImage,
@@ -269,12 +293,7 @@ fn placed_partitions(
     } else {
         request.partitions
     };
-    if partitions < 1 || partitions as usize > PARTITIONS_MAX {
-        return Err(Refusal::new(
-            ErrorCode::INVALID_PARTITIONS,
-            "Number of partitions was set to an invalid non-positive value.",
-        ));
-    }
+    check_partition_count(partitions)?;
     let replication_factor = match request.replication_factor {
         -1 => defaults.replication_factor,
         factor => factor,

@@ -23,19 +23,10 @@ fn existing<'a>(image: &'a ClusterImage, name: &str) -> Result<&'a TopicRegistra
     })
 }
 
-/// CreatePartitions: topic `name` grows to `total` partitions, the new ones
-/// placed over the live brokers with the topic's replication factor,
-/// continuing its placement walk, or as `assignments` say (one replica list
-/// per new partition). Kafka's refusals: a total that is not an increase,
-/// assignments that do not match it, or over Brook's partition limit.
-pub fn add_partitions(
-    image: &ClusterImage,
-    name: &str,
-    total: i32,
-    assignments: &[Vec<BrokerId>],
-) -> Result<Vec<MetadataRecord>, Refusal> {
-    let topic = existing(image, name)?;
-    let current = topic.partitions.len();
+/// Whether topic `name` with `current` partitions may grow to `total`
+/// (Kafka's refusals, and Brook's partition limit): the rule a one-node
+/// broker applies too.
+pub fn check_partition_increase(name: &str, current: usize, total: i32) -> Result<(), Refusal> {
     if total < 0 || (total as usize) < current {
         return Err(Refusal::new(
             ErrorCode::INVALID_PARTITIONS,
@@ -56,6 +47,23 @@ pub fn add_partitions(
             format!("{total} partitions is over Brook's limit of {PARTITIONS_MAX}"),
         ));
     }
+    Ok(())
+}
+
+/// CreatePartitions: topic `name` grows to `total` partitions, the new ones
+/// placed over the live brokers with the topic's replication factor,
+/// continuing its placement walk, or as `assignments` say (one replica list
+/// per new partition). Kafka's refusals: a total that is not an increase,
+/// assignments that do not match it, or over Brook's partition limit.
+pub fn add_partitions(
+    image: &ClusterImage,
+    name: &str,
+    total: i32,
+    assignments: &[Vec<BrokerId>],
+) -> Result<Vec<MetadataRecord>, Refusal> {
+    let topic = existing(image, name)?;
+    let current = topic.partitions.len();
+    check_partition_increase(name, current, total)?;
     let replication_factor = topic
         .partitions
         .first()
@@ -92,6 +100,25 @@ pub fn add_partitions(
     )
 }
 
+/// A topic's overrides after (Incremental)AlterConfigs' `changes`, checked
+/// under `log_defaults`: the rule a one-node broker applies too.
+pub fn altered_overrides(
+    current: &BTreeMap<String, String>,
+    changes: &[(String, ConfigOperation)],
+    replace: bool,
+    log_defaults: &LogConfig,
+) -> Result<BTreeMap<String, String>, Refusal> {
+    let invalid = |message: String| Refusal::new(ErrorCode::INVALID_CONFIG, message);
+    let base = if replace {
+        BTreeMap::new()
+    } else {
+        current.clone()
+    };
+    let configs = altered(&base, log_defaults, changes).map_err(invalid)?;
+    check_overrides(log_defaults, &configs).map_err(invalid)?;
+    Ok(configs)
+}
+
 /// IncrementalAlterConfigs (`replace` false: `changes` in order) or
 /// AlterConfigs (`replace` true: the overrides become exactly the `Set`
 /// ones) on topic `name`, checked under the broker's `log_defaults`. The
@@ -105,13 +132,7 @@ pub fn alter_topic_configs(
     log_defaults: &LogConfig,
 ) -> Result<Vec<MetadataRecord>, Refusal> {
     let topic = existing(image, name)?;
-    let invalid = |message: String| Refusal::new(ErrorCode::INVALID_CONFIG, message);
-    let configs = if replace {
-        altered(&BTreeMap::new(), log_defaults, changes).map_err(invalid)?
-    } else {
-        altered(&topic.configs, log_defaults, changes).map_err(invalid)?
-    };
-    check_overrides(log_defaults, &configs).map_err(invalid)?;
+    let configs = altered_overrides(&topic.configs, changes, replace, log_defaults)?;
     let keys: BTreeSet<&String> = topic.configs.keys().chain(configs.keys()).collect();
     Ok(keys
         .into_iter()

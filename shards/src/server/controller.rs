@@ -9,13 +9,15 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use brook_engine::cluster::controller::TopicRequest;
+use brook_engine::cluster::controller::{
+    Refusal, TopicRequest, check_new_topic_name, check_partition_count,
+};
 use brook_engine::cluster::image::{
-    MetadataImage, PARTITIONS_MAX, ShardId, TopicId, TopicMetadata, place_partitions,
-    validate_topic_name,
+    MetadataImage, ShardId, TopicId, TopicMetadata, place_partitions,
 };
 use brook_engine::cluster::peer_wire::{PeerRequest, PeerResponse};
-use brook_engine::cluster::topic_config::{ConfigOperation, altered, check_overrides, resolve};
+use brook_engine::cluster::topic_changes::{altered_overrides, check_partition_increase};
+use brook_engine::cluster::topic_config::{ConfigOperation, check_overrides, resolve};
 use brook_engine::log::config::LogConfig;
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::types::{BrokerId, PartitionId, TopicPartition};
@@ -47,6 +49,10 @@ impl TopicOutcome {
             partitions: 0,
             replication_factor: 0,
         }
+    }
+
+    fn refused(name: &str, refusal: Refusal) -> TopicOutcome {
+        TopicOutcome::failed(name, refusal.error, refusal.message)
     }
 
     fn done(topic: &TopicMetadata) -> TopicOutcome {
@@ -370,29 +376,15 @@ fn create(
     topic: NewTopic,
     validate_only: bool,
 ) -> TopicOutcome {
-    if let Err(error) = validate_topic_name(&topic.name) {
-        return TopicOutcome::failed(
-            &topic.name,
-            ErrorCode::INVALID_TOPIC_EXCEPTION,
-            error.to_string(),
-        );
-    }
-    if image.topic(&topic.name).is_some() {
-        return TopicOutcome::failed(
-            &topic.name,
-            ErrorCode::TOPIC_ALREADY_EXISTS,
-            format!("topic {} already exists", topic.name),
-        );
-    }
-    if topic.partitions < 1 || topic.partitions as usize > PARTITIONS_MAX {
-        return TopicOutcome::failed(
-            &topic.name,
-            ErrorCode::INVALID_PARTITIONS,
-            format!("{} partitions", topic.partitions),
-        );
-    }
-    if let Err(message) = check_overrides(defaults, &topic.configs) {
-        return TopicOutcome::failed(&topic.name, ErrorCode::INVALID_CONFIG, message);
+    // The controller's rules (engine/cluster), as a cluster applies them.
+    let checked = check_new_topic_name(&topic.name, image.topic(&topic.name).is_some())
+        .and_then(|()| check_partition_count(topic.partitions))
+        .and_then(|()| {
+            check_overrides(defaults, &topic.configs)
+                .map_err(|message| Refusal::new(ErrorCode::INVALID_CONFIG, message))
+        });
+    if let Err(refusal) = checked {
+        return TopicOutcome::refused(&topic.name, refusal);
     }
     let mut loads = image.shard_loads(shards);
     let placement = place_partitions(topic.partitions as usize, &mut loads);
@@ -462,9 +454,8 @@ fn add_partitions(
         );
     };
     let current = topic.partitions.len();
-    if total < 0 || (total as usize) <= current || total as usize > PARTITIONS_MAX {
-        let message = format!("topic {name} has {current} partitions; {total} is not more");
-        return TopicOutcome::failed(name, ErrorCode::INVALID_PARTITIONS, message);
+    if let Err(refusal) = check_partition_increase(name, current, total) {
+        return TopicOutcome::refused(name, refusal);
     }
     if validate_only {
         return TopicOutcome {
@@ -506,13 +497,10 @@ fn alter_configs(
             format!("no topic {name}"),
         );
     };
-    let configs = match altered(&topic.configs, defaults, changes) {
+    let configs = match altered_overrides(&topic.configs, changes, false, defaults) {
         Ok(configs) => configs,
-        Err(message) => return TopicOutcome::failed(name, ErrorCode::INVALID_CONFIG, message),
+        Err(refusal) => return TopicOutcome::refused(name, refusal),
     };
-    if let Err(message) = check_overrides(defaults, &configs) {
-        return TopicOutcome::failed(name, ErrorCode::INVALID_CONFIG, message);
-    }
     if validate_only {
         return TopicOutcome::done(topic);
     }

@@ -59,7 +59,7 @@ fn create_list_and_delete() {
     let existing = brook(&broker, &["topic", "create", "orders", "fresh"]);
     let existing = fails_with_one_line(
         existing,
-        "brook topic: creating topic orders (topic orders already exists): \
+        "brook topic: creating topic orders (Topic 'orders' already exists): \
          TOPIC_ALREADY_EXISTS (36)",
     );
     assert_eq!(
@@ -270,7 +270,8 @@ fn describe_alter_and_grow() {
     fails_with_one_line(
         shrink,
         "brook topic: adding partitions to topic clicks \
-         (topic clicks has 3 partitions; 2 is not more): INVALID_PARTITIONS (37)",
+         (The topic clicks currently has 3 partition(s); 2 would not be an increase): \
+         INVALID_PARTITIONS (37)",
     );
 
     // JSON: one object per topic, partitions and configs nested.
