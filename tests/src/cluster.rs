@@ -130,6 +130,21 @@ impl Cluster {
         Some(response.controller_id.0)
     }
 
+    /// Starts `count` voters (as [`Cluster::start`]) and waits until every
+    /// node sees all of them and a controller; with what each sees.
+    pub fn formed(binary: &str, root: &Path, count: usize, extra: &[&str]) -> (Cluster, Vec<Seen>) {
+        let cluster = Cluster::start(binary, root, count, extra);
+        let all: Vec<usize> = (0..count).collect();
+        let ids: Vec<i32> = (0..count as i32).collect();
+        let seen = cluster.wait_until(
+            &all,
+            Duration::from_secs(30),
+            "every broker and a controller",
+            |seen| seen.brokers == ids && seen.controller >= 0,
+        );
+        (cluster, seen)
+    }
+
     /// DescribeQuorum at `version` from node `index`, `None` if it does
     /// not answer.
     pub fn described_quorum(&self, index: usize, version: i16) -> Option<DescribeQuorumResponse> {

@@ -93,13 +93,7 @@ fn cluster_id(broker: &Broker) -> String {
 #[test]
 fn requests_from_another_controller_epoch_are_refused() {
     let root = tempfile::tempdir().unwrap();
-    let mut cluster = Cluster::start(BROOK, root.path(), 3, &[]);
-    let seen = cluster.wait_until(
-        &ALL,
-        Duration::from_secs(30),
-        "three brokers and a controller",
-        |seen| seen.brokers == [0, 1, 2] && seen.controller >= 0,
-    );
+    let (mut cluster, seen) = Cluster::formed(BROOK, root.path(), 3, &[]);
     let first = seen[0].controller as usize;
     let first_epoch = described(&cluster, first).leader_epoch as u64;
     cluster.nodes[first].kill();

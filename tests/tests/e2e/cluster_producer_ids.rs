@@ -39,13 +39,7 @@ fn producer_id(cluster: &Cluster, index: usize) -> i64 {
 #[test]
 fn no_two_brokers_hand_out_one_producer_id() {
     let root = tempfile::tempdir().unwrap();
-    let mut cluster = Cluster::start(BROOK, root.path(), 3, &[]);
-    let seen = cluster.wait_until(
-        &ALL,
-        Duration::from_secs(30),
-        "three brokers and a controller",
-        |seen| seen.brokers == [0, 1, 2] && seen.controller >= 0,
-    );
+    let (mut cluster, seen) = Cluster::formed(BROOK, root.path(), 3, &[]);
     let mut handed = BTreeSet::new();
     let mut take = |cluster: &Cluster, index: usize| {
         let id = producer_id(cluster, index);

@@ -26,14 +26,7 @@ const ALL: [usize; 3] = [0, 1, 2];
 /// Three voters with short sessions, once every node sees all three
 /// brokers and a controller; with what each sees.
 fn formed_cluster(root: &std::path::Path) -> (Cluster, Vec<brook_tests::cluster::Seen>) {
-    let cluster = Cluster::start(BROOK, root, 3, SHORT_SESSIONS);
-    let seen = cluster.wait_until(
-        &ALL,
-        Duration::from_secs(30),
-        "three brokers and a controller",
-        |seen| seen.brokers == [0, 1, 2] && seen.controller >= 0,
-    );
-    (cluster, seen)
+    Cluster::formed(BROOK, root, 3, SHORT_SESSIONS)
 }
 
 fn signal(broker: &Broker, signal: i32) {

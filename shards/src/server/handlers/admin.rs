@@ -27,6 +27,11 @@ use crate::server::handlers::{text, topic_name};
 use crate::server::response::{Response, encode};
 use crate::server::shard::Shard;
 
+/// A manual assignment's replica list, for the controller.
+fn replicas(broker_ids: &[kafka_protocol::messages::BrokerId]) -> Vec<BrokerId> {
+    broker_ids.iter().map(|id| BrokerId(id.0)).collect()
+}
+
 /// Checks what a single broker can honour before anything is created.
 fn check_replication(shard: &Shard, topic: &CreatableTopic) -> Result<i32, (ErrorCode, String)> {
     let broker = shard.context.broker_id;
@@ -96,12 +101,7 @@ pub async fn create_topics(shard: &Rc<Shard>, request: &Request) -> Result<Respo
                         .assignments
                         .iter()
                         .map(|assignment| {
-                            let replicas = assignment
-                                .broker_ids
-                                .iter()
-                                .map(|id| BrokerId(id.0))
-                                .collect();
-                            (assignment.partition_index, replicas)
+                            (assignment.partition_index, replicas(&assignment.broker_ids))
                         })
                         .collect()
                 } else {
@@ -302,13 +302,7 @@ pub async fn create_partitions(
             let assignments = match (&topic.assignments, cluster) {
                 (Some(assignments), true) => assignments
                     .iter()
-                    .map(|assignment| {
-                        assignment
-                            .broker_ids
-                            .iter()
-                            .map(|id| BrokerId(id.0))
-                            .collect()
-                    })
+                    .map(|assignment| replicas(&assignment.broker_ids))
                     .collect(),
                 _ => Vec::new(),
             };

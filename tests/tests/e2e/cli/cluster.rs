@@ -4,8 +4,6 @@
 //! whose first broker does not answer still works. (A dead broker's
 //! partitions stay unreachable until leaders move, with replication.)
 
-use std::time::Duration;
-
 use brook_tests::cluster::Cluster;
 
 use super::common::{BROOK, Run, brook, brook_alone, brook_with_input};
@@ -15,13 +13,7 @@ const ALL: [usize; 3] = [0, 1, 2];
 #[test]
 fn the_tools_work_against_a_cluster_from_any_broker() {
     let root = tempfile::tempdir().unwrap();
-    let cluster = Cluster::start(BROOK, root.path(), 3, &[]);
-    cluster.wait_until(
-        &ALL,
-        Duration::from_secs(30),
-        "three brokers and a controller",
-        |seen| seen.brokers == [0, 1, 2] && seen.controller >= 0,
-    );
+    let (cluster, _) = Cluster::formed(BROOK, root.path(), 3, &[]);
     let node = |index: usize| &cluster.nodes[index];
     brook(
         node(0),
