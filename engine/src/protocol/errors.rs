@@ -20,6 +20,7 @@ impl ErrorCode {
     pub const INVALID_TOPIC_EXCEPTION: ErrorCode = ErrorCode(17);
     pub const RECORD_LIST_TOO_LARGE: ErrorCode = ErrorCode(18);
     pub const NOT_ENOUGH_REPLICAS: ErrorCode = ErrorCode(19);
+    pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode = ErrorCode(20);
     pub const INVALID_REQUIRED_ACKS: ErrorCode = ErrorCode(21);
     pub const INVALID_TIMESTAMP: ErrorCode = ErrorCode(32);
     pub const UNSUPPORTED_VERSION: ErrorCode = ErrorCode(35);
@@ -112,6 +113,9 @@ impl ErrorCode {
             }
             ErrorCode::NOT_ENOUGH_REPLICAS => {
                 "Messages are rejected since there are fewer in-sync replicas than required."
+            }
+            ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND => {
+                "Messages are written to the log, but to fewer in-sync replicas than required."
             }
             _ => "UNKNOWN",
         }

@@ -1,6 +1,9 @@
 //! What one partition replica decides beyond its log's bytes: idempotent
-//! producers' state (sequence numbers, epochs, deduplication), and later
-//! transactions' last stable offset and replication's high watermark.
+//! producers' state (sequence numbers, epochs, deduplication), transactions'
+//! index, and replication: the high watermark,
+//! the ISR a leader proposes, and where a follower truncates.
 
+pub mod divergence;
 pub mod producer_state;
+pub mod replication;
 pub mod txn_index;
