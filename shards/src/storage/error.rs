@@ -51,6 +51,10 @@ pub enum StorageError {
         log_start: Offset,
         log_end: Offset,
     },
+    /// A replicated batch that does not follow the log end (Kafka's
+    /// `UnexpectedAppendOffsetException`).
+    #[error("a replicated batch starts at {first}, the log expects {expected}")]
+    UnexpectedAppendOffset { first: Offset, expected: Offset },
     #[error("leader epoch {epoch} is older than the log's latest epoch {latest}")]
     StaleLeaderEpoch {
         epoch: LeaderEpoch,

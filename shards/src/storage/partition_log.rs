@@ -190,22 +190,9 @@ impl PartitionLog {
             check_keys(&batches)?;
         }
         let producer = producer_batch(&batches, origin)?;
-        let _permit = self
-            .inner
-            .append_lock
-            .acquire()
-            .await
-            .map_err(|_| self.closed())?;
-        self.inner.state.borrow().check_usable()?;
+        let _permit = self.append_turn().await?;
         self.track_epoch(leader_epoch).await?;
-        let backlog = self
-            .inner
-            .state
-            .borrow()
-            .backlog_target(UNWRITTEN_BYTES_MAX);
-        if let Some(target) = backlog {
-            self.wait_written(target).await?;
-        }
+        self.drain_backlog().await?;
         // From this check to its record below, the append lock keeps every
         // other append of this log out.
         let pending = match self.check_producer(producer)? {
@@ -244,6 +231,35 @@ impl PartitionLog {
         Ok(info)
     }
 
+    /// The log's turn to append (see `append_lock`), once it can take
+    /// appends.
+    pub(crate) async fn append_turn(
+        &self,
+    ) -> Result<tokio::sync::SemaphorePermit<'_>, StorageError> {
+        let permit = self
+            .inner
+            .append_lock
+            .acquire()
+            .await
+            .map_err(|_| self.closed())?;
+        self.inner.state.borrow().check_usable()?;
+        Ok(permit)
+    }
+
+    /// Waits while the writer lags too far behind the appends
+    /// ([`UNWRITTEN_BYTES_MAX`]).
+    pub(crate) async fn drain_backlog(&self) -> Result<(), StorageError> {
+        let backlog = self
+            .inner
+            .state
+            .borrow()
+            .backlog_target(UNWRITTEN_BYTES_MAX);
+        match backlog {
+            Some(target) => self.wait_written(target).await,
+            None => Ok(()),
+        }
+    }
+
     /// Persists a new leader epoch before its first batch (see
     /// [`brook_engine::log::epoch_cache`]); rejects an older one.
     pub(crate) async fn track_epoch(&self, epoch: LeaderEpoch) -> Result<(), StorageError> {
@@ -269,7 +285,7 @@ impl PartitionLog {
     }
 
     /// Makes a new, empty segment at the log end the active one.
-    async fn roll(&self, now_ms: i64) -> Result<(), StorageError> {
+    pub(crate) async fn roll(&self, now_ms: i64) -> Result<(), StorageError> {
         let (dir, base, interval) = {
             let state = self.inner.state.borrow();
             (
@@ -381,13 +397,7 @@ impl PartitionLog {
         high_watermark: Offset,
         now_ms: i64,
     ) -> Result<usize, StorageError> {
-        let _permit = self
-            .inner
-            .append_lock
-            .acquire()
-            .await
-            .map_err(|_| self.closed())?;
-        self.inner.state.borrow().check_usable()?;
+        let _permit = self.append_turn().await?;
         let decision = {
             let state = self.inner.state.borrow();
             let summaries: Vec<SegmentSummary> = state.segments.iter().map(summarize).collect();
@@ -506,6 +516,22 @@ fn validate_batches(
     records: &[u8],
     max_message_bytes: u64,
 ) -> Result<Vec<BatchView<'_>>, StorageError> {
+    parse_batches(records, |batch| {
+        if batch.size_bytes() as u64 > max_message_bytes {
+            return Err(StorageError::BatchTooLarge {
+                size: batch.size_bytes(),
+                max: max_message_bytes,
+            });
+        }
+        Ok(batch.validate_for_append(Offset(0))?)
+    })
+}
+
+/// Every batch of a non-empty `records`, each passing `check`.
+pub(crate) fn parse_batches<'a>(
+    records: &'a [u8],
+    check: impl Fn(&BatchView<'a>) -> Result<(), StorageError>,
+) -> Result<Vec<BatchView<'a>>, StorageError> {
     if records.is_empty() {
         return Err(StorageError::EmptyAppend);
     }
@@ -513,13 +539,7 @@ fn validate_batches(
     let mut rest = records;
     while !rest.is_empty() {
         let batch = BatchView::parse_prefix(rest)?;
-        if batch.size_bytes() as u64 > max_message_bytes {
-            return Err(StorageError::BatchTooLarge {
-                size: batch.size_bytes(),
-                max: max_message_bytes,
-            });
-        }
-        batch.validate_for_append(Offset(0))?;
+        check(&batch)?;
         rest = &rest[batch.size_bytes()..];
         batches.push(batch);
     }

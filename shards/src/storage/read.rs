@@ -84,6 +84,15 @@ pub struct ReadOutcome {
     pub log_end_offset: Offset,
 }
 
+/// Where a log cut at some offset ends: the segment kept last, the byte
+/// position its `.log` is cut at, and the log end offset after the cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CutPoint {
+    pub segment_base: Offset,
+    pub position: u64,
+    pub log_end_offset: Offset,
+}
+
 /// One segment's read inputs, copied out of the state so reads can await.
 struct SegmentView {
     base_offset: Offset,
@@ -369,6 +378,40 @@ impl PartitionLog {
             next_offset,
             log_start_offset,
             log_end_offset,
+        })
+    }
+
+    /// Where cutting the log at `offset` leaves it (see [`CutPoint`]), once
+    /// every append is written. A batch that holds `offset` goes whole, as
+    /// Kafka's `truncateTo` drops it.
+    pub(crate) async fn cut_point(&self, offset: Offset) -> Result<CutPoint, StorageError> {
+        let (view, lookup, segment_end) = {
+            let state = self.inner.state.borrow();
+            state.check_usable()?;
+            let count = state.segments.len();
+            let slot = segment_for_offset(|slot| state.segments[slot].base_offset, count, offset)
+                .unwrap_or(0);
+            let segment = &state.segments[slot];
+            let lookup = segment.index_lookup(offset.max(segment.base_offset));
+            (bytes_view(segment), lookup, segment.next_offset)
+        };
+        let relative = offset.max(view.base_offset).0 - view.base_offset.0;
+        let start = lookup.offset_position(relative).await?;
+        let mut walk = Walk::new(&self.inner, &view, start);
+        while let Some(header) = walk.header(PROBE_BYTES).await? {
+            if header.last_offset >= offset {
+                return Ok(CutPoint {
+                    segment_base: view.base_offset,
+                    position: walk.position,
+                    log_end_offset: header.base_offset,
+                });
+            }
+            walk.position += header.size;
+        }
+        Ok(CutPoint {
+            segment_base: view.base_offset,
+            position: walk.position,
+            log_end_offset: segment_end,
         })
     }
 

@@ -287,6 +287,43 @@ impl LogState {
             self.log_end_offset = last_offset.next();
             records += batch.records_count() as u64;
         }
+        self.mark_append(base_offset, records, log_append_time)
+    }
+
+    /// Places a follower's `batches` as the leader wrote them: offsets,
+    /// leader epochs and timestamps are kept (their placement was checked
+    /// by the caller). The log end moves past the last one, over any gap a
+    /// compacted leader log has.
+    pub fn append_replicated(&mut self, batches: &[BatchView<'_>]) -> AppendInfo {
+        let base_offset = batches
+            .first()
+            .map_or(self.log_end_offset, BatchView::base_offset);
+        let mut records = 0u64;
+        for batch in batches {
+            let bytes = batch.as_bytes();
+            let mut header = [0u8; BATCH_HEADER_BYTES];
+            header.copy_from_slice(&bytes[..BATCH_HEADER_BYTES]);
+            let last_offset = batch.last_offset();
+            self.active_mut().append_batch(
+                &header,
+                &bytes[BATCH_HEADER_BYTES..],
+                last_offset,
+                batch.max_timestamp(),
+            );
+            self.log_end_offset = last_offset.next();
+            records += batch.records_count() as u64;
+        }
+        self.mark_append(base_offset, records, None)
+    }
+
+    /// The bookkeeping after an append: a mark for the writer and syncer
+    /// to turn into written and durable offsets.
+    fn mark_append(
+        &mut self,
+        base_offset: Offset,
+        records: u64,
+        log_append_time: Option<TimestampMs>,
+    ) -> AppendInfo {
         let active = self.active();
         let now = Instant::now();
         self.marks.push_back(AppendMark {

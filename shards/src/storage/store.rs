@@ -27,6 +27,7 @@ use crate::storage::cleaner::{Cleaner, CleanerSchedule};
 use crate::storage::device::prepare_directory;
 use crate::storage::error::{StorageError, io_error};
 use crate::storage::files::{read_optional_text, sync_directory, write_atomically};
+use crate::storage::follower::LogCut;
 use crate::storage::log_table::LogTable;
 use crate::storage::partition_log::{PartitionLog, RecoveryHints};
 use crate::storage::producers::ProducerCheckpoint;
@@ -191,6 +192,51 @@ impl Store {
             .borrow_mut()
             .insert(topic_partition.clone(), log.clone());
         Ok(log)
+    }
+
+    /// Cuts a partition's log (see [`PartitionLog::truncate`]) and puts
+    /// the reopened log in its place. Requests that reach the old handle
+    /// meanwhile find it closed.
+    pub async fn truncate_partition(
+        &self,
+        topic_partition: &TopicPartition,
+        cut: LogCut,
+        now_ms: i64,
+    ) -> Result<PartitionLog, StorageError> {
+        let log = self
+            .partition(topic_partition)
+            .ok_or_else(|| StorageError::Closed {
+                path: self.partition_dir(topic_partition),
+            })?;
+        let reopened = log.truncate(cut, now_ms).await;
+        self.replace_reopened(topic_partition, &log, reopened)
+    }
+
+    /// Puts a reopened log where `old` was (unless the partition was
+    /// removed meanwhile); if reopening failed, the closed log stays and
+    /// answers every request as closed.
+    fn replace_reopened(
+        &self,
+        topic_partition: &TopicPartition,
+        old: &PartitionLog,
+        reopened: Result<PartitionLog, StorageError>,
+    ) -> Result<PartitionLog, StorageError> {
+        let mut logs = self.logs.borrow_mut();
+        let still_old = logs
+            .get(topic_partition)
+            .is_some_and(|current| Rc::ptr_eq(&current.inner, &old.inner));
+        match reopened {
+            Ok(log) => {
+                if still_old {
+                    logs.insert(topic_partition.clone(), log.clone());
+                }
+                Ok(log)
+            }
+            Err(error) => {
+                tracing::error!(partition = %topic_partition, %error, "reopening a truncated log failed");
+                Err(error)
+            }
+        }
     }
 
     /// How many times any of this shard's logs' visible offsets moved (or

@@ -27,6 +27,35 @@ pub fn batch(count: usize, value_bytes: usize, timestamp: i64) -> Vec<u8> {
     encode_batch(&records, &BatchOptions::default())
 }
 
+/// An idempotent (or transactional) producer's batch of `records` records
+/// stamped from `timestamp`, at epoch 0.
+pub fn producer_records(
+    producer_id: i64,
+    sequence: i32,
+    records: usize,
+    timestamp: i64,
+    transactional: bool,
+) -> Vec<u8> {
+    let records: Vec<NewRecord> = (0..records)
+        .map(|i| {
+            NewRecord::value(
+                format!("p{producer_id}-{sequence}-{i}"),
+                TimestampMs(timestamp + i as i64),
+            )
+        })
+        .collect();
+    encode_batch(
+        &records,
+        &BatchOptions {
+            producer_id,
+            producer_epoch: 0,
+            base_sequence: sequence,
+            transactional,
+            ..BatchOptions::default()
+        },
+    )
+}
+
 /// A batch whose records carry exactly `timestamps`.
 pub fn batch_with_timestamps(timestamps: &[i64], options: &BatchOptions) -> Vec<u8> {
     let records: Vec<NewRecord> = timestamps

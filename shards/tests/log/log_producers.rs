@@ -2,11 +2,10 @@
 //! aborted-transaction index, at the storage level (the broker-level
 //! behaviour is in tests/tests/e2e/idempotent_producer.rs and transactions*.rs).
 
-use brook_engine::log::builder::{BatchOptions, NewRecord, encode_batch};
 use brook_engine::log::config::LogConfig;
 use brook_engine::log::control::MarkerKind;
 use brook_engine::replica::producer_state::ProducerEpoch;
-use brook_engine::types::{Offset, ProducerId, TimestampMs};
+use brook_engine::types::{Offset, ProducerId};
 use brook_shards::runtime::block_on;
 
 use crate::common::*;
@@ -14,16 +13,7 @@ use crate::common::*;
 const DAY_MS: i64 = 86_400_000;
 
 fn producer_batch(producer_id: i64, sequence: i32, timestamp: i64, transactional: bool) -> Vec<u8> {
-    encode_batch(
-        &[NewRecord::value("x", TimestampMs(timestamp))],
-        &BatchOptions {
-            producer_id,
-            producer_epoch: 0,
-            base_sequence: sequence,
-            transactional,
-            ..BatchOptions::default()
-        },
-    )
+    producer_records(producer_id, sequence, 1, timestamp, transactional)
 }
 
 #[test]

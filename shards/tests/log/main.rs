@@ -18,5 +18,6 @@ mod log_format;
 mod log_producers;
 mod log_recovery;
 mod log_recovery_point;
+mod log_replication;
 mod log_retention;
 mod log_roundtrip;

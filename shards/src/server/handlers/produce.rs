@@ -79,7 +79,8 @@ pub(crate) fn storage_error_code(error: &StorageError) -> ErrorCode {
         StorageError::RecordWithoutKey { .. }
         | StorageError::InvalidRecords(_)
         | StorageError::ProducerBatchNotAlone { .. }
-        | StorageError::ControlBatchMisplaced => ErrorCode::INVALID_RECORD,
+        | StorageError::ControlBatchMisplaced
+        | StorageError::UnexpectedAppendOffset { .. } => ErrorCode::INVALID_RECORD,
         StorageError::Producer(error) => error.error_code(),
         StorageError::Marker(error) => error.error_code(),
         StorageError::InvalidBatch(_) | StorageError::EmptyAppend => ErrorCode::CORRUPT_MESSAGE,
