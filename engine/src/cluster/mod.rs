@@ -9,6 +9,7 @@ pub mod broker_describe;
 pub mod cluster_image;
 pub mod controller;
 pub mod describe;
+pub mod elections;
 pub mod image;
 pub mod manual_assignment;
 pub mod node_config;

@@ -47,6 +47,9 @@ pub enum PeerRequest {
         broker: BrokerId,
         epoch: i64,
         applied: u64,
+        /// The broker is stopping: move its leaderships (controlled
+        /// shutdown).
+        want_shut_down: bool,
     },
     /// Committed metadata after `offset`.
     Fetch {
@@ -107,6 +110,8 @@ pub enum PeerResponse {
     Heartbeat {
         error: ErrorCode,
         fenced: bool,
+        /// The broker asked to shut down and leads nothing now.
+        should_shut_down: bool,
     },
     Fetched(Catchup),
     /// The node asked is not the active controller; `leader` may be.
@@ -242,11 +247,13 @@ fn encode_request(out: &mut Vec<u8>, request: &PeerRequest) {
             broker,
             epoch,
             applied,
+            want_shut_down,
         } => {
             out.put_u8(2);
             out.put_i32(broker.0);
             out.put_i64(*epoch);
             out.put_u64(*applied);
+            out.put_u8(u8::from(*want_shut_down));
         }
         PeerRequest::Fetch { offset } => {
             out.put_u8(3);
@@ -357,10 +364,15 @@ fn encode_response(out: &mut Vec<u8>, response: &PeerResponse) {
             out.put_i16(error.0);
             out.put_i64(*epoch);
         }
-        PeerResponse::Heartbeat { error, fenced } => {
+        PeerResponse::Heartbeat {
+            error,
+            fenced,
+            should_shut_down,
+        } => {
             out.put_u8(2);
             out.put_i16(error.0);
             out.put_u8(u8::from(*fenced));
+            out.put_u8(u8::from(*should_shut_down));
         }
         PeerResponse::Fetched(Catchup::Snapshot(snapshot)) => {
             out.put_u8(3);
@@ -467,6 +479,7 @@ fn decode_request(reader: &mut Reader<'_>) -> Result<PeerRequest, PeerWireError>
             broker: BrokerId(reader.i32()?),
             epoch: reader.i64()?,
             applied: reader.i64()? as u64,
+            want_shut_down: reader.u8()? != 0,
         },
         3 => PeerRequest::Fetch {
             offset: reader.i64()? as u64,
@@ -566,6 +579,7 @@ fn decode_response(reader: &mut Reader<'_>) -> Result<PeerResponse, PeerWireErro
         2 => PeerResponse::Heartbeat {
             error: ErrorCode(reader.u16()? as i16),
             fenced: reader.u8()? != 0,
+            should_shut_down: reader.u8()? != 0,
         },
         3 => PeerResponse::Fetched(Catchup::Snapshot(parse::<Snapshot>(reader.bytes)?)),
         4 => {
@@ -694,6 +708,7 @@ mod tests {
                     broker: BrokerId(1),
                     epoch: 12,
                     applied: 40,
+                    want_shut_down: true,
                 },
             },
             PeerFrame::Request {
@@ -715,6 +730,16 @@ mod tests {
                 response: PeerResponse::Heartbeat {
                     error: ErrorCode::NONE,
                     fenced: true,
+                    should_shut_down: true,
+                },
+            },
+            PeerFrame::Response {
+                correlation: 5,
+                epoch: 3,
+                response: PeerResponse::Heartbeat {
+                    error: ErrorCode::STALE_BROKER_EPOCH,
+                    fenced: false,
+                    should_shut_down: false,
                 },
             },
             PeerFrame::Response {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use rand::Rng;
 
 use super::{Checked, Event, HEARTBEAT_INTERVAL_MS, Payload, Simulation};
-use crate::cluster::controller::{TopicDefaults, TopicRequest, create_topic};
+use crate::cluster::controller::{HeartbeatRequest, TopicDefaults, TopicRequest, create_topic};
 use crate::cluster::image::TopicId;
 use crate::cluster::quorum::{Catchup, ControllerNode, QuorumError, Registered, apply_catchup};
 use crate::cluster::records::{BrokerRegistration, Endpoint};
@@ -112,7 +112,13 @@ impl Simulation {
         let Some(controller) = self.nodes[to].controller.as_mut() else {
             return Ok(());
         };
-        let answer = match controller.heartbeat(BrokerId(from as i32), epoch, applied, now) {
+        let request = HeartbeatRequest {
+            broker: BrokerId(from as i32),
+            epoch,
+            applied_offset: applied,
+            want_shut_down: false,
+        };
+        let answer = match controller.heartbeat(request, now) {
             Err(_) => ErrorCode::NOT_CONTROLLER,
             Ok(outcome) => outcome.error,
         };

@@ -29,7 +29,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use brook_engine::cluster::cluster_image::ClusterImage;
-use brook_engine::cluster::controller::{Refusal, TopicDefaults, create_topics, delete_topics};
+use brook_engine::cluster::controller::{
+    HeartbeatRequest, Refusal, TopicDefaults, create_topics, delete_topics,
+};
 use brook_engine::cluster::image::TopicId;
 use brook_engine::cluster::node_config::ClusterSettings;
 use brook_engine::cluster::peer_wire::{
@@ -312,8 +314,14 @@ async fn drive(shard: Rc<Shard>, quorum: Rc<Quorum>, mut inputs: mpsc::Receiver<
             None => {
                 let now = quorum.now_ms();
                 let fenced = quorum.node.borrow_mut().tick(now);
-                for record in fenced {
-                    tracing::info!(?record, "broker session expired");
+                let moved = fenced
+                    .iter()
+                    .filter(|record| matches!(record, MetadataRecord::Partition { .. }))
+                    .count();
+                for record in &fenced {
+                    if let MetadataRecord::FenceBroker { id, epoch } = record {
+                        tracing::info!(broker = %id, epoch, partitions_changed = moved, "broker session expired");
+                    }
                 }
                 next_tick =
                     Instant::now() + Duration::from_millis(tick_interval_ms(jitter.r#gen()));
@@ -376,13 +384,23 @@ fn handle_request(
             broker,
             epoch,
             applied,
-        } => match node.heartbeat(broker, epoch, applied, now) {
-            Ok(outcome) => PeerResponse::Heartbeat {
-                error: outcome.error,
-                fenced: outcome.fenced,
-            },
-            Err(error) => not_controller(error),
-        },
+            want_shut_down,
+        } => {
+            let request = HeartbeatRequest {
+                broker,
+                epoch,
+                applied_offset: applied,
+                want_shut_down,
+            };
+            match node.heartbeat(request, now) {
+                Ok(outcome) => PeerResponse::Heartbeat {
+                    error: outcome.error,
+                    fenced: outcome.fenced,
+                    should_shut_down: outcome.should_shut_down,
+                },
+                Err(error) => not_controller(error),
+            }
+        }
         PeerRequest::Fetch { offset } => PeerResponse::Fetched(node.fetch(from, offset, wall_ms())),
         PeerRequest::DescribeQuorum => match node.describe_quorum(wall_ms()) {
             Ok(described) => PeerResponse::Quorum(described),
