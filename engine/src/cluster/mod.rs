@@ -4,6 +4,7 @@
 //! controller shard, persisted there, and published to every shard as an
 //! immutable image.
 
+pub mod alter_partition;
 pub mod broker_config;
 pub mod broker_describe;
 pub mod cluster_image;

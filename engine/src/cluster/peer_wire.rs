@@ -25,6 +25,7 @@ use thiserror::Error;
 
 use std::collections::BTreeMap;
 
+use crate::cluster::alter_partition::{self, AlterPartitionRequest, AlterPartitionResponse};
 use crate::cluster::controller::TopicRequest;
 use crate::cluster::image::TopicId;
 use crate::cluster::quorum::{Catchup, QuorumDescription, ReplicaProgress};
@@ -88,6 +89,8 @@ pub enum PeerRequest {
         broker: BrokerId,
         broker_epoch: i64,
     },
+    /// AlterPartition (KIP-497): a partition leader's ISR change.
+    AlterPartition(AlterPartitionRequest),
 }
 
 /// One topic's outcome of a forwarded admin request.
@@ -138,6 +141,7 @@ pub enum PeerResponse {
         start: i64,
         length: i64,
     },
+    AlterPartition(AlterPartitionResponse),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -342,6 +346,10 @@ fn encode_request(out: &mut Vec<u8>, request: &PeerRequest) {
             out.put_i32(broker.0);
             out.put_i64(*broker_epoch);
         }
+        PeerRequest::AlterPartition(request) => {
+            out.put_u8(10);
+            alter_partition::put_request(out, request);
+        }
     }
 }
 
@@ -424,6 +432,10 @@ fn encode_response(out: &mut Vec<u8>, response: &PeerResponse) {
             out.put_i16(error.0);
             out.put_i64(*start);
             out.put_i64(*length);
+        }
+        PeerResponse::AlterPartition(response) => {
+            out.put_u8(10);
+            alter_partition::put_response(out, response);
         }
         PeerResponse::Quorum(quorum) => {
             out.put_u8(8);
@@ -566,6 +578,7 @@ fn decode_request(reader: &mut Reader<'_>) -> Result<PeerRequest, PeerWireError>
             broker: BrokerId(reader.i32()?),
             broker_epoch: reader.i64()?,
         },
+        10 => PeerRequest::AlterPartition(alter_partition::read_request(reader)?),
         tag => return Err(PeerWireError::UnknownTag(tag)),
     })
 }
@@ -627,6 +640,7 @@ fn decode_response(reader: &mut Reader<'_>) -> Result<PeerResponse, PeerWireErro
             start: reader.i64()?,
             length: reader.i64()?,
         },
+        10 => PeerResponse::AlterPartition(alter_partition::read_response(reader)?),
         8 => {
             let leader = BrokerId(reader.i32()?);
             let epoch = reader.i64()? as u64;
@@ -663,6 +677,7 @@ fn decode_response(reader: &mut Reader<'_>) -> Result<PeerResponse, PeerWireErro
 mod tests {
     use super::*;
     use crate::cluster::records::Endpoint;
+    use crate::types::{LeaderEpoch, PartitionId};
     use proptest::prelude::*;
 
     fn frames() -> Vec<PeerFrame> {
@@ -769,6 +784,37 @@ mod tests {
                     broker: BrokerId(3),
                     broker_epoch: 17,
                 },
+            },
+            PeerFrame::Request {
+                correlation: 14,
+                epoch: 2,
+                request: PeerRequest::AlterPartition(AlterPartitionRequest {
+                    broker: BrokerId(1),
+                    broker_epoch: 17,
+                    topic: TopicId([8; 16]),
+                    partition: PartitionId(3),
+                    leader_epoch: LeaderEpoch(4),
+                    partition_epoch: 9,
+                    new_isr: vec![BrokerId(1), BrokerId(3)],
+                }),
+            },
+            PeerFrame::Response {
+                correlation: 14,
+                epoch: 2,
+                response: PeerResponse::AlterPartition(AlterPartitionResponse {
+                    error: ErrorCode::NONE,
+                    leader: BrokerId(1),
+                    leader_epoch: LeaderEpoch(4),
+                    isr: vec![BrokerId(1), BrokerId(3)],
+                    partition_epoch: 10,
+                }),
+            },
+            PeerFrame::Response {
+                correlation: 14,
+                epoch: 2,
+                response: PeerResponse::AlterPartition(AlterPartitionResponse::refused(
+                    ErrorCode::INELIGIBLE_REPLICA,
+                )),
             },
             PeerFrame::Response {
                 correlation: 13,

@@ -28,6 +28,9 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use brook_engine::cluster::alter_partition::{
+    AlterPartitionRequest, AlterPartitionResponse, alter_partition,
+};
 use brook_engine::cluster::cluster_image::ClusterImage;
 use brook_engine::cluster::controller::{
     HeartbeatRequest, Refusal, TopicDefaults, create_topics, delete_topics,
@@ -90,6 +93,8 @@ enum Pending {
     Topics(Vec<TopicResult>, oneshot::Sender<PeerResponse>),
     /// A producer-id block starting here.
     ProducerIds(i64, oneshot::Sender<PeerResponse>),
+    /// An ISR change, answered with the partition it leaves.
+    AlterPartition(AlterPartitionResponse, oneshot::Sender<PeerResponse>),
 }
 
 /// The controller voter of this node.
@@ -482,6 +487,9 @@ fn handle_request(
             });
             return propose_topics(quorum, &mut node, proposed, reply);
         }
+        PeerRequest::AlterPartition(request) => {
+            return propose_alter_partition(quorum, &mut node, &request, reply);
+        }
         PeerRequest::AlterConfigs {
             topic,
             changes,
@@ -544,6 +552,54 @@ fn topic_result(name: &str, result: Result<(TopicId, i32, i16), Refusal>) -> Top
             partitions: 0,
             replication_factor: 0,
         },
+    }
+}
+
+/// AlterPartition: answered at once when refused or when the ISR is
+/// already the one asked for, else once its record commits.
+fn propose_alter_partition(
+    quorum: &Quorum,
+    node: &mut ControllerNode,
+    request: &AlterPartitionRequest,
+    reply: oneshot::Sender<PeerResponse>,
+) {
+    let checked = node
+        .latest_image()
+        .map(|image| alter_partition(image, request));
+    let (registration, records) = match checked {
+        Ok(Ok(changed)) => changed,
+        Ok(Err(error)) => {
+            let refused = AlterPartitionResponse::refused(error);
+            let _ = reply.send(PeerResponse::AlterPartition(refused));
+            return;
+        }
+        Err(error) => {
+            let _ = reply.send(PeerResponse::NotController {
+                leader: match error {
+                    QuorumError::NotController { leader } => leader,
+                    _ => None,
+                },
+            });
+            return;
+        }
+    };
+    let response = AlterPartitionResponse::of(&registration);
+    if records.is_empty() {
+        let _ = reply.send(PeerResponse::AlterPartition(response));
+        return;
+    }
+    match node.propose(records) {
+        Ok(proposal) => quorum.waiting.borrow_mut().push((
+            proposal.index,
+            proposal.term,
+            Pending::AlterPartition(response, reply),
+        )),
+        Err(error) => {
+            tracing::warn!(%error, "an ISR change was not proposed");
+            let _ = reply.send(PeerResponse::NotController {
+                leader: node.leader(),
+            });
+        }
     }
 }
 
@@ -665,6 +721,13 @@ fn answer_registrations(quorum: &Quorum, applied: &[Applied]) {
                         results,
                         offset: index,
                     }
+                } else {
+                    PeerResponse::NotController { leader: None }
+                });
+            }
+            Pending::AlterPartition(response, reply) => {
+                let _ = reply.send(if committed {
+                    PeerResponse::AlterPartition(response)
                 } else {
                     PeerResponse::NotController { leader: None }
                 });
