@@ -21,9 +21,12 @@ fn main() {
             ("--bug", _) if pair.get(1).is_some_and(|name| name == "fence-early") => {
                 bug = Some(Bug::FenceEarly)
             }
+            ("--bug", _) if pair.get(1).is_some_and(|name| name == "elect-out-of-isr") => {
+                bug = Some(Bug::ElectOutOfIsr)
+            }
             _ => {
                 eprintln!(
-                    "usage: controller_sim [--seeds N] [--first S] [--bug forget-vote|fence-early]"
+                    "usage: controller_sim [--seeds N] [--first S] [--bug forget-vote|fence-early|elect-out-of-isr]"
                 );
                 std::process::exit(2);
             }

@@ -26,6 +26,11 @@ fn a_sweep_of_seeds_keeps_every_invariant_and_exercises_the_faults() {
     assert!(total.fences > count / 2, "{total:?}");
     assert!(total.snapshots > count, "{total:?}");
     assert!(total.topics > count * 5, "{total:?}");
+    // Partitions moved, ISRs changed both ways, brokers stopped cleanly.
+    assert!(total.leader_changes > count * 5, "{total:?}");
+    assert!(total.isr_changes > count * 2, "{total:?}");
+    assert!(total.isr_refusals > 0, "{total:?}");
+    assert!(total.controlled_shutdowns > count / 2, "{total:?}");
 }
 
 #[test]
@@ -62,4 +67,20 @@ fn the_checker_catches_a_broker_fenced_inside_its_session() {
         violation.what.contains("within the 9000 ms session"),
         "{violation}"
     );
+}
+
+/// An election that ignores the ISR puts a leader outside it: the
+/// partition check must see it, and the seed must reproduce it.
+#[test]
+fn the_checker_catches_a_leader_elected_outside_the_isr() {
+    let violation = sweep(0, 200, |config| config.bug = Some(Bug::ElectOutOfIsr))
+        .expect_err("an election outside the ISR went unnoticed for 200 seeds");
+    println!("caught: {violation}");
+    assert!(
+        violation.what.contains("the leader is not in the ISR"),
+        "{violation}"
+    );
+    let mut config = SimConfig::new(violation.seed);
+    config.bug = Some(Bug::ElectOutOfIsr);
+    assert_eq!(Simulation::new(config).run(), Err(violation));
 }

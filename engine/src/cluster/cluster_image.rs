@@ -23,6 +23,9 @@ pub struct BrokerState {
     pub epoch: i64,
     /// A fenced broker leads nothing and is not listed as live.
     pub fenced: bool,
+    /// It asked to shut down: still live (it serves until it stops), but
+    /// it may no longer lead or join an ISR.
+    pub in_controlled_shutdown: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,6 +93,7 @@ impl ClusterImage {
                         registration: registration.clone(),
                         epoch: offset as i64,
                         fenced: true,
+                        in_controlled_shutdown: false,
                     },
                 );
             }
@@ -104,11 +108,13 @@ impl ClusterImage {
                         registration: registration.clone(),
                         epoch: *epoch,
                         fenced: *fenced,
+                        in_controlled_shutdown: false,
                     },
                 );
             }
             MetadataRecord::FenceBroker { id, epoch }
-            | MetadataRecord::UnfenceBroker { id, epoch } => {
+            | MetadataRecord::UnfenceBroker { id, epoch }
+            | MetadataRecord::ControlledShutdown { id, epoch } => {
                 let broker = self
                     .brokers
                     .get_mut(id)
@@ -117,7 +123,15 @@ impl ClusterImage {
                         offset,
                         broker: *id,
                     })?;
-                broker.fenced = matches!(record, MetadataRecord::FenceBroker { .. });
+                match record {
+                    MetadataRecord::FenceBroker { .. } => broker.fenced = true,
+                    // A broker that comes back unfenced is no longer leaving.
+                    MetadataRecord::UnfenceBroker { .. } => {
+                        broker.fenced = false;
+                        broker.in_controlled_shutdown = false;
+                    }
+                    _ => broker.in_controlled_shutdown = true,
+                }
             }
             MetadataRecord::Topic { name, id } => {
                 if self.names.contains_key(name) || self.topics.contains_key(id) {
@@ -203,17 +217,41 @@ impl ClusterImage {
         self.brokers.values().filter(|broker| !broker.fenced)
     }
 
+    /// Whether `broker` may lead, take new replicas or join an ISR:
+    /// registered, unfenced and not shutting down (Kafka's
+    /// `ClusterControlManager.isActive`).
+    pub fn is_active(&self, broker: BrokerId) -> bool {
+        self.brokers
+            .get(&broker)
+            .is_some_and(|state| !state.fenced && !state.in_controlled_shutdown)
+    }
+
+    /// Whether `broker` leads any partition.
+    pub fn leads_any(&self, broker: BrokerId) -> bool {
+        self.topics.values().any(|topic| {
+            topic
+                .partitions
+                .iter()
+                .any(|partition| partition.leader == broker)
+        })
+    }
+
     /// The records that rebuild this image from nothing: a snapshot's body.
     pub fn to_records(&self) -> Vec<MetadataRecord> {
-        let mut records: Vec<MetadataRecord> = self
-            .brokers
-            .values()
-            .map(|broker| MetadataRecord::BrokerState {
+        let mut records = Vec::new();
+        for broker in self.brokers.values() {
+            records.push(MetadataRecord::BrokerState {
                 registration: broker.registration.clone(),
                 epoch: broker.epoch,
                 fenced: broker.fenced,
-            })
-            .collect();
+            });
+            if broker.in_controlled_shutdown {
+                records.push(MetadataRecord::ControlledShutdown {
+                    id: broker.registration.id,
+                    epoch: broker.epoch,
+                });
+            }
+        }
         for topic in self.topics.values() {
             records.push(MetadataRecord::Topic {
                 name: topic.name.clone(),
@@ -388,6 +426,36 @@ mod tests {
             )
             .unwrap();
         assert_ne!(later.digest(), image.digest());
+    }
+
+    #[test]
+    fn a_broker_in_controlled_shutdown_is_live_but_not_active_until_unfenced() {
+        let mut image = built();
+        assert!(image.is_active(BrokerId(1)));
+        assert!(image.leads_any(BrokerId(1)));
+        let shutting_down = MetadataRecord::ControlledShutdown {
+            id: BrokerId(1),
+            epoch: 1,
+        };
+        image.apply(3, &[shutting_down]).unwrap();
+        assert_eq!(image.live_brokers().count(), 1);
+        assert!(!image.is_active(BrokerId(1)));
+        assert!(!image.is_active(BrokerId(9)), "unregistered");
+        // A snapshot keeps the state.
+        let rebuilt = ClusterImage::from_snapshot(image.offset, &image.to_records()).unwrap();
+        assert_eq!(rebuilt, image);
+        let fence = MetadataRecord::FenceBroker {
+            id: BrokerId(1),
+            epoch: 1,
+        };
+        let unfence = MetadataRecord::UnfenceBroker {
+            id: BrokerId(1),
+            epoch: 1,
+        };
+        image.apply(4, &[fence]).unwrap();
+        assert!(image.brokers[&BrokerId(1)].in_controlled_shutdown);
+        image.apply(5, &[unfence]).unwrap();
+        assert!(image.is_active(BrokerId(1)));
     }
 
     #[test]

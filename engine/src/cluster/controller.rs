@@ -9,9 +9,10 @@
 //! every session afresh, so a change of controller never fences a broker
 //! that is heartbeating.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cluster::cluster_image::ClusterImage;
+use crate::cluster::elections::{broker_leaves, elect_offline_partitions, fence_brokers};
 use crate::cluster::image::{PARTITIONS_MAX, TopicId, validate_topic_name};
 use crate::cluster::manual_assignment::manual_partitions;
 use crate::cluster::placement::{Candidate, PlacementError, Spread, assign_replicas};
@@ -81,16 +82,20 @@ impl BrokerSessions {
             })
     }
 
-    /// Fence records for every unfenced broker whose session has expired.
+    /// Fence records for every unfenced broker whose session has expired,
+    /// each after the elections that move its leaderships and ISR places
+    /// ([`fence_brokers`]): one batch, so no committed image has a fenced
+    /// leader.
     pub fn expired(&self, image: &ClusterImage, now_ms: u64) -> Vec<MetadataRecord> {
-        image
+        let expired: Vec<(BrokerId, i64)> = image
             .live_brokers()
             .filter(|broker| !self.alive(broker.registration.id, broker.epoch, now_ms))
-            .map(|broker| MetadataRecord::FenceBroker {
-                id: broker.registration.id,
-                epoch: broker.epoch,
-            })
-            .collect()
+            .map(|broker| (broker.registration.id, broker.epoch))
+            .collect();
+        if expired.is_empty() {
+            return Vec::new();
+        }
+        fence_brokers(image, &expired)
     }
 }
 
@@ -120,8 +125,29 @@ pub fn register_broker(
                 ),
             ))
         }
+        // The old incarnation's session expired but it is not fenced yet:
+        // the new one starts fenced, so the old one's leaderships move in
+        // the same batch, as its fencing would have moved them.
+        Some(known) if !known.fenced => {
+            let id = registration.id;
+            let mut records = broker_leaves(image, id, &BTreeSet::from([id]));
+            records.push(MetadataRecord::RegisterBroker(registration));
+            Ok(records)
+        }
         _ => Ok(vec![MetadataRecord::RegisterBroker(registration)]),
     }
+}
+
+/// A BrokerHeartbeat, as far as the controller reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeartbeatRequest {
+    pub broker: BrokerId,
+    pub epoch: i64,
+    /// The metadata offset the broker has applied.
+    pub applied_offset: u64,
+    /// Kafka's `WantShutDown`: the broker is stopping and asks that its
+    /// leaderships move first (controlled shutdown).
+    pub want_shut_down: bool,
 }
 
 /// What a heartbeat gets back.
@@ -130,43 +156,99 @@ pub struct HeartbeatOutcome {
     pub error: ErrorCode,
     /// Whether the broker is fenced in the image the controller holds.
     pub fenced: bool,
+    /// Kafka's `ShouldShutDown`: a broker that asked to shut down leads
+    /// nothing any more and may stop.
+    pub should_shut_down: bool,
     pub records: Vec<MetadataRecord>,
 }
 
-/// BrokerHeartbeat from `broker` at `epoch`, which has applied the metadata
-/// log up to `applied_offset`: the session is renewed, and a fenced broker
-/// that has caught up to its own registration is unfenced.
+impl HeartbeatOutcome {
+    fn refused(error: ErrorCode) -> HeartbeatOutcome {
+        HeartbeatOutcome {
+            error,
+            fenced: true,
+            should_shut_down: false,
+            records: Vec::new(),
+        }
+    }
+}
+
+/// BrokerHeartbeat: the session is renewed; a fenced broker that has
+/// caught up to its own registration is unfenced, and leads the offline
+/// partitions it can ([`elect_offline_partitions`]); a broker that wants
+/// to shut down goes through [`controlled_shutdown`].
 pub fn heartbeat(
     image: &ClusterImage,
     sessions: &mut BrokerSessions,
-    broker: BrokerId,
-    epoch: i64,
-    applied_offset: u64,
+    request: HeartbeatRequest,
     now_ms: u64,
 ) -> HeartbeatOutcome {
+    let HeartbeatRequest { broker, epoch, .. } = request;
     let Some(known) = image.brokers.get(&broker) else {
-        return HeartbeatOutcome {
-            error: ErrorCode::BROKER_ID_NOT_REGISTERED,
-            fenced: true,
-            records: Vec::new(),
-        };
+        return HeartbeatOutcome::refused(ErrorCode::BROKER_ID_NOT_REGISTERED);
     };
     if known.epoch != epoch {
-        return HeartbeatOutcome {
-            error: ErrorCode::STALE_BROKER_EPOCH,
-            fenced: true,
-            records: Vec::new(),
-        };
+        return HeartbeatOutcome::refused(ErrorCode::STALE_BROKER_EPOCH);
     }
     sessions.heard(broker, epoch, now_ms);
-    let records = if known.fenced && applied_offset >= epoch as u64 {
-        vec![MetadataRecord::UnfenceBroker { id: broker, epoch }]
+    // Once in controlled shutdown a broker stays in it (as in Kafka's
+    // BrokerHeartbeatManager) until it is fenced or registers again.
+    if request.want_shut_down || (known.in_controlled_shutdown && !known.fenced) {
+        return controlled_shutdown(image, broker, epoch);
+    }
+    let records = if known.fenced && request.applied_offset >= epoch as u64 {
+        let mut records = vec![MetadataRecord::UnfenceBroker { id: broker, epoch }];
+        records.extend(elect_offline_partitions(image, broker));
+        records
     } else {
         Vec::new()
     };
     HeartbeatOutcome {
         error: ErrorCode::NONE,
         fenced: known.fenced,
+        should_shut_down: false,
+        records,
+    }
+}
+
+/// A heartbeat with `want_shut_down` (Kafka's BrokerHeartbeatManager
+/// states): a fenced broker may stop at once; one that still leads enters
+/// controlled shutdown, which takes it out of every ISR and moves its
+/// leaderships; one that leads nothing is fenced and told to stop.
+///
+/// Kafka also waits until every live broker has applied the offset of the
+/// leadership changes before it answers `should_shut_down`; here the
+/// controller driver waits until they are committed
+/// ([`crate::cluster::quorum::ControllerNode::heartbeat`]).
+pub fn controlled_shutdown(image: &ClusterImage, broker: BrokerId, epoch: i64) -> HeartbeatOutcome {
+    let Some(known) = image.brokers.get(&broker) else {
+        return HeartbeatOutcome::refused(ErrorCode::BROKER_ID_NOT_REGISTERED);
+    };
+    if known.fenced {
+        return HeartbeatOutcome {
+            error: ErrorCode::NONE,
+            fenced: true,
+            should_shut_down: true,
+            records: Vec::new(),
+        };
+    }
+    if !image.leads_any(broker) {
+        return HeartbeatOutcome {
+            error: ErrorCode::NONE,
+            fenced: false,
+            should_shut_down: true,
+            records: fence_brokers(image, &[(broker, epoch)]),
+        };
+    }
+    let mut records = Vec::new();
+    if !known.in_controlled_shutdown {
+        records.push(MetadataRecord::ControlledShutdown { id: broker, epoch });
+    }
+    records.extend(broker_leaves(image, broker, &BTreeSet::from([broker])));
+    HeartbeatOutcome {
+        error: ErrorCode::NONE,
+        fenced: false,
+        should_shut_down: false,
         records,
     }
 }
@@ -324,8 +406,10 @@ pub(crate) fn new_partitions(
     count: usize,
     replication_factor: usize,
 ) -> Result<Vec<MetadataRecord>, Refusal> {
+    // Kafka's usable brokers: a broker shutting down takes no new replicas.
     let candidates: Vec<Candidate> = image
         .live_brokers()
+        .filter(|broker| !broker.in_controlled_shutdown)
         .map(|broker| Candidate {
             id: broker.registration.id,
             rack: broker.registration.rack.clone(),
@@ -481,6 +565,16 @@ pub(crate) mod tests {
         image
     }
 
+    /// A heartbeat that does not ask to shut down.
+    fn beat(broker: i32, epoch: i64, applied_offset: u64) -> HeartbeatRequest {
+        HeartbeatRequest {
+            broker: BrokerId(broker),
+            epoch,
+            applied_offset,
+            want_shut_down: false,
+        }
+    }
+
     fn defaults() -> TopicDefaults {
         TopicDefaults {
             partitions: 1,
@@ -628,7 +722,7 @@ pub(crate) mod tests {
         sessions.restart_all(&image, 1_000);
         assert!(sessions.expired(&image, 10_000).is_empty());
         for id in [1, 3] {
-            heartbeat(&image, &mut sessions, BrokerId(id), id as i64, 4, 9_000);
+            heartbeat(&image, &mut sessions, beat(id, id as i64, 4), 9_000);
         }
         let expired = sessions.expired(&image, 10_001);
         assert_eq!(
@@ -640,7 +734,7 @@ pub(crate) mod tests {
         );
         image.apply(5, &expired).unwrap();
         // It comes back: a heartbeat at its epoch, caught up, unfences it.
-        let outcome = heartbeat(&image, &mut sessions, BrokerId(2), 2, 5, 11_000);
+        let outcome = heartbeat(&image, &mut sessions, beat(2, 2, 5), 11_000);
         assert_eq!(outcome.error, ErrorCode::NONE);
         assert!(outcome.fenced);
         assert_eq!(
@@ -656,17 +750,191 @@ pub(crate) mod tests {
             .apply(6, &[MetadataRecord::RegisterBroker(registration(2, 9))])
             .unwrap();
         assert!(
-            heartbeat(&fresh, &mut sessions, BrokerId(2), 6, 5, 11_000)
+            heartbeat(&fresh, &mut sessions, beat(2, 6, 5), 11_000)
                 .records
                 .is_empty()
         );
         assert_eq!(
-            heartbeat(&fresh, &mut sessions, BrokerId(2), 2, 6, 11_000).error,
+            heartbeat(&fresh, &mut sessions, beat(2, 2, 6), 11_000).error,
             ErrorCode::STALE_BROKER_EPOCH
         );
         assert_eq!(
-            heartbeat(&fresh, &mut sessions, BrokerId(7), 1, 6, 11_000).error,
+            heartbeat(&fresh, &mut sessions, beat(7, 1, 6), 11_000).error,
             ErrorCode::BROKER_ID_NOT_REGISTERED
+        );
+    }
+
+    /// Three brokers and topic "orders" of 3 partitions on all three, one
+    /// led by each, applied at offset 5.
+    fn three_brokers_one_topic() -> ClusterImage {
+        let mut image = three_brokers();
+        let records = create_topic(
+            &image,
+            &request("orders", 3, 3),
+            &defaults(),
+            TopicId([5; 16]),
+        )
+        .unwrap();
+        image.apply(5, &records).unwrap();
+        image
+    }
+
+    fn leaders(image: &ClusterImage) -> Vec<BrokerId> {
+        let topic = image.topic_by_name("orders").unwrap();
+        topic
+            .partitions
+            .iter()
+            .map(|partition| partition.leader)
+            .collect()
+    }
+
+    #[test]
+    fn an_expired_session_fences_the_broker_and_moves_its_leaderships_in_one_batch() {
+        let mut image = three_brokers_one_topic();
+        let mut sessions = BrokerSessions::new(BROKER_SESSION_TIMEOUT_MS_DEFAULT);
+        sessions.restart_all(&image, 0);
+        for id in [1, 3] {
+            heartbeat(&image, &mut sessions, beat(id, id as i64, 5), 9_000);
+        }
+        let records = sessions.expired(&image, 9_001);
+        assert_eq!(
+            records.last(),
+            Some(&MetadataRecord::FenceBroker {
+                id: BrokerId(2),
+                epoch: 2
+            })
+        );
+        assert!(records.len() > 1, "{records:?}");
+        image.apply(6, &records).unwrap();
+        assert!(!leaders(&image).contains(&BrokerId(2)));
+        let topic = image.topic_by_name("orders").unwrap();
+        for partition in &topic.partitions {
+            assert!(!partition.isr.contains(&BrokerId(2)));
+        }
+    }
+
+    #[test]
+    fn an_unfenced_broker_leads_the_offline_partitions_of_which_it_is_in_the_isr() {
+        let mut image = three_brokers();
+        let single = create_topic(
+            &image,
+            &request("solo", 3, 1),
+            &defaults(),
+            TopicId([6; 16]),
+        )
+        .unwrap();
+        image.apply(5, &single).unwrap();
+        image
+            .apply(6, &fence_brokers(&image, &[(BrokerId(2), 2)]))
+            .unwrap();
+        let solo = image.topic_by_name("solo").unwrap();
+        let offline = solo
+            .partitions
+            .iter()
+            .filter(|p| p.leader == BrokerId::NONE)
+            .count();
+        assert_eq!(offline, 1, "broker 2's partition is offline, its ISR kept");
+        let mut sessions = BrokerSessions::new(BROKER_SESSION_TIMEOUT_MS_DEFAULT);
+        let outcome = heartbeat(&image, &mut sessions, beat(2, 2, 6), 0);
+        assert_eq!(
+            outcome.records[0],
+            MetadataRecord::UnfenceBroker {
+                id: BrokerId(2),
+                epoch: 2
+            }
+        );
+        assert_eq!(outcome.records.len(), 2, "{:?}", outcome.records);
+        image.apply(7, &outcome.records).unwrap();
+        let solo = image.topic_by_name("solo").unwrap();
+        assert!(solo.partitions.iter().all(|p| p.leader != BrokerId::NONE));
+    }
+
+    #[test]
+    fn a_new_incarnation_over_an_expired_session_moves_the_old_ones_leaderships() {
+        let mut image = three_brokers_one_topic();
+        let mut sessions = BrokerSessions::new(BROKER_SESSION_TIMEOUT_MS_DEFAULT);
+        sessions.restart_all(&image, 0);
+        let records = register_broker(&image, &sessions, registration(1, 2), 9_001).unwrap();
+        assert_eq!(
+            records.last(),
+            Some(&MetadataRecord::RegisterBroker(registration(1, 2)))
+        );
+        image.apply(6, &records).unwrap();
+        assert!(image.brokers[&BrokerId(1)].fenced);
+        assert!(!leaders(&image).contains(&BrokerId(1)));
+    }
+
+    #[test]
+    fn controlled_shutdown_moves_every_leadership_before_the_broker_may_stop() {
+        let mut image = three_brokers_one_topic();
+        let mut sessions = BrokerSessions::new(BROKER_SESSION_TIMEOUT_MS_DEFAULT);
+        let stopping = HeartbeatRequest {
+            want_shut_down: true,
+            ..beat(1, 1, 5)
+        };
+        let before = leaders(&image);
+        assert!(before.contains(&BrokerId(1)));
+        let first = heartbeat(&image, &mut sessions, stopping, 0);
+        assert_eq!(
+            (first.error, first.should_shut_down),
+            (ErrorCode::NONE, false)
+        );
+        assert_eq!(
+            first.records[0],
+            MetadataRecord::ControlledShutdown {
+                id: BrokerId(1),
+                epoch: 1
+            }
+        );
+        image.apply(6, &first.records).unwrap();
+        assert!(!image.leads_any(BrokerId(1)));
+        let topic = image.topic_by_name("orders").unwrap();
+        for (partition, old_leader) in topic.partitions.iter().zip(&before) {
+            assert!(!partition.isr.contains(&BrokerId(1)));
+            let bumped = i32::from(*old_leader == BrokerId(1));
+            assert_eq!(partition.leader_epoch, LeaderEpoch(bumped));
+        }
+        // It leads nothing now: fenced, and told to stop; a plain
+        // heartbeat in controlled shutdown goes the same way.
+        for request in [stopping, beat(1, 1, 6)] {
+            let second = heartbeat(&image, &mut sessions, request, 0);
+            assert!(second.should_shut_down);
+            assert_eq!(
+                second.records,
+                vec![MetadataRecord::FenceBroker {
+                    id: BrokerId(1),
+                    epoch: 1
+                }]
+            );
+        }
+        image
+            .apply(
+                7,
+                &[MetadataRecord::FenceBroker {
+                    id: BrokerId(1),
+                    epoch: 1,
+                }],
+            )
+            .unwrap();
+        let fenced = heartbeat(&image, &mut sessions, stopping, 0);
+        assert!(fenced.should_shut_down && fenced.records.is_empty());
+        // A broker in controlled shutdown is offered no new replicas.
+        let mut shutting = three_brokers();
+        let mark = MetadataRecord::ControlledShutdown {
+            id: BrokerId(3),
+            epoch: 3,
+        };
+        shutting.apply(5, &[mark]).unwrap();
+        assert_eq!(
+            create_topic(
+                &shutting,
+                &request("u", 1, 3),
+                &defaults(),
+                TopicId([7; 16])
+            )
+            .unwrap_err()
+            .error,
+            ErrorCode::INVALID_REPLICATION_FACTOR
         );
     }
 

@@ -3,7 +3,8 @@
 //! `ReplicationControlManager` checks them: each replica list non-empty,
 //! of registered brokers, none twice, all of one length; partitions
 //! numbered consecutively from where the topic ends. The ISR is the
-//! replicas that are not fenced, the leader the first of them.
+//! replicas that are active (not fenced, not shutting down), the leader
+//! the first of them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -44,7 +45,7 @@ pub fn manual_partitions(
         let isr: Vec<BrokerId> = replicas
             .iter()
             .copied()
-            .filter(|broker| image.brokers.get(broker).is_some_and(|known| !known.fenced))
+            .filter(|broker| image.is_active(*broker))
             .collect();
         let Some(&leader) = isr.first() else {
             return Err(invalid(format!(

@@ -4,11 +4,13 @@
 //! controller shard, persisted there, and published to every shard as an
 //! immutable image.
 
+pub mod alter_partition;
 pub mod broker_config;
 pub mod broker_describe;
 pub mod cluster_image;
 pub mod controller;
 pub mod describe;
+pub mod elections;
 pub mod image;
 pub mod manual_assignment;
 pub mod node_config;

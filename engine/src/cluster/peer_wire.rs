@@ -25,6 +25,7 @@ use thiserror::Error;
 
 use std::collections::BTreeMap;
 
+use crate::cluster::alter_partition::{self, AlterPartitionRequest, AlterPartitionResponse};
 use crate::cluster::controller::TopicRequest;
 use crate::cluster::image::TopicId;
 use crate::cluster::quorum::{Catchup, QuorumDescription, ReplicaProgress};
@@ -47,6 +48,9 @@ pub enum PeerRequest {
         broker: BrokerId,
         epoch: i64,
         applied: u64,
+        /// The broker is stopping: move its leaderships (controlled
+        /// shutdown).
+        want_shut_down: bool,
     },
     /// Committed metadata after `offset`.
     Fetch {
@@ -85,6 +89,8 @@ pub enum PeerRequest {
         broker: BrokerId,
         broker_epoch: i64,
     },
+    /// AlterPartition (KIP-497): a partition leader's ISR change.
+    AlterPartition(AlterPartitionRequest),
 }
 
 /// One topic's outcome of a forwarded admin request.
@@ -107,6 +113,8 @@ pub enum PeerResponse {
     Heartbeat {
         error: ErrorCode,
         fenced: bool,
+        /// The broker asked to shut down and leads nothing now.
+        should_shut_down: bool,
     },
     Fetched(Catchup),
     /// The node asked is not the active controller; `leader` may be.
@@ -133,6 +141,7 @@ pub enum PeerResponse {
         start: i64,
         length: i64,
     },
+    AlterPartition(AlterPartitionResponse),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -242,11 +251,13 @@ fn encode_request(out: &mut Vec<u8>, request: &PeerRequest) {
             broker,
             epoch,
             applied,
+            want_shut_down,
         } => {
             out.put_u8(2);
             out.put_i32(broker.0);
             out.put_i64(*epoch);
             out.put_u64(*applied);
+            out.put_u8(u8::from(*want_shut_down));
         }
         PeerRequest::Fetch { offset } => {
             out.put_u8(3);
@@ -335,6 +346,10 @@ fn encode_request(out: &mut Vec<u8>, request: &PeerRequest) {
             out.put_i32(broker.0);
             out.put_i64(*broker_epoch);
         }
+        PeerRequest::AlterPartition(request) => {
+            out.put_u8(10);
+            alter_partition::put_request(out, request);
+        }
     }
 }
 
@@ -357,10 +372,15 @@ fn encode_response(out: &mut Vec<u8>, response: &PeerResponse) {
             out.put_i16(error.0);
             out.put_i64(*epoch);
         }
-        PeerResponse::Heartbeat { error, fenced } => {
+        PeerResponse::Heartbeat {
+            error,
+            fenced,
+            should_shut_down,
+        } => {
             out.put_u8(2);
             out.put_i16(error.0);
             out.put_u8(u8::from(*fenced));
+            out.put_u8(u8::from(*should_shut_down));
         }
         PeerResponse::Fetched(Catchup::Snapshot(snapshot)) => {
             out.put_u8(3);
@@ -412,6 +432,10 @@ fn encode_response(out: &mut Vec<u8>, response: &PeerResponse) {
             out.put_i16(error.0);
             out.put_i64(*start);
             out.put_i64(*length);
+        }
+        PeerResponse::AlterPartition(response) => {
+            out.put_u8(10);
+            alter_partition::put_response(out, response);
         }
         PeerResponse::Quorum(quorum) => {
             out.put_u8(8);
@@ -467,6 +491,7 @@ fn decode_request(reader: &mut Reader<'_>) -> Result<PeerRequest, PeerWireError>
             broker: BrokerId(reader.i32()?),
             epoch: reader.i64()?,
             applied: reader.i64()? as u64,
+            want_shut_down: reader.u8()? != 0,
         },
         3 => PeerRequest::Fetch {
             offset: reader.i64()? as u64,
@@ -553,6 +578,7 @@ fn decode_request(reader: &mut Reader<'_>) -> Result<PeerRequest, PeerWireError>
             broker: BrokerId(reader.i32()?),
             broker_epoch: reader.i64()?,
         },
+        10 => PeerRequest::AlterPartition(alter_partition::read_request(reader)?),
         tag => return Err(PeerWireError::UnknownTag(tag)),
     })
 }
@@ -566,6 +592,7 @@ fn decode_response(reader: &mut Reader<'_>) -> Result<PeerResponse, PeerWireErro
         2 => PeerResponse::Heartbeat {
             error: ErrorCode(reader.u16()? as i16),
             fenced: reader.u8()? != 0,
+            should_shut_down: reader.u8()? != 0,
         },
         3 => PeerResponse::Fetched(Catchup::Snapshot(parse::<Snapshot>(reader.bytes)?)),
         4 => {
@@ -613,6 +640,7 @@ fn decode_response(reader: &mut Reader<'_>) -> Result<PeerResponse, PeerWireErro
             start: reader.i64()?,
             length: reader.i64()?,
         },
+        10 => PeerResponse::AlterPartition(alter_partition::read_response(reader)?),
         8 => {
             let leader = BrokerId(reader.i32()?);
             let epoch = reader.i64()? as u64;
@@ -649,6 +677,7 @@ fn decode_response(reader: &mut Reader<'_>) -> Result<PeerResponse, PeerWireErro
 mod tests {
     use super::*;
     use crate::cluster::records::Endpoint;
+    use crate::types::{LeaderEpoch, PartitionId};
     use proptest::prelude::*;
 
     fn frames() -> Vec<PeerFrame> {
@@ -694,6 +723,7 @@ mod tests {
                     broker: BrokerId(1),
                     epoch: 12,
                     applied: 40,
+                    want_shut_down: true,
                 },
             },
             PeerFrame::Request {
@@ -715,6 +745,16 @@ mod tests {
                 response: PeerResponse::Heartbeat {
                     error: ErrorCode::NONE,
                     fenced: true,
+                    should_shut_down: true,
+                },
+            },
+            PeerFrame::Response {
+                correlation: 5,
+                epoch: 3,
+                response: PeerResponse::Heartbeat {
+                    error: ErrorCode::STALE_BROKER_EPOCH,
+                    fenced: false,
+                    should_shut_down: false,
                 },
             },
             PeerFrame::Response {
@@ -744,6 +784,37 @@ mod tests {
                     broker: BrokerId(3),
                     broker_epoch: 17,
                 },
+            },
+            PeerFrame::Request {
+                correlation: 14,
+                epoch: 2,
+                request: PeerRequest::AlterPartition(AlterPartitionRequest {
+                    broker: BrokerId(1),
+                    broker_epoch: 17,
+                    topic: TopicId([8; 16]),
+                    partition: PartitionId(3),
+                    leader_epoch: LeaderEpoch(4),
+                    partition_epoch: 9,
+                    new_isr: vec![BrokerId(1), BrokerId(3)],
+                }),
+            },
+            PeerFrame::Response {
+                correlation: 14,
+                epoch: 2,
+                response: PeerResponse::AlterPartition(AlterPartitionResponse {
+                    error: ErrorCode::NONE,
+                    leader: BrokerId(1),
+                    leader_epoch: LeaderEpoch(4),
+                    isr: vec![BrokerId(1), BrokerId(3)],
+                    partition_epoch: 10,
+                }),
+            },
+            PeerFrame::Response {
+                correlation: 14,
+                epoch: 2,
+                response: PeerResponse::AlterPartition(AlterPartitionResponse::refused(
+                    ErrorCode::INELIGIBLE_REPLICA,
+                )),
             },
             PeerFrame::Response {
                 correlation: 13,

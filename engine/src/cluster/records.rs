@@ -81,6 +81,14 @@ pub enum MetadataRecord {
         id: BrokerId,
         epoch: i64,
     },
+    /// The broker asked to shut down (a heartbeat's `want_shut_down`): it
+    /// may lead nothing and join no ISR from here (KRaft's
+    /// `InControlledShutdown` registration change). A new registration or
+    /// an unfence ends it.
+    ControlledShutdown {
+        id: BrokerId,
+        epoch: i64,
+    },
     Topic {
         name: String,
         id: TopicId,
@@ -178,6 +186,11 @@ fn encode_record(out: &mut Vec<u8>, record: &MetadataRecord) {
             out.put_i32(id.0);
             out.put_i64(*epoch);
         }
+        MetadataRecord::ControlledShutdown { id, epoch } => {
+            out.put_u8(10);
+            out.put_i32(id.0);
+            out.put_i64(*epoch);
+        }
         MetadataRecord::Topic { name, id } => {
             out.put_u8(5);
             put_string(out, name);
@@ -269,6 +282,10 @@ fn decode_record(reader: &mut Reader<'_>) -> Result<MetadataRecord, RecordError>
         9 => MetadataRecord::ProducerIds {
             broker: BrokerId(reader.i32()?),
             next_producer_id: reader.i64()?,
+        },
+        10 => MetadataRecord::ControlledShutdown {
+            id: BrokerId(reader.i32()?),
+            epoch: reader.i64()?,
         },
         tag => return Err(RecordError::UnknownTag { tag }),
     };
@@ -444,6 +461,10 @@ mod tests {
                 epoch: 3,
             },
             MetadataRecord::UnfenceBroker {
+                id: BrokerId(1),
+                epoch: 3,
+            },
+            MetadataRecord::ControlledShutdown {
                 id: BrokerId(1),
                 epoch: 3,
             },

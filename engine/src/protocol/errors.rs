@@ -78,6 +78,11 @@ impl ErrorCode {
     pub const DUPLICATE_BROKER_REGISTRATION: ErrorCode = ErrorCode(101);
     pub const BROKER_ID_NOT_REGISTERED: ErrorCode = ErrorCode(102);
     pub const INCONSISTENT_CLUSTER_ID: ErrorCode = ErrorCode(104);
+    /// AlterPartition's partition epoch is not the controller's (KIP-497).
+    pub const INVALID_UPDATE_VERSION: ErrorCode = ErrorCode(95);
+    /// AlterPartition's new ISR names a fenced, unregistered or shutting-down
+    /// broker (KIP-841).
+    pub const INELIGIBLE_REPLICA: ErrorCode = ErrorCode(107);
 
     pub fn is_error(self) -> bool {
         self != ErrorCode::NONE

@@ -29,7 +29,9 @@ use raft::{RawNode, StateRole};
 use thiserror::Error;
 
 use crate::cluster::cluster_image::{ApplyError, ClusterImage};
-use crate::cluster::controller::{self, BrokerSessions, HeartbeatOutcome, Refusal};
+use crate::cluster::controller::{
+    self, BrokerSessions, HeartbeatOutcome, HeartbeatRequest, Refusal,
+};
 use crate::cluster::records::{
     BrokerRegistration, MetadataRecord, RecordError, decode_batch, encode_batch,
 };
@@ -232,7 +234,8 @@ impl ControllerNode {
     }
 
     /// One Raft tick; on the active controller, also fences the brokers
-    /// whose sessions expired. Returns the fence records it proposed.
+    /// whose sessions expired. Returns the batch it proposed: the fence
+    /// records with the elections that move the fenced brokers' partitions.
     pub fn tick(&mut self, now_ms: u64) -> Vec<MetadataRecord> {
         self.raw.tick();
         if self.is_leader() {
@@ -380,26 +383,22 @@ impl ControllerNode {
         Ok(Ok(Registered::Proposed(proposal)))
     }
 
+    /// BrokerHeartbeat ([`controller::heartbeat`]); its records (an
+    /// unfence or a controlled shutdown, with their elections) are proposed
+    /// as one batch. `should_shut_down` waits until the committed image,
+    /// not only this controller's view, shows the broker leading nothing.
     pub fn heartbeat(
         &mut self,
-        broker: BrokerId,
-        epoch: i64,
-        applied_offset: u64,
+        request: HeartbeatRequest,
         now_ms: u64,
     ) -> Result<HeartbeatOutcome, QuorumError> {
         self.refresh_sessions(now_ms)?;
         let latest = &self.latest.as_ref().expect("refresh_sessions builds it").1;
-        let outcome = controller::heartbeat(
-            latest,
-            &mut self.sessions,
-            broker,
-            epoch,
-            applied_offset,
-            now_ms,
-        );
+        let mut outcome = controller::heartbeat(latest, &mut self.sessions, request, now_ms);
         if !outcome.records.is_empty() {
             self.propose(outcome.records.clone())?;
         }
+        outcome.should_shut_down &= !self.image.leads_any(request.broker);
         Ok(outcome)
     }
 

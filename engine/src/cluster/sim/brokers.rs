@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use rand::Rng;
 
 use super::{Checked, Event, HEARTBEAT_INTERVAL_MS, Payload, Simulation};
-use crate::cluster::controller::{TopicDefaults, TopicRequest, create_topic};
+use crate::cluster::controller::{HeartbeatRequest, TopicDefaults, TopicRequest, create_topic};
 use crate::cluster::image::TopicId;
 use crate::cluster::quorum::{Catchup, ControllerNode, QuorumError, Registered, apply_catchup};
 use crate::cluster::records::{BrokerRegistration, Endpoint};
@@ -42,9 +42,11 @@ impl Simulation {
             Some(epoch) => Payload::Heartbeat {
                 epoch,
                 applied: self.nodes[node].image.offset,
+                want_shut_down: self.nodes[node].shutting_down.is_some(),
             },
         };
         self.send(node, target, payload);
+        self.maybe_alter_partition(node, target);
         let fetch_from = self.rng.gen_range(0..self.config.voters);
         let offset = self.nodes[node].image.offset;
         self.send(node, fetch_from, Payload::Fetch { offset });
@@ -106,23 +108,37 @@ impl Simulation {
         to: usize,
         epoch: i64,
         applied: u64,
+        want_shut_down: bool,
     ) -> Checked {
         let now = self.now_ms;
         let hint = self.leader_hint(to);
         let Some(controller) = self.nodes[to].controller.as_mut() else {
             return Ok(());
         };
-        let answer = match controller.heartbeat(BrokerId(from as i32), epoch, applied, now) {
-            Err(_) => ErrorCode::NOT_CONTROLLER,
-            Ok(outcome) => outcome.error,
+        let request = HeartbeatRequest {
+            broker: BrokerId(from as i32),
+            epoch,
+            applied_offset: applied,
+            want_shut_down,
+        };
+        let (answer, should_shut_down) = match controller.heartbeat(request, now) {
+            Err(_) => (ErrorCode::NOT_CONTROLLER, false),
+            Ok(outcome) => (outcome.error, outcome.should_shut_down),
         };
         self.note_leadership(to);
+        if should_shut_down {
+            self.check_shut_down(to, BrokerId(from as i32))?;
+        }
         if answer == ErrorCode::NONE {
             self.nodes[to]
                 .heard
                 .insert((BrokerId(from as i32), epoch), now);
         }
-        self.send(to, from, Payload::HeartbeatAnswer(answer, hint));
+        self.send(
+            to,
+            from,
+            Payload::HeartbeatAnswer(answer, hint, should_shut_down),
+        );
         self.drain(to)
     }
 
@@ -140,6 +156,7 @@ impl Simulation {
         }
         if image.offset != before {
             self.check_digest(node, &image)?;
+            self.check_partitions(node, &image)?;
         }
         self.nodes[node].image = image;
         Ok(())

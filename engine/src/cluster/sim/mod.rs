@@ -15,6 +15,8 @@
 //! - a broker is fenced only when, at that moment, the fencing controller
 //!   had not heard from it for the whole session timeout (the simulator
 //!   keeps its own account of heartbeats delivered);
+//! - every partition's registration is sound and its epochs move forward
+//!   ([`partitions`]); a broker told it may shut down leads nothing;
 //! - and at the end, with the faults healed: one controller, every broker
 //!   caught up, registered and unfenced; a broker then stopped for longer
 //!   than the session is fenced, and unfenced once it returns.
@@ -23,6 +25,7 @@
 //! The brokers' and the admin client's side is in [`brokers`].
 
 mod brokers;
+mod partitions;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -31,7 +34,9 @@ use raft::eraftpb::{Entry, HardState, Message, Snapshot};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::cluster::alter_partition::AlterPartitionRequest;
 use crate::cluster::cluster_image::ClusterImage;
+use crate::cluster::image::TopicId;
 use crate::cluster::quorum::{
     Catchup, ControllerNode, MetadataStore, Output, QuorumConfig, QuorumError, node_of, raft_id,
     tick_interval_ms,
@@ -48,6 +53,9 @@ const QUIET_MS: u64 = 30_000;
 const SNAPSHOT_AFTER_BYTES: u64 = 1_024;
 /// Entries one catch-up answer carries.
 const CATCHUP_ENTRIES_MAX: usize = 64;
+/// How long a broker waits to be told it may stop (Kafka's brokers wait
+/// `controlled.shutdown` time too) before it stops anyway.
+const SHUTDOWN_TIMEOUT_MS: u64 = 5_000;
 
 /// A rule broken on purpose.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +65,9 @@ pub enum Bug {
     ForgetVote,
     /// The controller fences after half the session timeout.
     FenceEarly,
+    /// The active controller elects the first live replica of an offline
+    /// partition, in the ISR or not, and leaves the ISR as it was.
+    ElectOutOfIsr,
 }
 
 #[derive(Clone, Debug)]
@@ -107,6 +118,13 @@ pub struct Report {
     pub crashes: u64,
     pub fences: u64,
     pub snapshots: u64,
+    /// Leader changes seen in committed images.
+    pub leader_changes: u64,
+    /// AlterPartition requests proposed, and refused.
+    pub isr_changes: u64,
+    pub isr_refusals: u64,
+    /// Brokers that stopped once told they should.
+    pub controlled_shutdowns: u64,
 }
 
 impl<'a> std::iter::Sum<&'a Report> for Report {
@@ -119,6 +137,10 @@ impl<'a> std::iter::Sum<&'a Report> for Report {
             crashes: sum.crashes + report.crashes,
             fences: sum.fences + report.fences,
             snapshots: sum.snapshots + report.snapshots,
+            leader_changes: sum.leader_changes + report.leader_changes,
+            isr_changes: sum.isr_changes + report.isr_changes,
+            isr_refusals: sum.isr_refusals + report.isr_refusals,
+            controlled_shutdowns: sum.controlled_shutdowns + report.controlled_shutdowns,
         })
     }
 }
@@ -128,9 +150,17 @@ enum Payload {
     Raft(Box<Message>),
     Register(BrokerRegistration),
     Registered(Result<i64, ErrorCode>, Option<BrokerId>),
-    Heartbeat { epoch: i64, applied: u64 },
-    HeartbeatAnswer(ErrorCode, Option<BrokerId>),
-    Fetch { offset: u64 },
+    Heartbeat {
+        epoch: i64,
+        applied: u64,
+        want_shut_down: bool,
+    },
+    /// The error, a hint of the controller, and `should_shut_down`.
+    HeartbeatAnswer(ErrorCode, Option<BrokerId>, bool),
+    AlterPartition(Box<AlterPartitionRequest>),
+    Fetch {
+        offset: u64,
+    },
     Fetched(Box<Catchup>),
     CreateTopic(String),
 }
@@ -148,6 +178,10 @@ enum Event {
     Tick(usize),
     BrokerTimer(usize),
     Crash(usize),
+    /// A controlled shutdown, then down for the given time.
+    ShutDown(usize, u64),
+    /// A controlled shutdown that took too long: this incarnation crashes.
+    ShutdownTimeout(usize, u64),
     Restart(usize),
     Pause(usize, u64),
     Resume(usize),
@@ -185,6 +219,8 @@ struct Node {
     /// broker epoch (simulator's own account).
     heard: BTreeMap<(BrokerId, i64), u64>,
     leader_since: Option<(u64, u64)>,
+    /// In a controlled shutdown, to stay down this long once stopped.
+    shutting_down: Option<u64>,
 }
 
 pub struct Simulation {
@@ -200,6 +236,7 @@ pub struct Simulation {
     leaders: BTreeMap<u64, BrokerId>,
     committed: BTreeMap<u64, (u64, u64)>,
     digests: BTreeMap<u64, u64>,
+    partitions: BTreeMap<(TopicId, usize), partitions::Seen>,
     topics_asked: u64,
     report: Report,
 }
@@ -234,6 +271,7 @@ impl Simulation {
                 waiting: Vec::new(),
                 heard: BTreeMap::new(),
                 leader_since: None,
+                shutting_down: None,
             })
             .collect();
         Simulation {
@@ -249,6 +287,7 @@ impl Simulation {
             leaders: BTreeMap::new(),
             committed: BTreeMap::new(),
             digests: BTreeMap::new(),
+            partitions: BTreeMap::new(),
             topics_asked: 0,
             report: Report::default(),
         }
@@ -365,6 +404,19 @@ impl Simulation {
                 self.crash(node);
                 Ok(())
             }
+            Event::ShutDown(node, down_ms) => {
+                self.shut_down(node, down_ms);
+                Ok(())
+            }
+            Event::ShutdownTimeout(node, incarnation) => {
+                if self.nodes[node].incarnation == incarnation {
+                    if let Some(down_ms) = self.nodes[node].shutting_down {
+                        self.crash(node);
+                        self.schedule(down_ms, Event::Restart(node));
+                    }
+                }
+                Ok(())
+            }
             Event::Restart(node) => self.restart(node),
             Event::Pause(node, resume_ms) => {
                 self.nodes[node].paused = true;
@@ -418,6 +470,7 @@ impl Simulation {
         state.heard.clear();
         state.leader_since = None;
         state.epoch = None;
+        state.shutting_down = None;
         state.image = ClusterImage::default();
         self.report.crashes += 1;
     }
@@ -437,6 +490,21 @@ impl Simulation {
         Ok(())
     }
 
+    /// A broker asks to shut down: its heartbeats say so until the
+    /// controller answers that it may, and then it stops (or, after a
+    /// while without that answer, it stops anyway).
+    fn shut_down(&mut self, node: usize, down_ms: u64) {
+        if !self.nodes[node].up || self.nodes[node].shutting_down.is_some() {
+            return;
+        }
+        self.nodes[node].shutting_down = Some(down_ms);
+        let incarnation = self.nodes[node].incarnation;
+        self.schedule(
+            SHUTDOWN_TIMEOUT_MS,
+            Event::ShutdownTimeout(node, incarnation),
+        );
+    }
+
     fn tick(&mut self, node: usize) -> Checked {
         let now = self.now_ms;
         let controller = self.nodes[node]
@@ -451,6 +519,13 @@ impl Simulation {
             }
         }
         self.drain(node)?;
+        if self.nodes[node]
+            .controller
+            .as_ref()
+            .is_some_and(ControllerNode::is_leader)
+        {
+            self.elect_out_of_isr(node)?;
+        }
         let jitter = self.rng.r#gen();
         self.schedule(tick_interval_ms(jitter), Event::Tick(node));
         Ok(())
@@ -563,6 +638,7 @@ impl Simulation {
                 .image()
                 .clone();
             self.check_digest(node, &image)?;
+            self.check_partitions(node, &image)?;
         }
         Ok(())
     }
@@ -680,7 +756,12 @@ impl Simulation {
                 self.drain(to)
             }
             Payload::Register(registration) => self.on_register(from, to, registration),
-            Payload::Heartbeat { epoch, applied } => self.on_heartbeat(from, to, epoch, applied),
+            Payload::Heartbeat {
+                epoch,
+                applied,
+                want_shut_down,
+            } => self.on_heartbeat(from, to, epoch, applied, want_shut_down),
+            Payload::AlterPartition(request) => self.on_alter_partition(to, &request),
             Payload::Fetch { offset } => {
                 if let Some(controller) = &self.nodes[to].controller {
                     let catchup = controller.committed_since(offset, CATCHUP_ENTRIES_MAX);
@@ -702,7 +783,15 @@ impl Simulation {
                 }
                 Ok(())
             }
-            Payload::HeartbeatAnswer(error, hint) => {
+            Payload::HeartbeatAnswer(error, hint, should_shut_down) => {
+                if should_shut_down {
+                    if let Some(down_ms) = self.nodes[to].shutting_down {
+                        self.crash(to);
+                        self.report.controlled_shutdowns += 1;
+                        self.schedule(down_ms, Event::Restart(to));
+                        return Ok(());
+                    }
+                }
                 let state = &mut self.nodes[to];
                 if error == ErrorCode::STALE_BROKER_EPOCH
                     || error == ErrorCode::BROKER_ID_NOT_REGISTERED
@@ -725,8 +814,12 @@ impl Simulation {
             0 => {
                 let node = self.rng.gen_range(0..nodes);
                 let down = self.rng.gen_range(200..6_000);
-                self.schedule(down, Event::Restart(node));
-                Event::Crash(node)
+                if self.nodes[node].epoch.is_some() && self.rng.gen_bool(0.4) {
+                    Event::ShutDown(node, down)
+                } else {
+                    self.schedule(down, Event::Restart(node));
+                    Event::Crash(node)
+                }
             }
             1 => {
                 let node = self.rng.gen_range(0..nodes);
@@ -756,6 +849,8 @@ impl Simulation {
                 matches!(
                     event,
                     Event::Crash(_)
+                        | Event::ShutDown(..)
+                        | Event::ShutdownTimeout(..)
                         | Event::Pause(..)
                         | Event::Partition(..)
                         | Event::CreateTopic
@@ -770,6 +865,7 @@ impl Simulation {
         self.queue
             .retain(|Reverse((_, sequence))| self.events.contains_key(sequence));
         for node in 0..self.nodes.len() {
+            self.nodes[node].shutting_down = None;
             if !self.nodes[node].up {
                 self.schedule(0, Event::Restart(node));
             }

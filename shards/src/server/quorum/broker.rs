@@ -197,10 +197,13 @@ async fn session(
         if Instant::now() >= next_heartbeat {
             let request = match state.epoch {
                 None => PeerRequest::Register(state.registration.clone()),
+                // Not a controlled shutdown: a stopped broker's leaderships
+                // move when its session expires.
                 Some(epoch) => PeerRequest::Heartbeat {
                     broker: state.settings.node,
                     epoch,
                     applied: state.image.offset,
+                    want_shut_down: false,
                 },
             };
             match session.ask(request).await? {

@@ -28,8 +28,13 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use brook_engine::cluster::alter_partition::{
+    AlterPartitionRequest, AlterPartitionResponse, alter_partition,
+};
 use brook_engine::cluster::cluster_image::ClusterImage;
-use brook_engine::cluster::controller::{Refusal, TopicDefaults, create_topics, delete_topics};
+use brook_engine::cluster::controller::{
+    HeartbeatRequest, Refusal, TopicDefaults, create_topics, delete_topics,
+};
 use brook_engine::cluster::image::TopicId;
 use brook_engine::cluster::node_config::ClusterSettings;
 use brook_engine::cluster::peer_wire::{
@@ -88,6 +93,8 @@ enum Pending {
     Topics(Vec<TopicResult>, oneshot::Sender<PeerResponse>),
     /// A producer-id block starting here.
     ProducerIds(i64, oneshot::Sender<PeerResponse>),
+    /// An ISR change, answered with the partition it leaves.
+    AlterPartition(AlterPartitionResponse, oneshot::Sender<PeerResponse>),
 }
 
 /// The controller voter of this node.
@@ -312,8 +319,14 @@ async fn drive(shard: Rc<Shard>, quorum: Rc<Quorum>, mut inputs: mpsc::Receiver<
             None => {
                 let now = quorum.now_ms();
                 let fenced = quorum.node.borrow_mut().tick(now);
-                for record in fenced {
-                    tracing::info!(?record, "broker session expired");
+                let moved = fenced
+                    .iter()
+                    .filter(|record| matches!(record, MetadataRecord::Partition { .. }))
+                    .count();
+                for record in &fenced {
+                    if let MetadataRecord::FenceBroker { id, epoch } = record {
+                        tracing::info!(broker = %id, epoch, partitions_changed = moved, "broker session expired");
+                    }
                 }
                 next_tick =
                     Instant::now() + Duration::from_millis(tick_interval_ms(jitter.r#gen()));
@@ -376,13 +389,23 @@ fn handle_request(
             broker,
             epoch,
             applied,
-        } => match node.heartbeat(broker, epoch, applied, now) {
-            Ok(outcome) => PeerResponse::Heartbeat {
-                error: outcome.error,
-                fenced: outcome.fenced,
-            },
-            Err(error) => not_controller(error),
-        },
+            want_shut_down,
+        } => {
+            let request = HeartbeatRequest {
+                broker,
+                epoch,
+                applied_offset: applied,
+                want_shut_down,
+            };
+            match node.heartbeat(request, now) {
+                Ok(outcome) => PeerResponse::Heartbeat {
+                    error: outcome.error,
+                    fenced: outcome.fenced,
+                    should_shut_down: outcome.should_shut_down,
+                },
+                Err(error) => not_controller(error),
+            }
+        }
         PeerRequest::Fetch { offset } => PeerResponse::Fetched(node.fetch(from, offset, wall_ms())),
         PeerRequest::DescribeQuorum => match node.describe_quorum(wall_ms()) {
             Ok(described) => PeerResponse::Quorum(described),
@@ -464,6 +487,9 @@ fn handle_request(
             });
             return propose_topics(quorum, &mut node, proposed, reply);
         }
+        PeerRequest::AlterPartition(request) => {
+            return propose_alter_partition(quorum, &mut node, &request, reply);
+        }
         PeerRequest::AlterConfigs {
             topic,
             changes,
@@ -526,6 +552,54 @@ fn topic_result(name: &str, result: Result<(TopicId, i32, i16), Refusal>) -> Top
             partitions: 0,
             replication_factor: 0,
         },
+    }
+}
+
+/// AlterPartition: answered at once when refused or when the ISR is
+/// already the one asked for, else once its record commits.
+fn propose_alter_partition(
+    quorum: &Quorum,
+    node: &mut ControllerNode,
+    request: &AlterPartitionRequest,
+    reply: oneshot::Sender<PeerResponse>,
+) {
+    let checked = node
+        .latest_image()
+        .map(|image| alter_partition(image, request));
+    let (registration, records) = match checked {
+        Ok(Ok(changed)) => changed,
+        Ok(Err(error)) => {
+            let refused = AlterPartitionResponse::refused(error);
+            let _ = reply.send(PeerResponse::AlterPartition(refused));
+            return;
+        }
+        Err(error) => {
+            let _ = reply.send(PeerResponse::NotController {
+                leader: match error {
+                    QuorumError::NotController { leader } => leader,
+                    _ => None,
+                },
+            });
+            return;
+        }
+    };
+    let response = AlterPartitionResponse::of(&registration);
+    if records.is_empty() {
+        let _ = reply.send(PeerResponse::AlterPartition(response));
+        return;
+    }
+    match node.propose(records) {
+        Ok(proposal) => quorum.waiting.borrow_mut().push((
+            proposal.index,
+            proposal.term,
+            Pending::AlterPartition(response, reply),
+        )),
+        Err(error) => {
+            tracing::warn!(%error, "an ISR change was not proposed");
+            let _ = reply.send(PeerResponse::NotController {
+                leader: node.leader(),
+            });
+        }
     }
 }
 
@@ -647,6 +721,13 @@ fn answer_registrations(quorum: &Quorum, applied: &[Applied]) {
                         results,
                         offset: index,
                     }
+                } else {
+                    PeerResponse::NotController { leader: None }
+                });
+            }
+            Pending::AlterPartition(response, reply) => {
+                let _ = reply.send(if committed {
+                    PeerResponse::AlterPartition(response)
                 } else {
                     PeerResponse::NotController { leader: None }
                 });

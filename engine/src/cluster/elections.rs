@@ -1,0 +1,412 @@
+//! Leader elections and ISR changes when a broker leaves (fenced, shutting
+//! down, or replaced by a new incarnation) or comes back (unfenced): pure
+//! functions of the cluster image that return the Partition records to
+//! propose, in the same batch as the broker's own record.
+//!
+//! The rule is Kafka's (`PartitionChangeBuilder` with an ONLINE or UNCLEAN
+//! election, driven by `ReplicationControlManager.generateLeaderAndIsrUpdates`):
+//! - a leaving broker leaves the ISR of every partition it is in, except
+//!   that an ISR is never emptied: the last member stays (Kafka ≥ 3.7 would
+//!   move it to the eligible leader replicas of KIP-966; Brook has no ELR);
+//! - a current leader that is still in the ISR and may lead keeps leading;
+//!   otherwise the first replica, in replica order, that is in the new ISR
+//!   and may lead (registered, unfenced, not shutting down, not leaving);
+//! - with none, the partition is offline (leader [`BrokerId::NONE`]), unless
+//!   the topic sets `unclean.leader.election.enable=true`: then the first
+//!   replica that may lead, in sync or not, leads with the ISR just itself
+//!   (its log is the truth from then on: records only the old ISR had are
+//!   lost, which is what "unclean" means);
+//! - a leader change bumps the leader epoch; any change bumps the partition
+//!   epoch (Kafka's `PartitionRegistration.merge`); an ISR shrink alone
+//!   does not bump the leader epoch (metadata version 3.6 and later).
+//!
+//! The broker-wide default for unclean elections (Kafka's broker config of
+//! the same name) is not consulted: a topic override or false.
+
+use std::collections::BTreeSet;
+
+use crate::cluster::cluster_image::{ClusterImage, TopicRegistration};
+use crate::cluster::records::{MetadataRecord, PartitionRegistration};
+use crate::types::{BrokerId, LeaderEpoch, PartitionId};
+
+/// The topic config that allows electing a replica outside the ISR.
+pub const UNCLEAN_LEADER_ELECTION_ENABLE: &str = "unclean.leader.election.enable";
+
+/// Which replicas an election may choose from when no ISR member can lead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Election {
+    /// ISR members only: the partition goes offline rather than lose data.
+    Clean,
+    /// Any replica that may lead, with the ISR reset to it.
+    Unclean,
+}
+
+impl Election {
+    /// The topic's choice: `unclean.leader.election.enable`, default false.
+    pub fn of_topic(topic: &TopicRegistration) -> Election {
+        match topic.configs.get(UNCLEAN_LEADER_ELECTION_ENABLE) {
+            Some(value) if value.trim().eq_ignore_ascii_case("true") => Election::Unclean,
+            _ => Election::Clean,
+        }
+    }
+}
+
+/// `current` with the ISR `target_isr` (kept as it is when empty: an ISR
+/// is never emptied) and a leader elected by the rule above among the
+/// replicas for which `may_lead` holds; `None` when nothing changes.
+pub fn change_partition(
+    current: &PartitionRegistration,
+    target_isr: Vec<BrokerId>,
+    may_lead: impl Fn(BrokerId) -> bool,
+    election: Election,
+) -> Option<PartitionRegistration> {
+    // An empty target elects no one in sync (Kafka elects from the target
+    // ISR), but the ISR recorded keeps its last member.
+    let in_sync = |broker: BrokerId| target_isr.contains(&broker) && may_lead(broker);
+    let in_sync_leader = if in_sync(current.leader) {
+        Some(current.leader)
+    } else {
+        current
+            .replicas
+            .iter()
+            .copied()
+            .find(|replica| in_sync(*replica))
+    };
+    let kept_isr = if target_isr.is_empty() {
+        current.isr.clone()
+    } else {
+        target_isr
+    };
+    let unclean_leader = || {
+        current
+            .replicas
+            .iter()
+            .copied()
+            .find(|replica| may_lead(*replica))
+    };
+    let (leader, isr) = match (in_sync_leader, election) {
+        (Some(leader), _) => (leader, kept_isr),
+        (None, Election::Unclean) => match unclean_leader() {
+            Some(leader) => (leader, vec![leader]),
+            None => (BrokerId::NONE, kept_isr),
+        },
+        (None, Election::Clean) => (BrokerId::NONE, kept_isr),
+    };
+    if leader == current.leader && isr == current.isr {
+        return None;
+    }
+    let leader_epoch = if leader == current.leader {
+        current.leader_epoch
+    } else {
+        LeaderEpoch(current.leader_epoch.0 + 1)
+    };
+    let changed = PartitionRegistration {
+        replicas: current.replicas.clone(),
+        isr,
+        leader,
+        leader_epoch,
+        partition_epoch: current.partition_epoch + 1,
+    };
+    debug_assert!(changed.leader == BrokerId::NONE || changed.isr.contains(&changed.leader));
+    debug_assert!(!changed.isr.is_empty() || current.isr.is_empty());
+    Some(changed)
+}
+
+/// The records that take `broker` out of every ISR it is in and give its
+/// leaderships to others, for a broker being fenced or shutting down.
+/// Brokers in `leaving` (which holds `broker`) may not lead either: they
+/// are leaving in the same batch.
+pub fn broker_leaves(
+    image: &ClusterImage,
+    broker: BrokerId,
+    leaving: &BTreeSet<BrokerId>,
+) -> Vec<MetadataRecord> {
+    let may_lead = |replica: BrokerId| !leaving.contains(&replica) && image.is_active(replica);
+    changed_partitions(image, |current| {
+        if !current.isr.contains(&broker) && current.leader != broker {
+            return None;
+        }
+        let without: Vec<BrokerId> = current
+            .isr
+            .iter()
+            .copied()
+            .filter(|member| *member != broker)
+            .collect();
+        Some(without)
+    })
+    .filter_map(|(topic, index, current, target_isr, election)| {
+        let changed = change_partition(current, target_isr, may_lead, election)?;
+        Some(partition_record(topic, index, changed))
+    })
+    .collect()
+}
+
+/// Fence records for `brokers` (id, epoch), each preceded by the records
+/// that move its leaderships and ISR memberships ([`broker_leaves`]), one
+/// broker after another as Kafka fences them, so an ISR that loses two
+/// brokers keeps the last one. None of them is elected.
+pub fn fence_brokers(image: &ClusterImage, brokers: &[(BrokerId, i64)]) -> Vec<MetadataRecord> {
+    let leaving: BTreeSet<BrokerId> = brokers.iter().map(|(id, _)| *id).collect();
+    let mut records = Vec::new();
+    let mut scratch = None;
+    for (position, (id, epoch)) in brokers.iter().enumerate() {
+        let current = scratch.as_ref().unwrap_or(image);
+        let mut batch = broker_leaves(current, *id, &leaving);
+        batch.push(MetadataRecord::FenceBroker {
+            id: *id,
+            epoch: *epoch,
+        });
+        if position + 1 < brokers.len() {
+            // The next broker's changes start from this one's.
+            let next = scratch.get_or_insert_with(|| image.clone());
+            let offset = next.offset + 1;
+            next.apply(offset, &batch)
+                .expect("records built from an image apply to it");
+        }
+        records.extend(batch);
+    }
+    records
+}
+
+/// The elections for leaderless partitions when `returning` is unfenced
+/// (Kafka's "elect leaders for offline partitions"): it may lead although
+/// the image still shows it fenced.
+pub fn elect_offline_partitions(image: &ClusterImage, returning: BrokerId) -> Vec<MetadataRecord> {
+    let may_lead = |replica: BrokerId| replica == returning || image.is_active(replica);
+    changed_partitions(image, |current| {
+        (current.leader == BrokerId::NONE).then(|| current.isr.clone())
+    })
+    .filter_map(|(topic, index, current, target_isr, election)| {
+        let changed = change_partition(current, target_isr, may_lead, election)?;
+        Some(partition_record(topic, index, changed))
+    })
+    .collect()
+}
+
+type Candidate<'a> = (
+    crate::cluster::image::TopicId,
+    usize,
+    &'a PartitionRegistration,
+    Vec<BrokerId>,
+    Election,
+);
+
+/// Every partition, in topic-id and partition order, for which `target`
+/// gives a target ISR, with its topic's election.
+fn changed_partitions<'a>(
+    image: &'a ClusterImage,
+    target: impl Fn(&PartitionRegistration) -> Option<Vec<BrokerId>>,
+) -> impl Iterator<Item = Candidate<'a>> + 'a {
+    let mut candidates = Vec::new();
+    for topic in image.topics.values() {
+        let election = Election::of_topic(topic);
+        for (index, current) in topic.partitions.iter().enumerate() {
+            if let Some(target_isr) = target(current) {
+                candidates.push((topic.id, index, current, target_isr, election));
+            }
+        }
+    }
+    candidates.into_iter()
+}
+
+fn partition_record(
+    topic: crate::cluster::image::TopicId,
+    index: usize,
+    registration: PartitionRegistration,
+) -> MetadataRecord {
+    MetadataRecord::Partition {
+        topic,
+        partition: PartitionId(index as i32),
+        registration,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::controller::tests::three_brokers;
+    use crate::cluster::image::TopicId;
+
+    const TOPIC: TopicId = TopicId([1; 16]);
+
+    fn brokers(ids: &[i32]) -> Vec<BrokerId> {
+        ids.iter().copied().map(BrokerId).collect()
+    }
+
+    /// Brokers 1..=3 (epochs 1..=3) unfenced, and topic "t" with one
+    /// partition at epochs 0.
+    fn image(replicas: &[i32], isr: &[i32], leader: i32, election: Election) -> ClusterImage {
+        let mut image = three_brokers();
+        let mut records = vec![
+            MetadataRecord::Topic {
+                name: "t".into(),
+                id: TOPIC,
+            },
+            MetadataRecord::Partition {
+                topic: TOPIC,
+                partition: PartitionId(0),
+                registration: PartitionRegistration {
+                    replicas: brokers(replicas),
+                    isr: brokers(isr),
+                    leader: BrokerId(leader),
+                    leader_epoch: LeaderEpoch(0),
+                    partition_epoch: 0,
+                },
+            },
+        ];
+        if election == Election::Unclean {
+            records.push(MetadataRecord::TopicConfig {
+                topic: "t".into(),
+                key: UNCLEAN_LEADER_ELECTION_ENABLE.into(),
+                value: Some("true".into()),
+            });
+        }
+        image.apply(5, &records).unwrap();
+        image
+    }
+
+    fn fence(image: &mut ClusterImage, ids: &[i32]) -> Vec<MetadataRecord> {
+        let fenced: Vec<(BrokerId, i64)> =
+            ids.iter().map(|id| (BrokerId(*id), *id as i64)).collect();
+        let records = fence_brokers(image, &fenced);
+        image.apply(image.offset + 1, &records).unwrap();
+        records
+    }
+
+    fn partition(image: &ClusterImage) -> (Vec<BrokerId>, BrokerId, i32, i32) {
+        let registration = image.partition(TOPIC, PartitionId(0)).unwrap();
+        (
+            registration.isr.clone(),
+            registration.leader,
+            registration.leader_epoch.0,
+            registration.partition_epoch,
+        )
+    }
+
+    #[test]
+    fn fencing_moves_leaderships_and_shrinks_isrs_as_kafka_does() {
+        use Election::{Clean, Unclean};
+        // (what, replicas, isr, leader, election, fenced before, fenced now,
+        //  then: isr, leader, leader epoch, partition epoch)
+        #[rustfmt::skip]
+        type Row = (&'static str, &'static [i32], &'static [i32], i32, Election, &'static [i32], &'static [i32], &'static [i32], i32, i32, i32);
+        #[rustfmt::skip]
+        let rows: &[Row] = &[
+            ("leader fenced: the next ISR member in replica order leads",
+                &[1, 2, 3], &[3, 2, 1], 1, Clean, &[], &[1], &[3, 2], 2, 1, 1),
+            ("a follower fenced: the ISR shrinks, the leader and its epoch stay",
+                &[1, 2, 3], &[1, 2, 3], 1, Clean, &[], &[2], &[1, 3], 1, 0, 1),
+            ("the last ISR member fenced: offline, the ISR kept",
+                &[1, 2], &[1], 1, Clean, &[], &[1], &[1], -1, 1, 1),
+            ("the last ISR member fenced, unclean allowed: an out-of-sync replica leads",
+                &[1, 2], &[1], 1, Unclean, &[], &[1], &[2], 2, 1, 1),
+            ("unclean skips replicas that are fenced",
+                &[1, 2, 3], &[1], 1, Unclean, &[2], &[1], &[3], 3, 1, 1),
+            ("unclean with no live replica: offline",
+                &[1, 2], &[1], 1, Unclean, &[2], &[1], &[1], -1, 1, 1),
+            ("a broker that is not a replica changes nothing",
+                &[1, 2], &[1, 2], 1, Clean, &[], &[3], &[1, 2], 1, 0, 0),
+            ("two fenced at once: neither is elected, the ISR keeps the last",
+                &[1, 2, 3], &[1, 2], 1, Clean, &[], &[1, 2], &[2], -1, 1, 1),
+            ("two fenced at once, a third in sync leads, its epoch bumped once",
+                &[1, 2, 3], &[1, 2, 3], 1, Clean, &[], &[1, 2], &[3], 3, 1, 2),
+        ];
+        for &(
+            what,
+            replicas,
+            isr,
+            leader,
+            election,
+            before,
+            fenced,
+            isr_after,
+            leader_after,
+            leader_epoch,
+            partition_epoch,
+        ) in rows
+        {
+            let mut image = image(replicas, isr, leader, election);
+            for id in before {
+                let fence = MetadataRecord::FenceBroker {
+                    id: BrokerId(*id),
+                    epoch: *id as i64,
+                };
+                image.apply(image.offset + 1, &[fence]).unwrap();
+            }
+            let records = fence(&mut image, fenced);
+            assert_eq!(
+                partition(&image),
+                (
+                    brokers(isr_after),
+                    BrokerId(leader_after),
+                    leader_epoch,
+                    partition_epoch
+                ),
+                "{what}"
+            );
+            // Each fenced broker's record comes after its elections.
+            assert!(
+                matches!(records.last(), Some(MetadataRecord::FenceBroker { .. })),
+                "{what}"
+            );
+            assert!(
+                fenced.iter().all(|id| image.brokers[&BrokerId(*id)].fenced),
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unfenced_isr_member_leads_an_offline_partition() {
+        let mut image = image(&[1, 2], &[1], 1, Election::Clean);
+        fence(&mut image, &[1]);
+        assert_eq!(partition(&image).1, BrokerId::NONE);
+        // Broker 2 comes back first: not in the ISR, so no clean election.
+        assert!(elect_offline_partitions(&image, BrokerId(2)).is_empty());
+        let records = elect_offline_partitions(&image, BrokerId(1));
+        image.apply(image.offset + 1, &records).unwrap();
+        assert_eq!(partition(&image), (brokers(&[1]), BrokerId(1), 2, 2));
+    }
+
+    #[test]
+    fn an_unfenced_out_of_sync_replica_leads_only_when_unclean_is_allowed() {
+        let mut image = image(&[1, 2, 3], &[1], 1, Election::Unclean);
+        fence(&mut image, &[2, 3]);
+        fence(&mut image, &[1]);
+        assert_eq!(partition(&image), (brokers(&[1]), BrokerId::NONE, 1, 1));
+        let records = elect_offline_partitions(&image, BrokerId(3));
+        image.apply(image.offset + 1, &records).unwrap();
+        assert_eq!(partition(&image), (brokers(&[3]), BrokerId(3), 2, 2));
+    }
+
+    #[test]
+    fn a_broker_shutting_down_neither_leads_nor_is_elected() {
+        let mut image = image(&[1, 2, 3], &[1, 2, 3], 1, Election::Clean);
+        let shutting_down = MetadataRecord::ControlledShutdown {
+            id: BrokerId(2),
+            epoch: 2,
+        };
+        image.apply(image.offset + 1, &[shutting_down]).unwrap();
+        let records = broker_leaves(&image, BrokerId(1), &BTreeSet::from([BrokerId(1)]));
+        image.apply(image.offset + 1, &records).unwrap();
+        assert_eq!(partition(&image), (brokers(&[2, 3]), BrokerId(3), 1, 1));
+    }
+
+    #[test]
+    fn the_unclean_setting_is_the_topics_and_false_by_default() {
+        let image = image(&[1], &[1], 1, Election::Clean);
+        let mut topic = image.topics[&TOPIC].clone();
+        assert_eq!(Election::of_topic(&topic), Election::Clean);
+        for (value, election) in [
+            ("true", Election::Unclean),
+            (" TRUE", Election::Unclean),
+            ("false", Election::Clean),
+            ("yes", Election::Clean),
+        ] {
+            topic
+                .configs
+                .insert(UNCLEAN_LEADER_ELECTION_ENABLE.into(), value.into());
+            assert_eq!(Election::of_topic(&topic), election, "{value:?}");
+        }
+    }
+}
