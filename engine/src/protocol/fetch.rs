@@ -33,6 +33,10 @@ pub struct PartitionData {
     pub aborted_transactions: Option<Vec<AbortedTransaction>>,
     pub preferred_read_replica: i32,
     pub records_bytes: usize,
+    /// For a follower whose log diverged (v12+, KIP-320): the largest
+    /// epoch at or below its last fetched one and where it ends here, as
+    /// (epoch, end offset).
+    pub diverging_epoch: Option<(i32, i64)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,7 +117,7 @@ pub fn encode_fetch_response(
                 pieces.push(FetchPiece::Records { index });
             }
             if flexible {
-                writer.no_tagged_fields();
+                encode_partition_tags(&mut writer, partition);
             }
             index += 1;
         }
@@ -222,6 +226,22 @@ fn encode_partition_head(writer: &mut WireWriter, version: i16, partition: &Part
     }
 }
 
+/// A partition's tagged fields: DivergingEpoch (tag 0) when set.
+fn encode_partition_tags(writer: &mut WireWriter, partition: &PartitionData) {
+    let Some((epoch, end_offset)) = partition.diverging_epoch else {
+        writer.no_tagged_fields();
+        return;
+    };
+    /// EpochEndOffset: epoch, end offset, its own empty tagged fields.
+    const EPOCH_END_OFFSET_BYTES: u32 = 4 + 8 + 1;
+    writer.unsigned_varint(1);
+    writer.unsigned_varint(0);
+    writer.unsigned_varint(EPOCH_END_OFFSET_BYTES);
+    writer.int32(epoch);
+    writer.int64(end_offset);
+    writer.no_tagged_fields();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,6 +265,7 @@ mod tests {
             }),
             preferred_read_replica: -1,
             records_bytes: records.len(),
+            diverging_epoch: (index == 1).then_some((3, 250)),
         };
         let data = FetchResponseData {
             throttle_time_ms: 0,
@@ -303,6 +324,15 @@ mod tests {
                 (second.error_code, second.records.as_deref()),
                 (1, Some(&[][..]))
             );
+            let diverging = (
+                second.diverging_epoch.epoch,
+                second.diverging_epoch.end_offset,
+            );
+            if version >= 12 {
+                assert_eq!(diverging, (3, 250), "v{version}: the tagged DivergingEpoch");
+            } else {
+                assert_eq!(diverging, (-1, -1), "v{version}: no field before v12");
+            }
             if version >= 13 {
                 assert_eq!(decoded.responses[0].topic_id.as_bytes(), &[1u8; 16]);
             } else {

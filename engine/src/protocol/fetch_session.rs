@@ -73,6 +73,9 @@ pub struct PartitionFetch {
     pub fetch_offset: i64,
     pub partition_max_bytes: i32,
     pub current_leader_epoch: i32,
+    /// A follower's epoch of the batch before `fetch_offset` (v12+; -1
+    /// none), for the divergence check.
+    pub last_fetched_epoch: i32,
 }
 
 /// What the broker answered for one partition, as a session remembers it.

@@ -10,9 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use brook_engine::cluster::image::{MetadataImage, ShardId};
+use brook_engine::cluster::records::PartitionRegistration;
 use brook_engine::cluster::topic_config;
 use brook_engine::log::config::LogConfig;
 use brook_engine::protocol::fetch_session::FetchSessionCache;
+use brook_engine::types::BrokerId;
 use brook_engine::types::{LeaderEpoch, TopicPartition};
 use futures::FutureExt;
 use futures::future::LocalBoxFuture;
@@ -59,6 +61,8 @@ pub struct Shard {
     pub fetch_sessions: RefCell<FetchSessionCache>,
     /// Serialises metadata changes (used on the controller shard).
     pub controller_lock: Semaphore,
+    /// Every partition's registration on a one-node broker.
+    one_node_registration: PartitionRegistration,
     stopping: Cell<bool>,
     stop_bell: Semaphore,
 }
@@ -86,23 +90,34 @@ impl Shard {
         *self.cluster_view.borrow_mut() = Some(view);
     }
 
+    /// `f` of `topic`'s `partition` as the cluster image registers it; on
+    /// one node, of this broker as its only replica, leader at
+    /// [`FIRST_LEADER_EPOCH`]. `None` in a cluster before the image has it.
+    /// (A closure, not a copy: fetches ask this of every partition.)
+    pub fn with_registration<T>(
+        &self,
+        topic: &str,
+        partition: brook_engine::types::PartitionId,
+        f: impl FnOnce(&PartitionRegistration) -> T,
+    ) -> Option<T> {
+        if self.context.config.cluster.is_none() {
+            return Some(f(&self.one_node_registration));
+        }
+        let view = self.cluster_view.borrow();
+        let registered = view.as_ref()?.image.topic_by_name(topic)?;
+        registered
+            .partitions
+            .get(usize::try_from(partition.0).ok()?)
+            .map(f)
+    }
+
     /// Whether this broker leads `partition` of `topic`: always in a
     /// one-node cluster; in a cluster, as the image says.
     pub fn leads(&self, topic: &str, partition: brook_engine::types::PartitionId) -> bool {
-        if self.context.config.cluster.is_none() {
-            return true;
-        }
-        let Some(view) = self.cluster_view() else {
-            return false;
-        };
-        view.image
-            .topic_by_name(topic)
-            .and_then(|registered| {
-                registered
-                    .partitions
-                    .get(usize::try_from(partition.0).ok()?)
-            })
-            .is_some_and(|registration| registration.leader.0 == self.context.broker_id)
+        self.with_registration(topic, partition, |registration| {
+            registration.leader.0 == self.context.broker_id
+        })
+        .unwrap_or(false)
     }
 
     /// The leader epoch `topic`'s `partition` is served at: its
@@ -112,17 +127,7 @@ impl Shard {
         topic: &str,
         partition: brook_engine::types::PartitionId,
     ) -> LeaderEpoch {
-        if self.context.config.cluster.is_none() {
-            return FIRST_LEADER_EPOCH;
-        }
-        self.cluster_view()
-            .and_then(|view| {
-                let registered = view.image.topic_by_name(topic)?;
-                let registration = registered
-                    .partitions
-                    .get(usize::try_from(partition.0).ok()?)?;
-                Some(registration.leader_epoch)
-            })
+        self.with_registration(topic, partition, |registration| registration.leader_epoch)
             .unwrap_or(FIRST_LEADER_EPOCH)
     }
 
@@ -317,6 +322,7 @@ async fn start(
         .await?,
     );
     let fetch_sessions = RefCell::new(fetch_session_cache(&context, id));
+    let this = BrokerId(context.broker_id);
     let shard = Rc::new(Shard {
         id,
         context,
@@ -329,6 +335,13 @@ async fn start(
         forward: RefCell::new(None),
         fetch_sessions,
         controller_lock: Semaphore::new(1),
+        one_node_registration: PartitionRegistration {
+            replicas: vec![this],
+            isr: vec![this],
+            leader: this,
+            leader_epoch: FIRST_LEADER_EPOCH,
+            partition_epoch: 0,
+        },
         stopping: Cell::new(false),
         stop_bell: Semaphore::new(0),
     });

@@ -7,6 +7,8 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use brook_engine::log::config::{FlushPolicy, LogConfig};
+use brook_engine::protocol::errors::ErrorCode;
+use brook_engine::replica::divergence::{EpochEndOffset, diverging_epoch};
 use brook_engine::types::{LeaderEpoch, Offset, TimestampMs};
 
 use crate::storage::error::{StorageError, io_error};
@@ -74,6 +76,23 @@ impl PartitionLog {
     pub fn epoch_end_offset(&self, epoch: LeaderEpoch) -> Option<(LeaderEpoch, Offset)> {
         let state = self.inner.state.borrow();
         state.epochs.end_offset_for(epoch, state.log_end_offset)
+    }
+
+    /// The leader's divergence check of a follower's fetch (see
+    /// [`brook_engine::replica::divergence::diverging_epoch`]).
+    pub fn diverging_epoch(
+        &self,
+        fetch_offset: Offset,
+        last_fetched_epoch: LeaderEpoch,
+    ) -> Result<Option<EpochEndOffset>, ErrorCode> {
+        let state = self.inner.state.borrow();
+        diverging_epoch(
+            &state.epochs,
+            state.log_start_offset,
+            state.log_end_offset,
+            fetch_offset,
+            last_fetched_epoch,
+        )
     }
 
     /// The largest record timestamp among visible batches, if any has one.

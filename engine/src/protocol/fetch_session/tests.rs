@@ -12,6 +12,7 @@ fn at(fetch_offset: i64) -> PartitionFetch {
         fetch_offset,
         partition_max_bytes: 1 << 20,
         current_leader_epoch: -1,
+        last_fetched_epoch: -1,
     }
 }
 

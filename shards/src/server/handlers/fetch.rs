@@ -25,7 +25,7 @@ use brook_engine::protocol::fetch_session::{
     SessionPartition, SessionRequest, TopicKey,
 };
 use brook_engine::protocol::frame::{FrameError, Request};
-use brook_engine::types::{LeaderEpoch, Offset, PartitionId, TopicPartition};
+use brook_engine::types::{BrokerId, LeaderEpoch, Offset, PartitionId, TopicPartition};
 use bytes::Bytes;
 use futures::FutureExt;
 use futures::channel::oneshot;
@@ -47,6 +47,7 @@ struct Wanted {
     partition: i32,
     fetch_offset: i64,
     partition_max_bytes: i32,
+    last_fetched_epoch: i32,
     /// The topic's name (shared by the topic's partitions), if known.
     topic: Rc<str>,
     /// The shard to read it on, or why it cannot be read.
@@ -63,6 +64,7 @@ struct Read<'a> {
     offset: Offset,
     partition_max_bytes: i32,
     isolation: Isolation,
+    last_fetched_epoch: LeaderEpoch,
 }
 
 /// Fetch's `isolation_level`.
@@ -71,6 +73,9 @@ enum Isolation {
     ReadUncommitted,
     /// Only up to the last stable offset, with the aborted transactions.
     ReadCommitted,
+    /// A follower's fetch: up to the log end (Kafka's `FetchIsolation.LOG_END`),
+    /// after the divergence check of its last fetched epoch.
+    Replica,
 }
 
 /// What one partition read produced: `R` is [`Records`] on the
@@ -84,6 +89,8 @@ enum Fetched<R> {
         /// For read_committed: the aborted transactions overlapping the
         /// records, as (producer id, first offset).
         aborted: Option<Vec<(i64, i64)>>,
+        /// For a follower whose log diverged: (epoch, end offset) here.
+        diverging_epoch: Option<(i32, i64)>,
         records: Option<R>,
     },
 }
@@ -209,11 +216,12 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request) -> Result<Response, Fr
         }
     };
     let image = shard.image();
-    let (topics, wanted) = resolve(shard, &image, partitions);
-    let isolation = if body.isolation_level == 1 {
-        Isolation::ReadCommitted
-    } else {
-        Isolation::ReadUncommitted
+    let replica = replica_of(&body, version);
+    let (topics, wanted) = resolve(shard, &image, partitions, replica);
+    let isolation = match (replica, body.isolation_level) {
+        (Some(_), _) => Isolation::Replica,
+        (None, 1) => Isolation::ReadCommitted,
+        (None, _) => Isolation::ReadUncommitted,
     };
     let deadline =
         Instant::now() + Duration::from_millis(body.max_wait_ms.max(0) as u64).min(FETCH_WAIT_MAX);
@@ -284,6 +292,7 @@ fn requested(body: &FetchRequest, uses_topic_ids: bool) -> (FetchList, Vec<Sessi
                 fetch_offset: partition.fetch_offset,
                 partition_max_bytes: partition.partition_max_bytes,
                 current_leader_epoch: partition.current_leader_epoch,
+                last_fetched_epoch: partition.last_fetched_epoch,
             };
             let at = SessionPartition {
                 topic: key.clone(),
@@ -309,6 +318,7 @@ fn resolve(
     shard: &Shard,
     image: &MetadataImage,
     partitions: &FetchList,
+    replica: Option<BrokerId>,
 ) -> (Vec<TopicData>, Vec<Wanted>) {
     let mut topics = Vec::new();
     let mut wanted = Vec::new();
@@ -349,7 +359,10 @@ fn resolve(
                     shard.leader_epoch(name, PartitionId(at.partition)),
                 ) {
                     Some(error) => Err(error),
-                    None => Ok(owner),
+                    None => match replica_error(shard, name, at.partition, replica, fetch) {
+                        Some(error) => Err(error),
+                        None => Ok(owner),
+                    },
                 },
             },
         };
@@ -359,10 +372,45 @@ fn resolve(
             partition: at.partition,
             fetch_offset: fetch.fetch_offset,
             partition_max_bytes: fetch.partition_max_bytes,
+            last_fetched_epoch: fetch.last_fetched_epoch,
             source,
         });
     }
     (topics, wanted)
+}
+
+/// A follower's fetch of a partition it is not a replica of: Kafka's
+/// UNKNOWN_LEADER_EPOCH when it named an epoch (it may learn of a
+/// reassignment yet), NOT_LEADER_OR_FOLLOWER otherwise.
+fn replica_error(
+    shard: &Shard,
+    topic: &str,
+    partition: i32,
+    replica: Option<BrokerId>,
+    fetch: &PartitionFetch,
+) -> Option<ErrorCode> {
+    let replica = replica?;
+    let is_replica = shard
+        .with_registration(topic, PartitionId(partition), |registration| {
+            replica.0 != shard.context.broker_id && registration.replicas.contains(&replica)
+        })
+        .unwrap_or(false);
+    match is_replica {
+        true => None,
+        false if fetch.current_leader_epoch >= 0 => Some(ErrorCode::UNKNOWN_LEADER_EPOCH),
+        false => Some(ErrorCode::NOT_LEADER_OR_FOLLOWER),
+    }
+}
+
+/// The follower a fetch comes from, if it is a replica fetch: its
+/// `ReplicaState` (v15+, KIP-903) or `ReplicaId` (earlier).
+fn replica_of(body: &FetchRequest, version: i16) -> Option<BrokerId> {
+    let id = if version >= 15 {
+        body.replica_state.replica_id.0
+    } else {
+        body.replica_id.0
+    };
+    (id >= 0).then_some(BrokerId(id))
 }
 
 /// The partitions a response carries, with what was read of each.
@@ -497,6 +545,7 @@ async fn read_all(
                 offset: Offset(partition.fetch_offset),
                 partition_max_bytes: partition.partition_max_bytes,
                 isolation,
+                last_fetched_epoch: LeaderEpoch(partition.last_fetched_epoch),
             })
         });
         read_on(shard, owner, reads.collect(), budget)
@@ -629,8 +678,25 @@ async fn read_local(shard: &Rc<Shard>, read: &Read<'_>, limit: Option<u64>) -> F
     let max_offset = match read.isolation {
         Isolation::ReadUncommitted => high_watermark,
         Isolation::ReadCommitted => last_stable_offset,
+        Isolation::Replica => log.log_end_offset(),
     };
     let log_start_offset = log.log_start_offset();
+    if read.isolation == Isolation::Replica {
+        match log.diverging_epoch(offset, read.last_fetched_epoch) {
+            Ok(None) => {}
+            Ok(Some(diverged)) => {
+                return Fetched::Data {
+                    high_watermark: high_watermark.0,
+                    last_stable_offset: last_stable_offset.0,
+                    log_start_offset: log_start_offset.0,
+                    aborted: None,
+                    diverging_epoch: Some((diverged.epoch.0, diverged.end_offset.0)),
+                    records: None,
+                };
+            }
+            Err(error) => return Fetched::Error(error),
+        }
+    }
     // Nothing new (the usual case for most partitions of a session): no
     // read, but what a read of nothing would answer.
     let nothing_new = offset == max_offset && offset >= log_start_offset && log.is_usable();
@@ -641,6 +707,7 @@ async fn read_local(shard: &Rc<Shard>, read: &Read<'_>, limit: Option<u64>) -> F
             last_stable_offset: last_stable_offset.0,
             log_start_offset: log_start_offset.0,
             aborted: (limit.is_some() && committed).then(Vec::new),
+            diverging_epoch: None,
             records: None,
         };
     };
@@ -684,28 +751,32 @@ async fn read_local(shard: &Rc<Shard>, read: &Read<'_>, limit: Option<u64>) -> F
         last_stable_offset: last_stable_offset.0,
         log_start_offset: outcome.log_start_offset.0,
         aborted,
+        diverging_epoch: None,
         records,
     }
 }
 
 /// Makes a read sendable to another shard (on the owning shard).
 fn sendable(fetched: Fetched<Records>) -> Fetched<SendableRecords> {
-    let (high_watermark, last_stable_offset, log_start_offset, aborted, records) = match fetched {
-        Fetched::Error(error) => return Fetched::Error(error),
-        Fetched::Data {
-            high_watermark,
-            last_stable_offset,
-            log_start_offset,
-            aborted,
-            records,
-        } => (
-            high_watermark,
-            last_stable_offset,
-            log_start_offset,
-            aborted,
-            records,
-        ),
-    };
+    let (high_watermark, last_stable_offset, log_start_offset, aborted, diverging_epoch, records) =
+        match fetched {
+            Fetched::Error(error) => return Fetched::Error(error),
+            Fetched::Data {
+                high_watermark,
+                last_stable_offset,
+                log_start_offset,
+                aborted,
+                diverging_epoch,
+                records,
+            } => (
+                high_watermark,
+                last_stable_offset,
+                log_start_offset,
+                aborted,
+                diverging_epoch,
+                records,
+            ),
+        };
     let records = match records {
         None => None,
         Some(Records::Local(pieces)) => {
@@ -737,6 +808,7 @@ fn sendable(fetched: Fetched<Records>) -> Fetched<SendableRecords> {
         last_stable_offset,
         log_start_offset,
         aborted,
+        diverging_epoch,
         records,
     }
 }
@@ -750,12 +822,14 @@ fn received(fetched: Fetched<SendableRecords>) -> Fetched<Records> {
             last_stable_offset,
             log_start_offset,
             aborted,
+            diverging_epoch,
             records,
         } => Fetched::Data {
             high_watermark,
             last_stable_offset,
             log_start_offset,
             aborted,
+            diverging_epoch,
             records: records.map(|records| match records {
                 SendableRecords::Bytes(bytes) => Records::Owned(bytes),
                 SendableRecords::File {
@@ -879,24 +953,29 @@ fn respond(
 ) -> Response {
     let mut records_by_slot: Vec<Option<Records>> = Vec::with_capacity(answered.len());
     for (partition, fetched) in answered {
-        let (error, high_watermark, last_stable_offset, log_start_offset, aborted, records) =
-            match fetched {
-                Fetched::Error(error) => (error, -1, -1, -1, None, None),
-                Fetched::Data {
-                    high_watermark,
-                    last_stable_offset,
-                    log_start_offset,
-                    aborted,
-                    records,
-                } => (
-                    ErrorCode::NONE,
-                    high_watermark,
-                    last_stable_offset,
-                    log_start_offset,
-                    aborted,
-                    records,
-                ),
-            };
+        let (error, high_watermark, last_stable_offset, log_start_offset) = match &fetched {
+            Fetched::Error(error) => (*error, -1, -1, -1),
+            Fetched::Data {
+                high_watermark,
+                last_stable_offset,
+                log_start_offset,
+                ..
+            } => (
+                ErrorCode::NONE,
+                *high_watermark,
+                *last_stable_offset,
+                *log_start_offset,
+            ),
+        };
+        let (aborted, diverging_epoch, records) = match fetched {
+            Fetched::Error(_) => (None, None, None),
+            Fetched::Data {
+                aborted,
+                diverging_epoch,
+                records,
+                ..
+            } => (aborted, diverging_epoch, records),
+        };
         let records_bytes = records
             .as_ref()
             .map_or(0, |records| records_len(records) as usize);
@@ -919,6 +998,7 @@ fn respond(
                 }),
                 preferred_read_replica: -1,
                 records_bytes,
+                diverging_epoch,
             });
         records_by_slot.push(records);
     }
