@@ -200,6 +200,8 @@ async fn send_fetch(
         topic: &assignment.topic,
         partition: assignment.partition,
         fetch_offset: assignment.next_offset,
+        current_leader_epoch: -1,
+        last_fetched_epoch: -1,
     });
     let request = session.request(entries, limits);
     connection

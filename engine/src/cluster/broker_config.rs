@@ -38,6 +38,9 @@ pub struct BrokerConfig {
     /// (Kafka: 1 minute, with flushes only at segment roll), so that a crash
     /// rescans seconds of writes rather than whole active segments.
     pub checkpoint_interval_ms: u64,
+    /// `replica.lag.time.max.ms` (30 s): a follower not caught up for this
+    /// long leaves the ISR.
+    pub replica_lag_time_max_ms: u64,
     /// Topic defaults from the `log.*` names (`log.segment.bytes`, …).
     pub log_defaults: LogConfig,
     /// `log.cleaner.enable`, `log.cleaner.backoff.ms` and
@@ -78,6 +81,7 @@ impl Default for BrokerConfig {
             fetch_session_cache_slots: 1_000,
             retention_check_interval_ms: 300_000,
             checkpoint_interval_ms: CHECKPOINT_INTERVAL_MS_DEFAULT,
+            replica_lag_time_max_ms: crate::replica::replication::REPLICA_LAG_TIME_MAX_MS_DEFAULT,
             log_defaults: LogConfig::default(),
             cluster: None,
             cleaner: CleanerSettings::default(),
@@ -176,6 +180,12 @@ impl BrokerConfig {
                 "log.flush.offset.checkpoint.interval.ms" => {
                     config.checkpoint_interval_ms =
                         u64::try_from(number()?).map_err(|_| invalid("must not be negative"))?
+                }
+                "replica.lag.time.max.ms" => {
+                    config.replica_lag_time_max_ms = u64::try_from(number()?)
+                        .ok()
+                        .filter(|ms| *ms > 0)
+                        .ok_or_else(|| invalid("must be positive"))?
                 }
                 "log.cleaner.enable" => {
                     config.cleaner.enabled = value

@@ -21,7 +21,25 @@ pub struct SessionEntry<'a> {
     pub topic: &'a str,
     pub partition: i32,
     pub fetch_offset: i64,
+    /// KIP-320's epochs: the leader epoch the fetcher knows and that of its
+    /// last fetched batch (a follower's divergence check); -1 for none.
+    pub current_leader_epoch: i32,
+    pub last_fetched_epoch: i32,
 }
+
+impl SessionEntry<'_> {
+    /// What the broker's session must hold of this entry.
+    fn sent(&self) -> Sent {
+        (
+            self.fetch_offset,
+            self.current_leader_epoch,
+            self.last_fetched_epoch,
+        )
+    }
+}
+
+/// A partition's fetch offset and epochs, as last sent.
+type Sent = (i64, i32, i32);
 
 /// Fetch settings the session does not decide.
 #[derive(Clone, Copy, Debug)]
@@ -36,8 +54,8 @@ pub struct ClientSession {
     id: i32,
     /// The epoch of the next request; [`INITIAL_EPOCH`] means a full fetch.
     epoch: i32,
-    /// The fetch offset the broker's session holds for each partition.
-    sent: Vec<Option<i64>>,
+    /// What the broker's session holds for each partition.
+    sent: Vec<Option<Sent>>,
 }
 
 impl ClientSession {
@@ -61,13 +79,15 @@ impl ClientSession {
         let full = self.epoch == INITIAL_EPOCH;
         let mut topics: Vec<FetchTopic> = Vec::new();
         for (entry, sent) in entries.zip(self.sent.iter_mut()) {
-            if !full && *sent == Some(entry.fetch_offset) {
+            if !full && *sent == Some(entry.sent()) {
                 continue;
             }
-            *sent = Some(entry.fetch_offset);
+            *sent = Some(entry.sent());
             let partition = FetchPartition::default()
                 .with_partition(entry.partition)
                 .with_fetch_offset(entry.fetch_offset)
+                .with_current_leader_epoch(entry.current_leader_epoch)
+                .with_last_fetched_epoch(entry.last_fetched_epoch)
                 .with_partition_max_bytes(limits.partition_max_bytes);
             match topics.last_mut() {
                 Some(topic) if topic.topic.as_str() == entry.topic => {
@@ -143,6 +163,8 @@ mod tests {
                 topic: if partition < 2 { "a" } else { "b" },
                 partition: partition as i32,
                 fetch_offset: *fetch_offset,
+                current_leader_epoch: -1,
+                last_fetched_epoch: -1,
             })
     }
 

@@ -17,6 +17,7 @@ mod mesh;
 mod meta_properties;
 mod producer_ids;
 pub mod quorum;
+mod replication;
 mod response;
 mod shard;
 pub mod signals;

@@ -27,6 +27,7 @@ use crate::server::groups::{GroupHost, run_timers};
 use crate::server::mesh::{MeshReceiver, ShardGone, job_with_reply};
 use crate::server::producer_ids::ProducerIds;
 use crate::server::quorum::{ClusterView, Forward};
+use crate::server::replication::ReplicaHost;
 use crate::server::transactions::{self, TxnHost};
 use crate::storage::{
     CLEANER_MAP_BYTES_MIN, CleanerSchedule, MaintenanceSchedule, PartitionLog, StorageError, Store,
@@ -50,6 +51,8 @@ pub struct Shard {
     /// The transaction coordinators of this shard's `__transaction_state`
     /// partitions.
     pub transactions: TxnHost,
+    /// The replication state of this shard's partitions (cluster mode).
+    pub replication: ReplicaHost,
     /// Hands out producer ids; used on the controller shard only.
     pub producer_ids: ProducerIds,
     image: RefCell<Arc<MetadataImage>>,
@@ -86,8 +89,10 @@ impl Shard {
         self.cluster_view.borrow().clone()
     }
 
-    pub fn set_cluster_view(&self, view: Arc<ClusterView>) {
-        *self.cluster_view.borrow_mut() = Some(view);
+    /// The new view, and what it changes for this shard's replicas.
+    pub fn set_cluster_view(self: &Rc<Self>, view: Arc<ClusterView>) {
+        *self.cluster_view.borrow_mut() = Some(view.clone());
+        ReplicaHost::follow_view(self, &view);
     }
 
     /// `f` of `topic`'s `partition` as the cluster image registers it; on
@@ -328,6 +333,7 @@ async fn start(
         context,
         store,
         groups: GroupHost::default(),
+        replication: ReplicaHost::default(),
         producer_ids: ProducerIds::default(),
         transactions: TxnHost::default(),
         image: RefCell::new(image.clone()),

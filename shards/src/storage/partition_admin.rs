@@ -8,7 +8,9 @@ use std::time::Instant;
 
 use brook_engine::log::config::{FlushPolicy, LogConfig};
 use brook_engine::protocol::errors::ErrorCode;
-use brook_engine::replica::divergence::{EpochEndOffset, diverging_epoch};
+use brook_engine::replica::divergence::{
+    EpochEndOffset, Truncation, diverging_epoch, truncation_for,
+};
 use brook_engine::types::{LeaderEpoch, Offset, TimestampMs};
 
 use crate::storage::error::{StorageError, io_error};
@@ -25,6 +27,26 @@ impl PartitionLog {
         self.inner.state.borrow().visible_offset()
     }
 
+    /// What this replica holds for replication to count: the visible
+    /// offset a one-node broker would serve (see above).
+    pub fn local_visible_offset(&self) -> Offset {
+        self.inner.state.borrow().local_visible_offset()
+    }
+
+    /// Replication's high watermark: from now on consumers read below it
+    /// (at most the log end), and [`PartitionLog::wait_visible`] waits for it.
+    pub fn set_high_watermark(&self, high_watermark: Offset) {
+        self.inner
+            .state
+            .borrow_mut()
+            .set_high_watermark(high_watermark);
+    }
+
+    /// Whether replication sets this log's high watermark.
+    pub fn is_replicated(&self) -> bool {
+        self.inner.state.borrow().is_replicated()
+    }
+
     /// Neither offline nor closing: reads and appends may go ahead.
     pub fn is_usable(&self) -> bool {
         self.inner.state.borrow().check_usable().is_ok()
@@ -35,8 +57,22 @@ impl PartitionLog {
         self.inner.state.borrow_mut().news = Some(news);
     }
 
-    /// Waits until every offset below `offset` is visible.
+    /// Waits until every offset below `offset` is visible (below the high
+    /// watermark of a replicated log).
     pub async fn wait_visible(&self, offset: Offset) -> Result<(), StorageError> {
+        if self.is_replicated() {
+            let receiver = self.inner.state.borrow_mut().wait_high_watermark(offset)?;
+            return match receiver {
+                None => Ok(()),
+                Some(receiver) => receiver.await.unwrap_or_else(|_| Err(self.closed_error())),
+            };
+        }
+        self.wait_local_visible(offset).await
+    }
+
+    /// Waits until every offset below `offset` counts as held here
+    /// ([`PartitionLog::local_visible_offset`]).
+    pub async fn wait_local_visible(&self, offset: Offset) -> Result<(), StorageError> {
         let continuous = self.inner.state.borrow().config.flush == FlushPolicy::Continuous;
         if continuous {
             self.wait_durable(offset).await
@@ -93,6 +129,13 @@ impl PartitionLog {
             fetch_offset,
             last_fetched_epoch,
         )
+    }
+
+    /// Where this follower truncates when its leader answered that its log
+    /// diverged (see [`brook_engine::replica::divergence::truncation_for`]).
+    pub fn truncation_for(&self, diverging: EpochEndOffset) -> Truncation {
+        let state = self.inner.state.borrow();
+        truncation_for(&state.epochs, state.log_end_offset, diverging)
     }
 
     /// The largest record timestamp among visible batches, if any has one.

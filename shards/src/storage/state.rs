@@ -137,6 +137,11 @@ pub(crate) struct LogState {
     unsynced_records: u64,
     written_waiters: Waiters,
     durable_waiters: Waiters,
+    /// The high watermark replication sets (a replica of a cluster
+    /// partition): consumers read below it instead of the local visible
+    /// offset. `None` on a one-node broker.
+    replicated_high_watermark: Option<Offset>,
+    high_watermark_waiters: Waiters,
     /// The shard's fetches of many partitions, told when the visible offset
     /// moves (set once the store holds the log).
     pub news: Option<Rc<ShardNews>>,
@@ -172,6 +177,8 @@ impl LogState {
             unsynced_records: 0,
             written_waiters: Waiters::default(),
             durable_waiters: Waiters::default(),
+            replicated_high_watermark: None,
+            high_watermark_waiters: Waiters::default(),
             news: None,
             epochs,
             failure: None,
@@ -386,6 +393,7 @@ impl LogState {
         };
         self.written_waiters.fail_all(&closed);
         self.durable_waiters.fail_all(&closed);
+        self.high_watermark_waiters.fail_all(&closed);
     }
 
     /// The writer's next job, if one may start now: growing the active
@@ -535,6 +543,7 @@ impl LogState {
     /// are now written / synced, and releases their waiters.
     fn advance(&mut self) {
         let visible = self.visible_offset();
+        let written = self.written_offset;
         while let Some(mark) = self.marks.get(self.written_marks) {
             let written = self
                 .segment_slot(mark.segment_base)
@@ -561,18 +570,56 @@ impl LogState {
         self.coalesce_written_marks();
         self.written_waiters.release(self.written_offset);
         self.durable_waiters.release(self.durable_offset);
-        if self.visible_offset() != visible {
+        // A replica's followers fetch what is written, not what is visible.
+        let replica_news =
+            self.replicated_high_watermark.is_some() && self.written_offset != written;
+        if self.visible_offset() != visible || replica_news {
             self.ring_news();
         }
     }
 
-    /// What consumers may read up to: every durable offset, or under a
-    /// flush interval every written one.
+    /// What consumers may read up to: the replicated high watermark of a
+    /// cluster partition, else [`LogState::local_visible_offset`].
     pub fn visible_offset(&self) -> Offset {
+        self.replicated_high_watermark
+            .unwrap_or_else(|| self.local_visible_offset())
+    }
+
+    /// What counts as held by this replica: every durable offset, or under
+    /// a flush interval every written one.
+    pub fn local_visible_offset(&self) -> Offset {
         match self.config.flush {
             FlushPolicy::Continuous => self.durable_offset,
             FlushPolicy::Interval { .. } => self.written_offset,
         }
+    }
+
+    /// Replication moved the high watermark (never past what this log
+    /// holds; never back, except that the first call may start anywhere).
+    pub fn set_high_watermark(&mut self, high_watermark: Offset) {
+        let high_watermark = high_watermark.min(self.log_end_offset);
+        if self.replicated_high_watermark == Some(high_watermark) {
+            return;
+        }
+        self.replicated_high_watermark = Some(high_watermark);
+        self.high_watermark_waiters.release(high_watermark);
+        self.ring_news();
+    }
+
+    pub fn is_replicated(&self) -> bool {
+        self.replicated_high_watermark.is_some()
+    }
+
+    /// A waiter for the high watermark to reach `offset`; `None` if it has.
+    pub fn wait_high_watermark(
+        &mut self,
+        offset: Offset,
+    ) -> Result<Option<oneshot::Receiver<Result<(), StorageError>>>, StorageError> {
+        self.check_usable()?;
+        if self.visible_offset() >= offset {
+            return Ok(None);
+        }
+        Ok(Some(self.high_watermark_waiters.add(offset)))
     }
 
     fn ring_news(&self) {
@@ -606,6 +653,7 @@ impl LogState {
         };
         self.written_waiters.fail_all(&failure);
         self.durable_waiters.fail_all(&failure);
+        self.high_watermark_waiters.fail_all(&failure);
         self.failure = Some(failure);
         self.ring_news();
     }

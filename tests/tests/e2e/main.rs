@@ -25,6 +25,7 @@ mod client_transactions;
 mod cluster_epochs;
 mod cluster_producer_ids;
 mod cluster_quorum;
+mod cluster_replication;
 mod crash_recovery;
 mod exactly_once;
 mod fetch_sessions;

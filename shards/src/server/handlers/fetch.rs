@@ -33,6 +33,7 @@ use futures::future::{LocalBoxFuture, join_all, select_all};
 use kafka_protocol::messages::FetchRequest;
 
 use crate::server::handlers::produce::storage_error_code;
+use crate::server::replication::ReplicaHost;
 use crate::server::response::{FetchPart, Records, Response};
 use crate::server::shard::{Shard, now_ms};
 use crate::storage::{LogData, ReadOptions, StorageError};
@@ -74,8 +75,9 @@ enum Isolation {
     /// Only up to the last stable offset, with the aborted transactions.
     ReadCommitted,
     /// A follower's fetch: up to the log end (Kafka's `FetchIsolation.LOG_END`),
-    /// after the divergence check of its last fetched epoch.
-    Replica,
+    /// after the divergence check of its last fetched epoch; from this
+    /// follower.
+    Replica(BrokerId),
 }
 
 /// What one partition read produced: `R` is [`Records`] on the
@@ -219,7 +221,7 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request) -> Result<Response, Fr
     let replica = replica_of(&body, version);
     let (topics, wanted) = resolve(shard, &image, partitions, replica);
     let isolation = match (replica, body.isolation_level) {
-        (Some(_), _) => Isolation::Replica,
+        (Some(replica), _) => Isolation::Replica(replica),
         (None, 1) => Isolation::ReadCommitted,
         (None, _) => Isolation::ReadUncommitted,
     };
@@ -253,7 +255,7 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request) -> Result<Response, Fr
             };
             return Ok(respond(request.correlation_id, version, data, answered));
         }
-        wait_for_data(shard, &wanted, &pass, deadline).await;
+        wait_for_data(shard, &wanted, &pass, deadline, isolation).await;
     }
 }
 
@@ -673,29 +675,43 @@ async fn read_local(shard: &Rc<Shard>, read: &Read<'_>, limit: Option<u64>) -> F
     let Some(log) = shard.store.partition_at(&read.topic, read.partition) else {
         return Fetched::Error(ErrorCode::NOT_LEADER_OR_FOLLOWER);
     };
+    let mut diverging = None;
+    if let Isolation::Replica(replica) = read.isolation {
+        match log.diverging_epoch(offset, read.last_fetched_epoch) {
+            // The follower's position moves the leader's state (its LEO,
+            // the ISR, the HW) before the answer carries the HW.
+            Ok(None) => {
+                let topic_partition = TopicPartition {
+                    topic: read.topic.to_string(),
+                    partition: read.partition,
+                };
+                if let Err(error) =
+                    ReplicaHost::follower_fetched(shard, &topic_partition, &log, replica, offset)
+                {
+                    return Fetched::Error(error);
+                }
+            }
+            Ok(Some(diverged)) => diverging = Some(diverged),
+            Err(error) => return Fetched::Error(error),
+        }
+    }
     let high_watermark = log.visible_offset();
     let last_stable_offset = log.last_stable_offset(high_watermark);
     let max_offset = match read.isolation {
         Isolation::ReadUncommitted => high_watermark,
         Isolation::ReadCommitted => last_stable_offset,
-        Isolation::Replica => log.log_end_offset(),
+        Isolation::Replica(_) => log.log_end_offset(),
     };
     let log_start_offset = log.log_start_offset();
-    if read.isolation == Isolation::Replica {
-        match log.diverging_epoch(offset, read.last_fetched_epoch) {
-            Ok(None) => {}
-            Ok(Some(diverged)) => {
-                return Fetched::Data {
-                    high_watermark: high_watermark.0,
-                    last_stable_offset: last_stable_offset.0,
-                    log_start_offset: log_start_offset.0,
-                    aborted: None,
-                    diverging_epoch: Some((diverged.epoch.0, diverged.end_offset.0)),
-                    records: None,
-                };
-            }
-            Err(error) => return Fetched::Error(error),
-        }
+    if let Some(diverged) = diverging {
+        return Fetched::Data {
+            high_watermark: high_watermark.0,
+            last_stable_offset: last_stable_offset.0,
+            log_start_offset: log_start_offset.0,
+            aborted: None,
+            diverging_epoch: Some((diverged.epoch.0, diverged.end_offset.0)),
+            records: None,
+        };
     }
     // Nothing new (the usual case for most partitions of a session): no
     // read, but what a read of nothing would answer.
@@ -855,17 +871,18 @@ const PER_PARTITION_WAITERS_MAX: usize = 32;
 enum WaitFor {
     /// Any partition's visible offset moving past this generation.
     News(u64),
-    /// One of these partitions reaching its offset.
-    Partitions(Vec<(TopicPartition, Offset)>),
+    /// One of these partitions reaching its offset: its high watermark, or
+    /// for a follower (`true`) its written end.
+    Partitions(Vec<(TopicPartition, Offset)>, bool),
 }
 
 /// Resolves once what `wait` names has happened, on the owning shard.
 fn appended_on(owner: &Rc<Shard>, wait: WaitFor) -> LocalBoxFuture<'static, ()> {
-    let targets = match wait {
+    let (targets, replica) = match wait {
         WaitFor::News(generation) => {
             return owner.store.news_after(generation).map(|_| ()).boxed_local();
         }
-        WaitFor::Partitions(targets) => targets,
+        WaitFor::Partitions(targets, replica) => (targets, replica),
     };
     let appended: Vec<LocalBoxFuture<'static, ()>> = targets
         .into_iter()
@@ -873,7 +890,10 @@ fn appended_on(owner: &Rc<Shard>, wait: WaitFor) -> LocalBoxFuture<'static, ()> 
             let log = owner.log(&topic_partition)?;
             Some(
                 async move {
-                    let _ = log.wait_visible(target).await;
+                    let _ = match replica {
+                        true => log.wait_written(target).await,
+                        false => log.wait_visible(target).await,
+                    };
                 }
                 .boxed_local(),
             )
@@ -889,7 +909,14 @@ fn appended_on(owner: &Rc<Shard>, wait: WaitFor) -> LocalBoxFuture<'static, ()> 
 /// Waits until any partition's high watermark passes the one this pass saw
 /// (or its fetch offset), or the deadline. Each owning shard gets one waiting
 /// job, which ends as soon as this wait does.
-async fn wait_for_data(shard: &Rc<Shard>, wanted: &[Wanted], pass: &Pass, deadline: Instant) {
+async fn wait_for_data(
+    shard: &Rc<Shard>,
+    wanted: &[Wanted],
+    pass: &Pass,
+    deadline: Instant,
+    isolation: Isolation,
+) {
+    let replica = matches!(isolation, Isolation::Replica(_));
     let mut waits_by_owner: Vec<(ShardId, WaitFor)> = Vec::new();
     for (owner, slots) in slots_by_owner(wanted) {
         if slots.len() > PER_PARTITION_WAITERS_MAX {
@@ -912,7 +939,7 @@ async fn wait_for_data(shard: &Rc<Shard>, wanted: &[Wanted], pass: &Pass, deadli
                 Some((topic_partition, Offset(seen.saturating_add(1))))
             })
             .collect();
-        waits_by_owner.push((owner, WaitFor::Partitions(targets)));
+        waits_by_owner.push((owner, WaitFor::Partitions(targets, replica)));
     }
     let remaining = deadline.saturating_duration_since(Instant::now());
     let mut waits: Vec<LocalBoxFuture<'_, ()>> =

@@ -25,6 +25,7 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use crate::server::handlers::cluster::ensure_topics;
 use crate::server::handlers::{text, topic_name};
 use crate::server::mesh::ShardGone;
+use crate::server::replication::ReplicaHost;
 use crate::server::response::{Response, encode};
 use crate::server::shard::{Shard, now_ms};
 use crate::server::transactions;
@@ -146,6 +147,12 @@ async fn append_on_owner(
         Err(rejected) => return Produced::rejected(rejected),
     };
     let (acks, timeout) = (context.acks, context.timeout);
+    if let Err(error) = shard
+        .replication
+        .check_produce(&topic_partition, acks == -1)
+    {
+        return Produced::failed(error, "the partition's in-sync replicas do not allow it");
+    }
     let leader_epoch = shard.leader_epoch_of(&topic_partition);
     let appended = match transactional_batch(&records) {
         None => log.append(&records, leader_epoch, now_ms()).await,
@@ -186,14 +193,30 @@ async fn append_on_owner(
         }
         Err(error) => return Produced::failed(storage_error_code(&error), error.to_string()),
     };
-    let waited = match acks {
+    let started = std::time::Instant::now();
+    let mut waited = match acks {
         0 => Ok(Ok(())),
-        // The leader is the partition's only in-sync replica: acks=1 is
-        // answered once the record is visible (Kafka moves the high
-        // watermark before it answers), so the producer reads its write.
-        1 => with_timeout(timeout, log.wait_visible(info.log_end_offset)).await,
+        // acks=1: once the leader holds the record (durable, or written
+        // under `flush.*`). On one broker that is the high watermark too
+        // (Kafka moves it before it answers), so the producer reads its
+        // write.
+        1 => with_timeout(timeout, log.wait_local_visible(info.log_end_offset)).await,
         _ => with_timeout(timeout, log.wait_durable(info.log_end_offset)).await,
     };
+    if shard.replication.is_replicated(&topic_partition) {
+        ReplicaHost::log_moved(&shard, &topic_partition, &log);
+        // acks=all: once every in-sync replica holds it (the HW passed it).
+        if acks == -1 && matches!(waited, Ok(Ok(()))) {
+            let left = timeout.saturating_sub(started.elapsed());
+            let end = info.log_end_offset;
+            let code = ReplicaHost::wait_acks(&shard, &topic_partition, &log, end, left).await;
+            if code == ErrorCode::REQUEST_TIMED_OUT {
+                waited = Err(());
+            } else if code.is_error() {
+                return Produced::failed(code, "the record was not replicated to enough replicas");
+            }
+        }
+    }
     match waited {
         Ok(Ok(())) => Produced {
             error: ErrorCode::NONE,

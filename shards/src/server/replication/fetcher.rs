@@ -1,0 +1,284 @@
+//! A shard's replica fetcher for one leader broker (Kafka's
+//! `ReplicaFetcherThread`, one per leader and shard): one Fetch (v12, with
+//! this broker's replica id, each partition's current leader epoch and last
+//! fetched epoch, in an incremental session) carries every partition the
+//! shard follows from that leader.
+//!
+//! Per partition of an answer:
+//! - records: appended as the leader wrote them, then waited on until they
+//!   count here (durable, or written under `flush.*`), so the next fetch
+//!   offset is this replica's counted position and the leader's HW never
+//!   passes what a crash here could lose;
+//! - DivergingEpoch: truncate by epoch ([`PartitionLog::truncation_for`]),
+//!   never to the HW (R5), and fetch again;
+//! - OFFSET_OUT_OF_RANGE: Kafka's restart (truncate to the leader's end, or
+//!   start over at its log start);
+//! - a leader change (NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH):
+//!   a pause until the image names the new leader.
+//!
+//! The task ends when the shard follows nothing from this leader.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use brook_engine::protocol::errors::ErrorCode;
+use brook_engine::replica::divergence::{EpochEndOffset, Restart, out_of_range_restart};
+use brook_engine::types::{BrokerId, LeaderEpoch, Offset, PartitionId, TopicPartition};
+use kafka_protocol::messages::fetch_response::PartitionData;
+use kafka_protocol::messages::{ApiKey, FetchResponse};
+
+use super::ReplicaHost;
+use crate::client::Connection;
+use crate::client::cluster::reconnect_backoff;
+use crate::client::fetch_session::{ClientSession, FetchLimits, SessionEntry};
+use crate::server::shard::{Shard, now_ms};
+use crate::storage::{LogCut, PartitionLog};
+
+/// Fetch as the follower sends it: v12 names topics, carries the replica id
+/// at the top level, and the divergence fields (KIP-595's DivergingEpoch).
+const FETCH_VERSION: i16 = 12;
+/// Kafka's `replica.fetch.wait.max.ms`, `replica.fetch.max.bytes` and
+/// `replica.fetch.response.max.bytes` defaults.
+const LIMITS: FetchLimits = FetchLimits {
+    max_wait_ms: 500,
+    max_bytes: 10 << 20,
+    partition_max_bytes: 1 << 20,
+};
+/// Kafka's `replica.fetch.backoff.ms`.
+const BACKOFF: Duration = Duration::from_secs(1);
+/// A pause after an answer that says the leader moved: the image follows.
+const LEADER_MOVED_PAUSE: Duration = Duration::from_millis(100);
+
+pub async fn run(shard: Rc<Shard>, leader: BrokerId) {
+    let local = BrokerId(shard.context.broker_id);
+    let client_id = format!("brook-replica-{}-{}", local.0, shard.id.0);
+    let mut connection: Option<Rc<Connection>> = None;
+    let mut failures = 0u32;
+    let mut session = ClientSession::new(0);
+    let mut session_set: Vec<TopicPartition> = Vec::new();
+    loop {
+        let followed = shard.replication.followed_from(leader);
+        if followed.is_empty() || shard.is_stopping() {
+            // Nothing awaits between this look and leaving: a view that
+            // adds a partition afterwards starts a new fetcher.
+            shard.replication.fetchers.borrow_mut().remove(&leader);
+            if let Some(connection) = connection.take() {
+                connection.close().await;
+            }
+            return;
+        }
+        let set: Vec<TopicPartition> = followed.iter().map(|(tp, _)| tp.clone()).collect();
+        if set != session_set {
+            session = ClientSession::new(set.len());
+            session_set = set;
+        }
+        let live = match &connection {
+            Some(connection) if !connection.is_failed() => connection.clone(),
+            _ => {
+                glommio::timer::sleep(reconnect_backoff(failures)).await;
+                match connect(&shard, leader, &client_id).await {
+                    Some(opened) => {
+                        failures = 0;
+                        connection = Some(opened.clone());
+                        session = ClientSession::new(session_set.len());
+                        opened
+                    }
+                    None => {
+                        failures = failures.saturating_add(1);
+                        continue;
+                    }
+                }
+            }
+        };
+        // Each partition's position: its log end, which the last round
+        // waited to count here.
+        let logs: Vec<Option<PartitionLog>> =
+            followed.iter().map(|(tp, _)| shard.log(tp)).collect();
+        let entries = followed
+            .iter()
+            .zip(&logs)
+            .filter_map(|((tp, registration), log)| {
+                let log = log.as_ref()?;
+                Some(SessionEntry {
+                    topic: &tp.topic,
+                    partition: tp.partition.0,
+                    fetch_offset: log.log_end_offset().0,
+                    current_leader_epoch: registration.leader_epoch.0,
+                    last_fetched_epoch: log.latest_epoch().map_or(-1, |epoch| epoch.0),
+                })
+            });
+        let mut request = session.request(entries, LIMITS);
+        request.replica_id = kafka_protocol::messages::BrokerId(local.0);
+        request.replica_state.replica_id = kafka_protocol::messages::BrokerId(local.0);
+        request.replica_state.replica_epoch = shard
+            .cluster_view()
+            .and_then(|view| view.image.brokers.get(&local).map(|broker| broker.epoch))
+            .unwrap_or(-1);
+        let response: FetchResponse =
+            match live.request(ApiKey::Fetch, FETCH_VERSION, &request).await {
+                Ok(response) => response,
+                Err(error) => {
+                    tracing::debug!(leader = %leader, %error, "replica fetch failed");
+                    failures = failures.saturating_add(1);
+                    live.close().await;
+                    connection = None;
+                    continue;
+                }
+            };
+        match session.on_response(response.error_code, response.session_id) {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(error) => {
+                tracing::warn!(leader = %leader, %error, "the leader refused a replica fetch");
+                glommio::timer::sleep(BACKOFF).await;
+                continue;
+            }
+        }
+        let mut pause = None;
+        for topic in response.responses {
+            for partition in topic.partitions {
+                let topic_partition = TopicPartition {
+                    topic: topic.topic.to_string(),
+                    partition: PartitionId(partition.partition_index),
+                };
+                if let Some(wait) = take_answer(&shard, &topic_partition, partition).await {
+                    pause = Some(pause.map_or(wait, |longest: Duration| longest.max(wait)));
+                }
+            }
+        }
+        if let Some(pause) = pause {
+            glommio::timer::sleep(pause).await;
+        }
+    }
+}
+
+async fn connect(shard: &Shard, leader: BrokerId, client_id: &str) -> Option<Rc<Connection>> {
+    let address = leader_address(shard, leader)?;
+    let connection = Connection::connect(address, client_id).await.ok()?;
+    if connection.negotiate().await.is_err() {
+        connection.close().await;
+        return None;
+    }
+    Some(connection)
+}
+
+/// The leader's inter-broker endpoint as the image registers it.
+fn leader_address(shard: &Shard, leader: BrokerId) -> Option<SocketAddr> {
+    let view = shard.cluster_view()?;
+    let endpoint = view
+        .image
+        .brokers
+        .get(&leader)?
+        .registration
+        .listeners
+        .first()?
+        .clone();
+    crate::client::cluster::resolve(&format!("{}:{}", endpoint.host, endpoint.port)).ok()
+}
+
+/// Takes one partition's answer; a pause before the next fetch when it
+/// calls for one.
+async fn take_answer(
+    shard: &Rc<Shard>,
+    topic_partition: &TopicPartition,
+    answer: PartitionData,
+) -> Option<Duration> {
+    // The partition may have stopped being followed while the fetch ran.
+    if !shard.replication.is_replicated(topic_partition) {
+        return None;
+    }
+    let log = shard.log(topic_partition)?;
+    let error = ErrorCode(answer.error_code);
+    if error == ErrorCode::OFFSET_OUT_OF_RANGE {
+        let restart = out_of_range_restart(
+            log.log_end_offset(),
+            Offset(answer.log_start_offset),
+            Offset(answer.high_watermark),
+        );
+        let cut = match restart {
+            Restart::TruncateTo(offset) => LogCut::To(offset),
+            Restart::StartAt(offset) => LogCut::FullyAndStartAt(offset),
+            Restart::Resume(_) => return Some(BACKOFF),
+        };
+        return truncate(shard, topic_partition, cut).await;
+    }
+    if error.is_error() {
+        let leader_moved = [
+            ErrorCode::NOT_LEADER_OR_FOLLOWER,
+            ErrorCode::FENCED_LEADER_EPOCH,
+            ErrorCode::UNKNOWN_LEADER_EPOCH,
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+        ];
+        if leader_moved.contains(&error) {
+            return Some(LEADER_MOVED_PAUSE);
+        }
+        tracing::warn!(partition = %topic_partition, ?error, "the leader refused a partition's replica fetch");
+        return Some(BACKOFF);
+    }
+    if answer.diverging_epoch.epoch >= 0 {
+        let truncation = log.truncation_for(EpochEndOffset {
+            epoch: LeaderEpoch(answer.diverging_epoch.epoch),
+            end_offset: Offset(answer.diverging_epoch.end_offset),
+        });
+        tracing::info!(
+            partition = %topic_partition,
+            offset = truncation.offset.0,
+            leader_epoch = answer.diverging_epoch.epoch,
+            "truncating a diverged suffix"
+        );
+        return truncate(shard, topic_partition, LogCut::To(truncation.offset)).await;
+    }
+    if let Some(records) = answer.records.filter(|records| !records.is_empty()) {
+        let appended = match log.append_as_follower(&records, now_ms()).await {
+            Ok(appended) => appended,
+            Err(error) => {
+                tracing::warn!(partition = %topic_partition, %error, "appending the leader's records failed");
+                return Some(BACKOFF);
+            }
+        };
+        if let Err(error) = log.wait_local_visible(appended.log_end_offset).await {
+            tracing::warn!(partition = %topic_partition, %error, "replicated records did not become durable");
+            return Some(BACKOFF);
+        }
+    }
+    ReplicaHost::followed(
+        shard,
+        topic_partition,
+        &log,
+        Some(Offset(answer.high_watermark)),
+    );
+    None
+}
+
+/// Cuts a follower's log and tells its state machine.
+async fn truncate(
+    shard: &Rc<Shard>,
+    topic_partition: &TopicPartition,
+    cut: LogCut,
+) -> Option<Duration> {
+    match shard
+        .store
+        .truncate_partition(topic_partition, cut, now_ms())
+        .await
+    {
+        Ok(log) => {
+            ReplicaHost::followed(shard, topic_partition, &log, None);
+            // The reopened log serves the replica's HW as the old one did.
+            let high_watermark = shard
+                .replication
+                .partitions
+                .borrow()
+                .get(topic_partition)
+                .map(|replication| replication.high_watermark());
+            if let Some(high_watermark) = high_watermark {
+                log.set_high_watermark(high_watermark);
+            }
+            None
+        }
+        Err(error) => {
+            tracing::error!(partition = %topic_partition, %error, "truncating a follower's log failed");
+            Some(BACKOFF)
+        }
+    }
+}

@@ -1,0 +1,416 @@
+//! Replication on a shard (SPEC R1–R8): one
+//! [`PartitionReplication`] per partition this broker is a replica of and
+//! this shard owns, driven by what happens to its log and its followers.
+//!
+//! - The cluster image says who leads: [`ReplicaHost::follow_view`] applies
+//!   each registration, starts a fetcher per leader this shard follows
+//!   ([`fetcher`]) and makes each log serve replication's high watermark.
+//! - As leader: produces and replica fetches report the log's end and what
+//!   it holds (durable, or written under `flush.*`); a replica fetch reports
+//!   the follower's position; a timer lets ISR members that fell behind go.
+//!   The HW a state machine moves goes into the log, which wakes consumers
+//!   and `acks=all` produces; an ISR change goes to the controller as an
+//!   AlterPartition.
+//! - As follower: the fetcher appends the leader's batches, waits until they
+//!   count here, and moves the HW to the leader's as far as this log holds.
+//!
+//! No `RefCell` borrow of the state machines is held across an await.
+
+mod fetcher;
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeSet, HashMap};
+use std::rc::Rc;
+use std::time::Duration;
+
+use brook_engine::cluster::alter_partition::AlterPartitionRequest;
+use brook_engine::cluster::image::ShardId;
+use brook_engine::cluster::peer_wire::{PeerRequest, PeerResponse};
+use brook_engine::cluster::records::PartitionRegistration;
+use brook_engine::protocol::errors::ErrorCode;
+use brook_engine::replica::replication::{
+    AckProgress, Action, FollowerFetch, IsrProposal, PartitionReplication, ReplicationSettings,
+    Role,
+};
+use brook_engine::types::{BrokerId, Offset, TopicPartition};
+use futures::FutureExt;
+
+use crate::server::quorum::ClusterView;
+use crate::server::shard::{Shard, now_ms};
+use crate::storage::PartitionLog;
+
+/// How often leaders look for followers that fell out of the ISR (Kafka
+/// checks every `replica.lag.time.max.ms / 2`; a shorter period only costs
+/// a walk over the shard's led partitions).
+const TICK: Duration = Duration::from_millis(250);
+/// How often a waiting `acks=all` produce looks again at the ISR (the HW
+/// wakes it as soon as it passes; an ISR shrink does not).
+const ACK_RECHECK: Duration = Duration::from_millis(100);
+
+/// The replication state of one shard's partitions.
+#[derive(Debug, Default)]
+pub struct ReplicaHost {
+    partitions: RefCell<HashMap<TopicPartition, PartitionReplication>>,
+    /// Leaders a fetcher of this shard runs for.
+    fetchers: RefCell<BTreeSet<BrokerId>>,
+    ticking: Cell<bool>,
+}
+
+fn now() -> u64 {
+    now_ms().max(0) as u64
+}
+
+/// Tells `replication` where `log` ends and what it holds; what that
+/// moves. (A log handle replaced by a truncation is read afresh by every
+/// caller, so its end may have gone down.)
+fn sync_log(replication: &mut PartitionReplication, log: &PartitionLog) -> Vec<Action> {
+    let end = log.log_end_offset();
+    if end < replication.log_end_offset() {
+        replication.truncated(end);
+    } else {
+        replication.appended(end);
+    }
+    replication.counted(log.local_visible_offset().min(end), now())
+}
+
+impl ReplicaHost {
+    /// Whether replication governs `topic_partition` here.
+    pub fn is_replicated(&self, topic_partition: &TopicPartition) -> bool {
+        self.partitions.borrow().contains_key(topic_partition)
+    }
+
+    /// The cluster image moved: apply every registration of this shard's
+    /// partitions, and start the fetchers it now needs. Call on the shard.
+    pub fn follow_view(shard: &Rc<Shard>, view: &ClusterView) {
+        let host = &shard.replication;
+        let local = BrokerId(shard.context.broker_id);
+        let lag_ms = shard.context.config.replica_lag_time_max_ms;
+        let mut leaders = BTreeSet::new();
+        let mut kept = BTreeSet::new();
+        let owned: Vec<TopicPartition> = shard
+            .image()
+            .partitions()
+            .filter(|(_, owner)| *owner == shard.id)
+            .map(|(topic_partition, _)| topic_partition)
+            .collect();
+        for topic_partition in owned {
+            let registration = view
+                .image
+                .topic_by_name(&topic_partition.topic)
+                .and_then(|topic| {
+                    topic
+                        .partitions
+                        .get(usize::try_from(topic_partition.partition.0).ok()?)
+                })
+                .filter(|registration| registration.replicas.contains(&local));
+            let (Some(registration), Some(log)) = (registration, shard.log(&topic_partition))
+            else {
+                continue;
+            };
+            let min_insync_replicas = log.config().replication.min_insync_replicas;
+            let (role, epoch, actions) = {
+                let mut partitions = host.partitions.borrow_mut();
+                let known = partitions
+                    .get(&topic_partition)
+                    .map(|replication| (replication.role(), replication.leader_epoch()));
+                let replication = partitions
+                    .entry(topic_partition.clone())
+                    .or_insert_with(|| {
+                        PartitionReplication::new(
+                            ReplicationSettings {
+                                local,
+                                min_insync_replicas,
+                                replica_lag_time_max_ms: lag_ms,
+                            },
+                            registration.clone(),
+                            log.log_end_offset(),
+                            log.local_visible_offset().min(log.log_end_offset()),
+                            log.log_start_offset(),
+                            now(),
+                        )
+                    });
+                let mut actions = sync_log(replication, &log);
+                actions.extend(replication.apply_registration(registration.clone(), now()));
+                actions.extend(replication.set_min_insync_replicas(min_insync_replicas, now()));
+                let now_at = (replication.role(), replication.leader_epoch());
+                // A log serves the HW from its first registration on.
+                log.set_high_watermark(replication.high_watermark());
+                let changed = known != Some(now_at);
+                (now_at.0, changed.then_some(now_at.1), actions)
+            };
+            kept.insert(topic_partition.clone());
+            if let (Role::Leader, Some(epoch)) = (role, epoch) {
+                // The new epoch starts at the log end (followers ask where
+                // it starts); appends of it would persist it too.
+                let log = log.clone();
+                glommio::spawn_local(async move {
+                    if let Err(error) = log.become_leader(epoch).await {
+                        tracing::error!(%error, "recording a new leader epoch failed");
+                    }
+                })
+                .detach();
+            }
+            if role == Role::Follower {
+                leaders.insert(registration.leader);
+            }
+            apply(shard, &topic_partition, &log, actions);
+        }
+        host.partitions
+            .borrow_mut()
+            .retain(|topic_partition, _| kept.contains(topic_partition));
+        for leader in leaders {
+            if host.fetchers.borrow_mut().insert(leader) {
+                glommio::spawn_local(fetcher::run(shard.clone(), leader)).detach();
+            }
+        }
+        if !host.ticking.replace(true) {
+            glommio::spawn_local(tick(shard.clone())).detach();
+        }
+    }
+
+    /// Whether a produce may append: NOT_LEADER_OR_FOLLOWER off the
+    /// leader, NOT_ENOUGH_REPLICAS for `acks=all` below
+    /// `min.insync.replicas`. Unreplicated partitions may.
+    pub fn check_produce(
+        &self,
+        topic_partition: &TopicPartition,
+        acks_all: bool,
+    ) -> Result<(), ErrorCode> {
+        match self.partitions.borrow().get(topic_partition) {
+            Some(replication) => replication.check_produce(acks_all),
+            None => Ok(()),
+        }
+    }
+
+    /// The leader's log moved (an append, or what it holds).
+    pub fn log_moved(shard: &Rc<Shard>, topic_partition: &TopicPartition, log: &PartitionLog) {
+        let actions = match shard
+            .replication
+            .partitions
+            .borrow_mut()
+            .get_mut(topic_partition)
+        {
+            Some(replication) => sync_log(replication, log),
+            None => return,
+        };
+        apply(shard, topic_partition, log, actions);
+    }
+
+    /// A follower fetched `topic_partition` from `fetch_offset` (its
+    /// divergence already checked): Kafka's refusals, or what it moved.
+    pub fn follower_fetched(
+        shard: &Rc<Shard>,
+        topic_partition: &TopicPartition,
+        log: &PartitionLog,
+        replica: BrokerId,
+        fetch_offset: Offset,
+    ) -> Result<(), ErrorCode> {
+        let eligible = shard
+            .cluster_view()
+            .is_some_and(|view| view.image.is_active(replica));
+        let actions = {
+            let mut partitions = shard.replication.partitions.borrow_mut();
+            let Some(replication) = partitions.get_mut(topic_partition) else {
+                return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER);
+            };
+            let mut actions = sync_log(replication, log);
+            actions.extend(replication.follower_fetched(FollowerFetch {
+                replica,
+                fetch_offset,
+                eligible,
+                now_ms: now(),
+            })?);
+            actions
+        };
+        apply(shard, topic_partition, log, actions);
+        Ok(())
+    }
+
+    /// Waits until an `acks=all` produce ending before `end` is
+    /// replicated (the HW passed it), or why it cannot be, within `timeout`.
+    pub async fn wait_acks(
+        shard: &Rc<Shard>,
+        topic_partition: &TopicPartition,
+        log: &PartitionLog,
+        end: Offset,
+        timeout: Duration,
+    ) -> ErrorCode {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            Self::log_moved(shard, topic_partition, log);
+            let progress = shard
+                .replication
+                .partitions
+                .borrow()
+                .get(topic_partition)
+                .map(|replication| replication.ack_progress(end));
+            match progress {
+                None => return ErrorCode::NOT_LEADER_OR_FOLLOWER,
+                Some(AckProgress::Done(code)) => return code,
+                Some(AckProgress::Waiting) => {}
+            }
+            let remaining = deadline.saturating_duration_since(std::time::Instant::now());
+            if remaining.is_zero() {
+                return ErrorCode::REQUEST_TIMED_OUT;
+            }
+            let pause = glommio::timer::sleep(remaining.min(ACK_RECHECK)).fuse();
+            let reached = log.wait_visible(end).fuse();
+            futures::pin_mut!(pause, reached);
+            futures::select_biased! {
+                reached = reached => if reached.is_err() {
+                    // A closed (truncated) or offline log: the next look
+                    // says why, after a pause that keeps this from spinning.
+                    glommio::timer::sleep(ACK_RECHECK).await;
+                },
+                () = pause => {},
+            }
+        }
+    }
+
+    /// The partitions this shard follows from `leader`, with the epoch it
+    /// knows them at.
+    fn followed_from(&self, leader: BrokerId) -> Vec<(TopicPartition, PartitionRegistration)> {
+        let mut followed: Vec<_> = self
+            .partitions
+            .borrow()
+            .iter()
+            .filter(|(_, replication)| {
+                replication.role() == Role::Follower && replication.registration().leader == leader
+            })
+            .map(|(topic_partition, replication)| {
+                (topic_partition.clone(), replication.registration().clone())
+            })
+            .collect();
+        followed.sort_by(|a, b| a.0.cmp(&b.0));
+        followed
+    }
+
+    /// A follower's log moved or its leader answered with its HW.
+    fn followed(
+        shard: &Rc<Shard>,
+        topic_partition: &TopicPartition,
+        log: &PartitionLog,
+        leader_high_watermark: Option<Offset>,
+    ) {
+        let actions = {
+            let mut partitions = shard.replication.partitions.borrow_mut();
+            let Some(replication) = partitions.get_mut(topic_partition) else {
+                return;
+            };
+            let mut actions = sync_log(replication, log);
+            if let Some(high_watermark) = leader_high_watermark {
+                actions.extend(replication.leader_high_watermark_is(high_watermark));
+            }
+            actions
+        };
+        apply(shard, topic_partition, log, actions);
+    }
+}
+
+/// Carries out what a state machine decided.
+fn apply(
+    shard: &Rc<Shard>,
+    topic_partition: &TopicPartition,
+    log: &PartitionLog,
+    actions: Vec<Action>,
+) {
+    for action in actions {
+        match action {
+            Action::HighWatermarkAdvanced(high_watermark) => log.set_high_watermark(high_watermark),
+            Action::ProposeIsr(proposal) => {
+                glommio::spawn_local(propose(shard.clone(), topic_partition.clone(), proposal))
+                    .detach();
+            }
+        }
+    }
+}
+
+/// Sends an ISR change to the controller (through shard 0's broker side)
+/// and applies its answer: the committed registration, or a refusal that
+/// lets a later change be proposed.
+async fn propose(shard: Rc<Shard>, topic_partition: TopicPartition, proposal: IsrProposal) {
+    let local = BrokerId(shard.context.broker_id);
+    let request = shard.cluster_view().and_then(|view| {
+        let topic = view.image.topic_by_name(&topic_partition.topic)?;
+        let broker_epoch = view.image.brokers.get(&local)?.epoch;
+        Some(AlterPartitionRequest {
+            broker: local,
+            broker_epoch,
+            topic: topic.id,
+            partition: topic_partition.partition,
+            leader_epoch: proposal.leader_epoch,
+            partition_epoch: proposal.partition_epoch,
+            new_isr: proposal.isr.clone(),
+        })
+    });
+    let answer = match request {
+        None => None,
+        Some(request) => shard
+            .on_shard(ShardId(0), move |first| async move {
+                crate::server::quorum::ask_controller(&first, PeerRequest::AlterPartition(request))
+                    .await
+            })
+            .await
+            .ok()
+            .flatten(),
+    };
+    let mut partitions = shard.replication.partitions.borrow_mut();
+    let Some(replication) = partitions.get_mut(&topic_partition) else {
+        return;
+    };
+    match answer {
+        Some(PeerResponse::AlterPartition(response)) if response.error == ErrorCode::NONE => {
+            tracing::info!(partition = %topic_partition, isr = ?response.isr, "ISR changed");
+            let registration = PartitionRegistration {
+                replicas: replication.registration().replicas.clone(),
+                isr: response.isr,
+                leader: response.leader,
+                leader_epoch: response.leader_epoch,
+                partition_epoch: response.partition_epoch,
+            };
+            let actions = replication.apply_registration(registration, now());
+            drop(partitions);
+            if let Some(log) = shard.log(&topic_partition) {
+                apply(&shard, &topic_partition, &log, actions);
+            }
+        }
+        answer => {
+            tracing::debug!(partition = %topic_partition, ?answer, "the controller did not take an ISR change");
+            replication.proposal_failed();
+        }
+    }
+}
+
+/// Lets every led partition notice followers that fell behind.
+async fn tick(shard: Rc<Shard>) {
+    while !shard.is_stopping() {
+        glommio::timer::sleep(TICK).await;
+        let led: Vec<TopicPartition> = shard
+            .replication
+            .partitions
+            .borrow()
+            .iter()
+            .filter(|(_, replication)| replication.role() == Role::Leader)
+            .map(|(topic_partition, _)| topic_partition.clone())
+            .collect();
+        for topic_partition in led {
+            let Some(log) = shard.log(&topic_partition) else {
+                continue;
+            };
+            let actions = match shard
+                .replication
+                .partitions
+                .borrow_mut()
+                .get_mut(&topic_partition)
+            {
+                Some(replication) => {
+                    let mut actions = sync_log(replication, &log);
+                    actions.extend(replication.tick(now()));
+                    actions
+                }
+                None => continue,
+            };
+            apply(&shard, &topic_partition, &log, actions);
+        }
+    }
+}
