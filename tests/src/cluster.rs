@@ -110,6 +110,25 @@ impl Cluster {
         Cluster { nodes, voters }
     }
 
+    /// Starts a broker-only node `id` (`process.roles=broker`) of this
+    /// cluster in `root/node-<id>`, with `extra` arguments; it is
+    /// `nodes[len]` from then on.
+    pub fn add_broker(&mut self, binary: &str, root: &Path, id: usize, extra: &[&str]) {
+        let mut arguments: Vec<String> = vec![
+            "--set".into(),
+            format!("node.id={id}"),
+            "--set".into(),
+            "process.roles=broker".into(),
+            "--set".into(),
+            format!("controller.quorum.voters={}", self.voters),
+        ];
+        arguments.extend(extra.iter().map(|argument| (*argument).to_owned()));
+        let arguments: Vec<&str> = arguments.iter().map(String::as_str).collect();
+        let directory = root.join(format!("node-{id}"));
+        self.nodes
+            .push(Broker::start(binary, &directory, 1, &arguments));
+    }
+
     /// Metadata from node `index`: its live brokers and the controller; `None`
     /// if it does not answer.
     pub fn seen_by(&self, index: usize) -> Option<Seen> {

@@ -208,12 +208,13 @@ impl Shard {
             .unwrap_or_else(|_| self.context.config.log_defaults.clone())
     }
 
-    /// Opens (creating if new) partition logs owned by this shard, as leader.
+    /// Opens (creating if new) partition logs owned by this shard.
     pub async fn open_partitions(
         &self,
         partitions: Vec<(TopicPartition, LogConfig)>,
     ) -> Result<(), StorageError> {
         use futures::StreamExt;
+        let one_node = self.context.config.cluster.is_none();
         // Several at once: recovery waits on reads, which then overlap.
         let mut opens = futures::stream::iter(partitions)
             .map(|(topic_partition, config)| async move {
@@ -221,8 +222,12 @@ impl Shard {
                     .store
                     .open_partition(&topic_partition, config, now_ms())
                     .await?;
-                // A partition opens at its registration's first epoch.
-                log.become_leader(FIRST_LEADER_EPOCH).await
+                // One node leads every partition at the first epoch; in a
+                // cluster, replication follows the registration's epoch.
+                match one_node {
+                    true => log.become_leader(FIRST_LEADER_EPOCH).await,
+                    false => Ok(()),
+                }
             })
             .buffer_unordered(PARTITION_OPENS_IN_FLIGHT_MAX);
         while let Some(opened) = opens.next().await {

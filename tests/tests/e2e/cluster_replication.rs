@@ -20,6 +20,31 @@ const ALL: [usize; 3] = [0, 1, 2];
 /// Creates `topic` (three replicas, `min.insync.replicas=2`) through node 0
 /// and waits until every node knows each partition's leader.
 fn create_replicated(cluster: &Cluster, topic: &str, partitions: i32) {
+    create_placed(cluster, topic, partitions, &[]);
+}
+
+/// As [`create_replicated`], the partitions on `assignments`' brokers when
+/// it names any.
+fn create_placed(cluster: &Cluster, topic: &str, partitions: i32, assignments: &[&[i32]]) {
+    use kafka_protocol::messages::create_topics_request::CreatableReplicaAssignment;
+    let assigned: Vec<CreatableReplicaAssignment> = assignments
+        .iter()
+        .enumerate()
+        .map(|(index, brokers)| {
+            CreatableReplicaAssignment::default()
+                .with_partition_index(index as i32)
+                .with_broker_ids(
+                    brokers
+                        .iter()
+                        .map(|id| kafka_protocol::messages::BrokerId(*id))
+                        .collect(),
+                )
+        })
+        .collect();
+    let (count, factor) = match assigned.is_empty() {
+        true => (partitions, 3),
+        false => (-1, -1),
+    };
     let mut stream = brook_tests::raw::connect(&cluster.nodes[0]);
     let created: CreateTopicsResponse = brook_tests::raw::exchange(
         &mut stream,
@@ -29,8 +54,9 @@ fn create_replicated(cluster: &Cluster, topic: &str, partitions: i32) {
             .with_topics(vec![
                 CreatableTopic::default()
                     .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
-                    .with_num_partitions(partitions)
-                    .with_replication_factor(3)
+                    .with_num_partitions(count)
+                    .with_replication_factor(factor)
+                    .with_assignments(assigned)
                     .with_configs(vec![
                         CreatableTopicConfig::default()
                             .with_name(StrBytes::from_static_str("min.insync.replicas"))
@@ -45,7 +71,7 @@ fn create_replicated(cluster: &Cluster, topic: &str, partitions: i32) {
         created.topics[0].error_message
     );
     let deadline = Instant::now() + Duration::from_secs(20);
-    for index in ALL {
+    for index in 0..cluster.nodes.len() {
         while leaders(cluster, index, topic)
             .is_none_or(|leaders| leaders.len() != partitions as usize)
         {
@@ -60,6 +86,21 @@ fn create_replicated(cluster: &Cluster, topic: &str, partitions: i32) {
 
 /// Each partition's leader as node `index` says.
 fn leaders(cluster: &Cluster, index: usize, topic: &str) -> Option<BTreeMap<i32, i32>> {
+    Some(
+        placements(cluster, index, topic)?
+            .into_iter()
+            .filter(|(_, (leader, _))| *leader >= 0)
+            .map(|(partition, (leader, _))| (partition, leader))
+            .collect(),
+    )
+}
+
+/// Each partition's leader (-1: none) and ISR as node `index` says.
+fn placements(
+    cluster: &Cluster,
+    index: usize,
+    topic: &str,
+) -> Option<BTreeMap<i32, (i32, Vec<i32>)>> {
     use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
     let mut stream = std::net::TcpStream::connect(&cluster.nodes[index].address).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
@@ -80,8 +121,10 @@ fn leaders(cluster: &Cluster, index: usize, topic: &str) -> Option<BTreeMap<i32,
         found
             .partitions
             .iter()
-            .filter(|partition| partition.leader_id.0 >= 0)
-            .map(|partition| (partition.partition_index, partition.leader_id.0))
+            .map(|partition| {
+                let isr = partition.isr_nodes.iter().map(|id| id.0).collect();
+                (partition.partition_index, (partition.leader_id.0, isr))
+            })
             .collect(),
     )
 }
@@ -121,6 +164,95 @@ fn partition_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
+/// Waits until every replica of `topic` holds as many bytes as the others,
+/// stops every node cleanly, and checks that each follower's segments (and
+/// with `epochs` its `leader-epoch-checkpoint`) are its leader's byte for
+/// byte; returns the followers' segment files.
+fn stop_and_compare_replicas(
+    cluster: &mut Cluster,
+    topic: &str,
+    partitions: i32,
+    epochs: bool,
+) -> Vec<PathBuf> {
+    let leaders = leaders(cluster, 0, topic).unwrap();
+    let data_dirs: Vec<PathBuf> = cluster
+        .nodes
+        .iter()
+        .map(|node| node.data_dir().to_owned())
+        .collect();
+    let dir = |node: usize, partition: i32| -> PathBuf {
+        data_dirs[node].join(format!("{topic}-{partition}"))
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let same = (0..partitions).all(|partition| {
+            let sizes: Vec<u64> = ALL
+                .iter()
+                .map(|node| {
+                    std::fs::read_dir(dir(*node, partition))
+                        .map(|entries| {
+                            entries
+                                .filter_map(|entry| entry.ok())
+                                .filter(|entry| {
+                                    entry.file_name().to_string_lossy().ends_with(".log")
+                                })
+                                .filter_map(|entry| entry.metadata().ok())
+                                .map(|metadata| metadata.len())
+                                .sum()
+                        })
+                        .unwrap_or(0)
+                })
+                .collect();
+            sizes.iter().all(|size| *size == sizes[0])
+        });
+        if same || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for node in &mut cluster.nodes {
+        assert!(node.stop(), "a clean stop:\n{}", node.log());
+    }
+    let mut follower_segments = Vec::new();
+    for partition in 0..partitions {
+        let leader = leaders[&partition] as usize;
+        let mut on_leader = partition_files(&dir(leader, partition));
+        if !epochs {
+            on_leader.remove("leader-epoch-checkpoint");
+        }
+        assert!(
+            on_leader.keys().any(|name| name.ends_with(".log")),
+            "{on_leader:?}"
+        );
+        for follower in ALL.into_iter().filter(|node| *node != leader) {
+            let mut on_follower = partition_files(&dir(follower, partition));
+            if !epochs {
+                on_follower.remove("leader-epoch-checkpoint");
+            }
+            assert_eq!(
+                on_follower.keys().collect::<Vec<_>>(),
+                on_leader.keys().collect::<Vec<_>>(),
+                "partition {partition}: node {follower}'s files against its leader {leader}'s"
+            );
+            for (name, bytes) in &on_leader {
+                assert!(
+                    on_follower[name] == *bytes,
+                    "partition {partition}: {name} differs on node {follower} ({} bytes) from leader {leader} ({} bytes)",
+                    on_follower[name].len(),
+                    bytes.len()
+                );
+            }
+            follower_segments.extend(
+                on_follower
+                    .keys()
+                    .filter(|name| name.ends_with(".log"))
+                    .map(|name| dir(follower, partition).join(name)),
+            );
+        }
+    }
+    follower_segments
+}
+
 /// Acceptance 1: records produced with `acks=all` are on all three
 /// replicas, byte for byte (segments and `leader-epoch-checkpoint`), and
 /// every follower's segments read clean with Kafka's `kafka-dump-log`.
@@ -146,75 +278,8 @@ fn acks_all_records_are_on_every_replica_byte_for_byte() {
         .flush(Duration::from_secs(60))
         .expect("every record acknowledged by two replicas or more");
     drop(producer);
-    let leaders = leaders(&cluster, 0, "replicated").unwrap();
 
-    // Followers catch up to the leader's end within moments; the brokers
-    // then stop cleanly (their segments trimmed to what they hold).
-    let data_dirs: Vec<PathBuf> = cluster
-        .nodes
-        .iter()
-        .map(|node| node.data_dir().to_owned())
-        .collect();
-    let dir = |node: usize, partition: i32| -> PathBuf {
-        data_dirs[node].join(format!("replicated-{partition}"))
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let same = (0..PARTITIONS).all(|partition| {
-            let sizes: Vec<u64> = ALL
-                .iter()
-                .map(|node| {
-                    std::fs::read_dir(dir(*node, partition))
-                        .map(|entries| {
-                            entries
-                                .filter_map(|entry| entry.ok()?.metadata().ok())
-                                .map(|metadata| metadata.len())
-                                .sum()
-                        })
-                        .unwrap_or(0)
-                })
-                .collect();
-            sizes.iter().all(|size| *size == sizes[0])
-        });
-        if same || Instant::now() > deadline {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    for node in &mut cluster.nodes {
-        assert!(node.stop(), "a clean stop:\n{}", node.log());
-    }
-    let mut follower_segments = Vec::new();
-    for partition in 0..PARTITIONS {
-        let leader = leaders[&partition] as usize;
-        let on_leader = partition_files(&dir(leader, partition));
-        assert!(
-            on_leader.keys().any(|name| name.ends_with(".log")),
-            "{on_leader:?}"
-        );
-        for follower in ALL.into_iter().filter(|node| *node != leader) {
-            let on_follower = partition_files(&dir(follower, partition));
-            assert_eq!(
-                on_follower.keys().collect::<Vec<_>>(),
-                on_leader.keys().collect::<Vec<_>>(),
-                "partition {partition}: node {follower}'s files against its leader {leader}'s"
-            );
-            for (name, bytes) in &on_leader {
-                assert!(
-                    on_follower[name] == *bytes,
-                    "partition {partition}: {name} differs on node {follower} ({} bytes) from leader {leader} ({} bytes)",
-                    on_follower[name].len(),
-                    bytes.len()
-                );
-            }
-            follower_segments.extend(
-                on_follower
-                    .keys()
-                    .filter(|name| name.ends_with(".log"))
-                    .map(|name| dir(follower, partition).join(name)),
-            );
-        }
-    }
+    let follower_segments = stop_and_compare_replicas(&mut cluster, "replicated", PARTITIONS, true);
     // Kafka's own reader of the followers' segments.
     let list: Vec<&str> = follower_segments
         .iter()
@@ -240,4 +305,326 @@ fn acks_all_records_are_on_every_replica_byte_for_byte() {
         RECORDS * 2,
         "every record on both followers:\n{stdout}"
     );
+}
+
+/// Waits until node `index` says `topic`'s partition 0 has `wanted`
+/// (leader, ISR); panics with what it says and the node's log if not.
+fn wait_for_placement(cluster: &Cluster, index: usize, topic: &str, wanted: (i32, Vec<i32>)) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen = placements(cluster, index, topic).and_then(|mut all| all.remove(&0));
+        if seen.as_ref() == Some(&wanted) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{topic}-0: wanted {wanted:?}, node {index} says {seen:?}\n{}",
+            cluster.nodes[index].log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Settings that make a stopped broker leave within seconds.
+const QUICK_FENCING: [&str; 4] = [
+    "--set",
+    "broker.session.timeout.ms=3000",
+    "--set",
+    "broker.heartbeat.interval.ms=500",
+];
+
+fn one_record(value: &str) -> Vec<u8> {
+    use brook_engine::log::builder::{BatchOptions, NewRecord, encode_batch};
+    use brook_engine::types::TimestampMs;
+    encode_batch(
+        &[NewRecord::value(value.as_bytes().to_vec(), TimestampMs(1))],
+        &BatchOptions::default(),
+    )
+}
+
+/// Acceptance 6: with two of a partition's three replicas down, `acks=all`
+/// is refused NOT_ENOUGH_REPLICAS and `acks=1` still works; once its last
+/// ISR member dies too, the partition has no leader (unclean election is
+/// off) even though another replica is back, until that member returns.
+/// The replicas are on two broker-only nodes and one voter, so the
+/// controller quorum outlives them.
+#[test]
+fn min_insync_replicas_refuses_acks_all_and_a_dead_isr_leaves_the_partition_offline() {
+    let root = tempfile::tempdir().unwrap();
+    let (mut cluster, _) = Cluster::formed(BROOK, root.path(), 3, &QUICK_FENCING);
+    cluster.add_broker(BROOK, root.path(), 3, &QUICK_FENCING);
+    cluster.add_broker(BROOK, root.path(), 4, &QUICK_FENCING);
+    cluster.wait_until(
+        &[0, 3, 4],
+        Duration::from_secs(30),
+        "five brokers",
+        |seen| seen.brokers == [0, 1, 2, 3, 4],
+    );
+    create_placed(&cluster, "guarded", 1, &[&[0, 3, 4]]);
+    wait_for_placement(&cluster, 1, "guarded", (0, vec![0, 3, 4]));
+    let mut leader = brook_tests::raw::connect(&cluster.nodes[0]);
+    let answer = brook_tests::raw::produce_batch(&mut leader, "guarded", 0, -1, one_record("a"));
+    assert_eq!((answer.error_code, answer.base_offset), (0, 0));
+
+    cluster.nodes[3].kill();
+    cluster.nodes[4].kill();
+    // The controller fences both; each leaves the ISR.
+    wait_for_placement(&cluster, 1, "guarded", (0, vec![0]));
+    let answer = brook_tests::raw::produce_batch(&mut leader, "guarded", 0, -1, one_record("b"));
+    assert_eq!(answer.error_code, 19, "NOT_ENOUGH_REPLICAS: {answer:?}");
+    let answer = brook_tests::raw::produce_batch(&mut leader, "guarded", 0, 1, one_record("c"));
+    assert_eq!((answer.error_code, answer.base_offset), (0, 1), "acks=1");
+
+    // The last ISR member dies: no leader, though node 3 comes back.
+    cluster.nodes[0].kill();
+    wait_for_placement(&cluster, 1, "guarded", (-1, vec![0]));
+    cluster.nodes[3].restart();
+    cluster.wait_until(&[1], Duration::from_secs(30), "node 3 back", |seen| {
+        seen.brokers.contains(&3)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    wait_for_placement(&cluster, 1, "guarded", (-1, vec![0]));
+    // Its ISR member returns: it leads again, node 3 catches up and joins.
+    cluster.nodes[0].restart();
+    wait_for_placement(&cluster, 1, "guarded", (0, vec![0, 3]));
+    let mut leader = brook_tests::raw::connect(&cluster.nodes[0]);
+    let answer = brook_tests::raw::produce_batch(&mut leader, "guarded", 0, -1, one_record("d"));
+    assert_eq!(
+        (answer.error_code, answer.base_offset),
+        (0, 2),
+        "{answer:?}"
+    );
+}
+
+/// An idempotent `acks=all` producer streaming keyed records (`key` is a
+/// sequence number) to every partition in turn from its own thread until
+/// stopped; librdkafka retries through leader changes.
+struct Load {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<brook_tests::deliveries::Deliveries>>,
+}
+
+impl Load {
+    fn start(cluster: &Cluster, topic: &str, partitions: i32) -> Load {
+        use rdkafka::producer::ThreadedProducer;
+        let deliveries = brook_tests::deliveries::Deliveries::default();
+        let producer: ThreadedProducer<brook_tests::deliveries::Deliveries> =
+            rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", bootstrap(cluster))
+                .set("acks", "all")
+                .set("enable.idempotence", "true")
+                .set("linger.ms", "2")
+                .set("message.timeout.ms", "120000")
+                .create_with_context(deliveries.clone())
+                .unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = stop.clone();
+        let topic = topic.to_owned();
+        let thread = std::thread::spawn(move || {
+            let mut sequence = 0u64;
+            while !stopping.load(std::sync::atomic::Ordering::Relaxed) {
+                for _ in 0..20 {
+                    let key = format!("{sequence:09}");
+                    let partition = (sequence % partitions as u64) as i32;
+                    let mut record = BaseRecord::to(&topic)
+                        .key(&key)
+                        .payload(&key)
+                        .partition(partition);
+                    loop {
+                        match producer.send(record) {
+                            Ok(()) => break,
+                            Err((_, returned)) => {
+                                std::thread::sleep(Duration::from_millis(5));
+                                record = returned;
+                            }
+                        }
+                    }
+                    sequence += 1;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            producer
+                .flush(Duration::from_secs(150))
+                .expect("every record answered");
+            deliveries
+        });
+        Load {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops sending, waits for every answer, and returns them.
+    fn finish(mut self) -> brook_tests::deliveries::Deliveries {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+/// Every partition of `topic` as read from its start to its end, as
+/// (offset, key) per partition.
+fn consume_all(
+    cluster: &Cluster,
+    topic: &str,
+    partitions: i32,
+) -> BTreeMap<i32, Vec<(i64, String)>> {
+    use rdkafka::Message;
+    let live = (0..cluster.nodes.len())
+        .find(|index| leaders(cluster, *index, topic).is_some())
+        .expect("a node that answers");
+    let mut ends = BTreeMap::new();
+    for (partition, leader) in leaders(cluster, live, topic).unwrap() {
+        let mut stream = brook_tests::raw::connect(&cluster.nodes[leader as usize]);
+        ends.insert(
+            partition,
+            brook_tests::raw::list_offset(&mut stream, topic, partition, -1),
+        );
+    }
+    assert_eq!(
+        ends.len(),
+        partitions as usize,
+        "every partition has a leader"
+    );
+    let consumer =
+        brook_tests::librdkafka::assigned_from_start(&bootstrap(cluster), topic, partitions);
+    let mut read: BTreeMap<i32, Vec<(i64, String)>> = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let done = |read: &BTreeMap<i32, Vec<(i64, String)>>| {
+        ends.iter().all(|(partition, end)| {
+            read.get(partition)
+                .and_then(|records| records.last())
+                .map_or(*end == 0, |(offset, _)| offset + 1 >= *end)
+        })
+    };
+    while !done(&read) {
+        assert!(
+            Instant::now() < deadline,
+            "read up to {ends:?}: {:?}",
+            read.iter().map(|(p, r)| (p, r.len())).collect::<Vec<_>>()
+        );
+        if let Some(message) = consumer.poll(Duration::from_millis(200)) {
+            let message = message.expect("a record");
+            let key = String::from_utf8(message.key().unwrap().to_vec()).unwrap();
+            read.entry(message.partition())
+                .or_default()
+                .push((message.offset(), key));
+        }
+    }
+    read
+}
+
+/// The checks after a fault round: every acknowledged record is read
+/// exactly once, where its acknowledgement put it, and in the order it
+/// was sent within its partition; nothing is read twice.
+fn check_exactly_once(
+    deliveries: &brook_tests::deliveries::Deliveries,
+    read: &BTreeMap<i32, Vec<(i64, String)>>,
+) {
+    let delivered = deliveries.delivered.lock().unwrap();
+    assert!(
+        delivered.len() > 1_000,
+        "the load ran: {} acknowledged",
+        delivered.len()
+    );
+    let mut seen: BTreeMap<&str, (i32, i64)> = BTreeMap::new();
+    for (partition, records) in read {
+        for pair in records.windows(2) {
+            assert!(
+                pair[0].1 < pair[1].1,
+                "partition {partition}: {:?} before {:?}",
+                pair[0],
+                pair[1]
+            );
+        }
+        for (offset, key) in records {
+            let earlier = seen.insert(key, (*partition, *offset));
+            assert!(
+                earlier.is_none(),
+                "{key} read twice: {earlier:?} and ({partition}, {offset})"
+            );
+        }
+    }
+    for (key, at) in delivered.iter() {
+        assert_eq!(
+            seen.get(key.as_str()),
+            Some(at),
+            "acknowledged {key} at {at:?}"
+        );
+    }
+    let errors = deliveries.errors.lock().unwrap();
+    println!(
+        "{} acknowledged, {} read, {} refused: {:?}",
+        delivered.len(),
+        seen.len(),
+        errors.len(),
+        errors.iter().take(3).collect::<Vec<_>>()
+    );
+}
+
+/// Waits until node `index` says every partition of `topic` has a
+/// leader and all three replicas in its ISR.
+fn wait_for_full_isr(cluster: &Cluster, index: usize, topic: &str, partitions: i32) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let placed = placements(cluster, index, topic);
+        let full = placed.as_ref().is_some_and(|placed| {
+            placed.len() == partitions as usize
+                && placed
+                    .values()
+                    .all(|(leader, isr)| *leader >= 0 && isr.len() == 3)
+        });
+        if full {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{topic}: {placed:?}\n{}",
+            cluster.nodes[index].log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Acceptance 2, Kafka's hard bounce: while the load runs, the leader of
+/// each partition in turn is killed with SIGKILL and started again once
+/// another replica leads, five rounds; every acknowledged record is then
+/// read exactly once in order, and the replicas' segments are identical.
+#[test]
+fn leaders_killed_in_turn_lose_no_acknowledged_record() {
+    let root = tempfile::tempdir().unwrap();
+    let (mut cluster, _) = Cluster::formed(BROOK, root.path(), 3, &QUICK_FENCING);
+    const PARTITIONS: i32 = 3;
+    create_replicated(&cluster, "bounced", PARTITIONS);
+    let load = Load::start(&cluster, "bounced", PARTITIONS);
+    std::thread::sleep(Duration::from_secs(2));
+    for round in 0..5 {
+        let partition = round % PARTITIONS;
+        let asked = (0..3)
+            .find(|index| leaders(&cluster, *index, "bounced").is_some())
+            .unwrap();
+        let leader = leaders(&cluster, asked, "bounced").unwrap()[&partition] as usize;
+        cluster.nodes[leader].kill();
+        let other = (leader + 1) % 3;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while leaders(&cluster, other, "bounced")
+            .and_then(|leaders| leaders.get(&partition).copied())
+            .is_none_or(|now| now == leader as i32)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: no new leader of {partition}\n{}",
+                cluster.nodes[other].log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        cluster.nodes[leader].restart();
+        wait_for_full_isr(&cluster, other, "bounced", PARTITIONS);
+        println!("round {round}: node {leader} killed and back");
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let deliveries = load.finish();
+    let read = consume_all(&cluster, "bounced", PARTITIONS);
+    check_exactly_once(&deliveries, &read);
+    stop_and_compare_replicas(&mut cluster, "bounced", PARTITIONS, false);
 }
