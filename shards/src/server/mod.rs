@@ -170,6 +170,9 @@ pub fn run(
     std::thread::spawn(move || {
         let signal = signals::wait_for_termination();
         tracing::info!(signal, "stopping");
+        if stopper.config.cluster.is_some() {
+            shut_down_in_turn(&stopper);
+        }
         stop_all(&stopper);
     });
     for executor in executors {
@@ -192,6 +195,23 @@ fn resolve_port(listen: SocketAddr) -> Result<SocketAddr, ServerError> {
         address: listen,
         source,
     })
+}
+
+/// A cluster node's controlled shutdown (on shard 0), waited for here.
+fn shut_down_in_turn(context: &ServerContext) {
+    let (done, finished) = flume::bounded::<()>(1);
+    let job: mesh::Job = Box::new(move |shard| {
+        Box::pin(async move {
+            quorum::shut_down_in_turn(shard).await;
+            let _ = done.send(());
+        })
+    });
+    if let Some(first) = context.mesh.first() {
+        if first.send(job).is_ok() {
+            // The shutdown bounds itself; this only guards a lost shard.
+            let _ = finished.recv_timeout(std::time::Duration::from_secs(60));
+        }
+    }
 }
 
 fn stop_all(context: &ServerContext) {

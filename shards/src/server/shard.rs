@@ -26,7 +26,7 @@ use crate::server::context::ServerContext;
 use crate::server::groups::{GroupHost, run_timers};
 use crate::server::mesh::{MeshReceiver, ShardGone, job_with_reply};
 use crate::server::producer_ids::ProducerIds;
-use crate::server::quorum::{ClusterView, Forward};
+use crate::server::quorum::{ClusterView, Forward, ShutDown};
 use crate::server::replication::ReplicaHost;
 use crate::server::transactions::{self, TxnHost};
 use crate::storage::{
@@ -66,6 +66,8 @@ pub struct Shard {
     pub controller_lock: Semaphore,
     /// Every partition's registration on a one-node broker.
     one_node_registration: PartitionRegistration,
+    /// A controlled shutdown's progress (shard 0, cluster mode).
+    pub shut_down: Cell<ShutDown>,
     stopping: Cell<bool>,
     stop_bell: Semaphore,
 }
@@ -353,6 +355,7 @@ async fn start(
             leader_epoch: FIRST_LEADER_EPOCH,
             partition_epoch: 0,
         },
+        shut_down: Cell::new(ShutDown::Running),
         stopping: Cell::new(false),
         stop_bell: Semaphore::new(0),
     });

@@ -164,15 +164,18 @@ fn partition_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
-/// Waits until every replica of `topic` holds as many bytes as the others,
-/// stops every node cleanly, and checks that each follower's segments (and
-/// with `epochs` its `leader-epoch-checkpoint`) are its leader's byte for
-/// byte; returns the followers' segment files.
-fn stop_and_compare_replicas(
+/// Waits until every replica of `topic` holds as many whole batches as
+/// the others, kills every node at once (a clean stop would move
+/// leaderships, which changes the epoch files as it goes), and checks that
+/// each follower's batches (and with `epochs` its
+/// `leader-epoch-checkpoint`) are its leader's byte for byte; returns
+/// copies of the followers' segments cut to their batches, under `copies`.
+fn kill_and_compare_replicas(
     cluster: &mut Cluster,
     topic: &str,
     partitions: i32,
     epochs: bool,
+    copies: &Path,
 ) -> Vec<PathBuf> {
     let leaders = leaders(cluster, 0, topic).unwrap();
     let data_dirs: Vec<PathBuf> = cluster
@@ -183,52 +186,50 @@ fn stop_and_compare_replicas(
     let dir = |node: usize, partition: i32| -> PathBuf {
         data_dirs[node].join(format!("{topic}-{partition}"))
     };
+    let held = |node: usize, partition: i32| -> u64 {
+        partition_files(&dir(node, partition))
+            .iter()
+            .filter(|(name, _)| name.ends_with(".log"))
+            .map(|(_, bytes)| batch_bytes(bytes).len() as u64)
+            .sum()
+    };
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let same = (0..partitions).all(|partition| {
-            let sizes: Vec<u64> = ALL
-                .iter()
-                .map(|node| {
-                    std::fs::read_dir(dir(*node, partition))
-                        .map(|entries| {
-                            entries
-                                .filter_map(|entry| entry.ok())
-                                .filter(|entry| {
-                                    entry.file_name().to_string_lossy().ends_with(".log")
-                                })
-                                .filter_map(|entry| entry.metadata().ok())
-                                .map(|metadata| metadata.len())
-                                .sum()
-                        })
-                        .unwrap_or(0)
-                })
-                .collect();
-            sizes.iter().all(|size| *size == sizes[0])
-        });
-        if same || Instant::now() > deadline {
-            break;
-        }
+    while !(0..partitions).all(|partition| {
+        ALL.iter()
+            .all(|node| held(*node, partition) == held(0, partition))
+    }) && Instant::now() < deadline
+    {
         std::thread::sleep(Duration::from_millis(200));
     }
     for node in &mut cluster.nodes {
-        assert!(node.stop(), "a clean stop:\n{}", node.log());
+        node.kill();
     }
     let mut follower_segments = Vec::new();
     for partition in 0..partitions {
         let leader = leaders[&partition] as usize;
-        let mut on_leader = partition_files(&dir(leader, partition));
-        if !epochs {
-            on_leader.remove("leader-epoch-checkpoint");
-        }
+        let kept = |node: usize| -> BTreeMap<String, Vec<u8>> {
+            partition_files(&dir(node, partition))
+                .into_iter()
+                .filter(|(name, _)| epochs || name.ends_with(".log"))
+                .map(|(name, bytes)| match name.ends_with(".log") {
+                    true => {
+                        let batches = batch_bytes(&bytes).to_vec();
+                        (name, batches)
+                    }
+                    false => (name, bytes),
+                })
+                .collect()
+        };
+        let on_leader = kept(leader);
         assert!(
-            on_leader.keys().any(|name| name.ends_with(".log")),
-            "{on_leader:?}"
+            on_leader
+                .iter()
+                .any(|(name, bytes)| name.ends_with(".log") && !bytes.is_empty()),
+            "{:?}",
+            on_leader.keys()
         );
         for follower in ALL.into_iter().filter(|node| *node != leader) {
-            let mut on_follower = partition_files(&dir(follower, partition));
-            if !epochs {
-                on_follower.remove("leader-epoch-checkpoint");
-            }
+            let on_follower = kept(follower);
             assert_eq!(
                 on_follower.keys().collect::<Vec<_>>(),
                 on_leader.keys().collect::<Vec<_>>(),
@@ -237,20 +238,46 @@ fn stop_and_compare_replicas(
             for (name, bytes) in &on_leader {
                 assert!(
                     on_follower[name] == *bytes,
-                    "partition {partition}: {name} differs on node {follower} ({} bytes) from leader {leader} ({} bytes)",
+                    "partition {partition}: {name} differs on node {follower} ({} bytes) from leader {leader} ({} bytes){}",
                     on_follower[name].len(),
-                    bytes.len()
+                    bytes.len(),
+                    match name.ends_with(".log") {
+                        true => String::new(),
+                        false => format!(
+                            ":\n{}\nagainst\n{}",
+                            String::from_utf8_lossy(&on_follower[name]),
+                            String::from_utf8_lossy(bytes)
+                        ),
+                    }
                 );
             }
-            follower_segments.extend(
-                on_follower
-                    .keys()
-                    .filter(|name| name.ends_with(".log"))
-                    .map(|name| dir(follower, partition).join(name)),
-            );
+            let copy_dir = copies.join(format!("node-{follower}-{topic}-{partition}"));
+            std::fs::create_dir_all(&copy_dir).unwrap();
+            for (name, bytes) in on_follower
+                .iter()
+                .filter(|(name, _)| name.ends_with(".log"))
+            {
+                std::fs::write(copy_dir.join(name), bytes).unwrap();
+                follower_segments.push(copy_dir.join(name));
+            }
         }
     }
     follower_segments
+}
+
+/// The whole record batches at the start of a segment file's bytes (an
+/// active segment's file runs on, zeroed, past them).
+fn batch_bytes(bytes: &[u8]) -> &[u8] {
+    let mut at = 0usize;
+    while let Some(header) = bytes.get(at..at + 12) {
+        let length = i32::from_be_bytes(header[8..12].try_into().unwrap());
+        let end = at + 12 + length.max(0) as usize;
+        if length <= 0 || end > bytes.len() {
+            break;
+        }
+        at = end;
+    }
+    &bytes[..at]
 }
 
 /// Acceptance 1: records produced with `acks=all` are on all three
@@ -279,7 +306,9 @@ fn acks_all_records_are_on_every_replica_byte_for_byte() {
         .expect("every record acknowledged by two replicas or more");
     drop(producer);
 
-    let follower_segments = stop_and_compare_replicas(&mut cluster, "replicated", PARTITIONS, true);
+    let copies = tempfile::tempdir().unwrap();
+    let follower_segments =
+        kill_and_compare_replicas(&mut cluster, "replicated", PARTITIONS, true, copies.path());
     // Kafka's own reader of the followers' segments.
     let list: Vec<&str> = follower_segments
         .iter()
@@ -626,5 +655,49 @@ fn leaders_killed_in_turn_lose_no_acknowledged_record() {
     let deliveries = load.finish();
     let read = consume_all(&cluster, "bounced", PARTITIONS);
     check_exactly_once(&deliveries, &read);
-    stop_and_compare_replicas(&mut cluster, "bounced", PARTITIONS, false);
+    let copies = tempfile::tempdir().unwrap();
+    kill_and_compare_replicas(&mut cluster, "bounced", PARTITIONS, false, copies.path());
+}
+
+/// Acceptance 5: a clean rolling restart (SIGTERM, which is a controlled
+/// shutdown: the controller moves the broker's leaderships before it
+/// stops) of all three brokers under load surfaces no produce error to the
+/// client, and loses nothing.
+#[test]
+fn a_rolling_restart_under_load_surfaces_no_error() {
+    let root = tempfile::tempdir().unwrap();
+    let (mut cluster, _) = Cluster::formed(BROOK, root.path(), 3, &QUICK_FENCING);
+    const PARTITIONS: i32 = 3;
+    create_replicated(&cluster, "rolled", PARTITIONS);
+    let load = Load::start(&cluster, "rolled", PARTITIONS);
+    std::thread::sleep(Duration::from_secs(2));
+    for node in ALL {
+        let started = Instant::now();
+        assert!(
+            cluster.nodes[node].stop(),
+            "a clean stop:\n{}",
+            cluster.nodes[node].log()
+        );
+        let stopped_in = started.elapsed();
+        let log = cluster.nodes[node].log();
+        assert!(
+            log.contains("controlled shutdown: this broker leads nothing"),
+            "node {node} stopped without handing over its leaderships:\n{log}"
+        );
+        cluster.nodes[node].restart();
+        let other = (node + 1) % 3;
+        wait_for_full_isr(&cluster, other, "rolled", PARTITIONS);
+        println!("node {node}: stopped in {stopped_in:?}, back in the ISR");
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let deliveries = load.finish();
+    assert_eq!(
+        *deliveries.errors.lock().unwrap(),
+        Vec::<String>::new(),
+        "no produce error surfaces"
+    );
+    let read = consume_all(&cluster, "rolled", PARTITIONS);
+    check_exactly_once(&deliveries, &read);
+    let copies = tempfile::tempdir().unwrap();
+    kill_and_compare_replicas(&mut cluster, "rolled", PARTITIONS, false, copies.path());
 }

@@ -32,6 +32,44 @@ use futures::{FutureExt, StreamExt};
 const FETCH_INTERVAL: Duration = Duration::from_millis(50);
 /// A wait before trying another voter.
 const RETRY_DELAY: Duration = Duration::from_millis(200);
+/// Heartbeats while a controlled shutdown waits for the controller to move
+/// this broker's leaderships.
+const SHUTDOWN_HEARTBEAT: Duration = Duration::from_millis(100);
+/// The longest a controlled shutdown waits before the broker stops anyway
+/// (its leaderships then move when its session expires).
+const CONTROLLED_SHUTDOWN_MAX: Duration = Duration::from_secs(30);
+
+/// SIGTERM in a cluster (Kafka's controlled shutdown): asks the controller,
+/// through this node's heartbeats, to move every leadership this broker
+/// holds, and returns once it says the broker leads nothing (or after
+/// [`CONTROLLED_SHUTDOWN_MAX`]). Runs on shard 0; the caller then stops the
+/// shards.
+pub async fn shut_down_in_turn(shard: Rc<Shard>) {
+    shard.shut_down.set(ShutDown::Wanted);
+    let started = Instant::now();
+    while shard.shut_down.get() != ShutDown::Allowed {
+        if started.elapsed() > CONTROLLED_SHUTDOWN_MAX {
+            tracing::warn!("the controller moved no leaderships in time; stopping anyway");
+            return;
+        }
+        glommio::timer::sleep(SHUTDOWN_HEARTBEAT / 2).await;
+    }
+    tracing::info!(
+        after_ms = started.elapsed().as_millis() as u64,
+        "controlled shutdown: this broker leads nothing"
+    );
+}
+
+/// Where a controlled shutdown of this node is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ShutDown {
+    #[default]
+    Running,
+    /// SIGTERM came: heartbeats ask to shut down.
+    Wanted,
+    /// The controller answered that the broker leads nothing.
+    Allowed,
+}
 
 struct Session {
     stream: TcpStream,
@@ -194,16 +232,17 @@ async fn session(
     let heartbeat_every = Duration::from_millis(state.settings.heartbeat_interval_ms);
     let mut next_heartbeat = Instant::now();
     while !shard.is_stopping() {
+        if shard.shut_down.get() == ShutDown::Wanted {
+            next_heartbeat = next_heartbeat.min(Instant::now() + SHUTDOWN_HEARTBEAT);
+        }
         if Instant::now() >= next_heartbeat {
             let request = match state.epoch {
                 None => PeerRequest::Register(state.registration.clone()),
-                // Not a controlled shutdown: a stopped broker's leaderships
-                // move when its session expires.
                 Some(epoch) => PeerRequest::Heartbeat {
                     broker: state.settings.node,
                     epoch,
                     applied: state.image.offset,
-                    want_shut_down: false,
+                    want_shut_down: shard.shut_down.get() != ShutDown::Running,
                 },
             };
             match session.ask(request).await? {
@@ -226,9 +265,16 @@ async fn session(
                     tracing::warn!(code = error.0, reason, "registration refused; retrying");
                     next_heartbeat = Instant::now() + heartbeat_every / 2;
                 }
-                PeerResponse::Heartbeat { error, .. } if error == ErrorCode::NONE => {
+                PeerResponse::Heartbeat {
+                    error,
+                    should_shut_down,
+                    ..
+                } if error == ErrorCode::NONE => {
                     state.controller = Some(target);
                     next_heartbeat = Instant::now() + heartbeat_every;
+                    if should_shut_down && shard.shut_down.get() == ShutDown::Wanted {
+                        shard.shut_down.set(ShutDown::Allowed);
+                    }
                 }
                 PeerResponse::Heartbeat { error, .. } => {
                     tracing::warn!(?error, "heartbeat refused; registering again");

@@ -18,6 +18,7 @@
 //! - the broker side, a client of whichever voter is the active controller.
 
 mod broker;
+pub use broker::{ShutDown, shut_down_in_turn};
 pub mod disk;
 mod reconcile;
 mod transport;
