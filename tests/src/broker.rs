@@ -36,6 +36,12 @@ impl Broker {
         self.process.pid().expect("the broker is running")
     }
 
+    /// Sends `signal` (SIGSTOP, SIGCONT, …) to the broker process.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on a child process this test started.
+        assert_eq!(unsafe { libc::kill(self.pid() as i32, signal) }, 0);
+    }
+
     /// SIGKILL, as a crash.
     pub fn kill(&mut self) {
         self.process.kill();

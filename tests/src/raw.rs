@@ -107,17 +107,31 @@ fn topic_name(name: &str) -> TopicName {
 
 /// Creates `name` with `partitions` single-replica partitions.
 pub fn create_topic(stream: &mut TcpStream, name: &str, partitions: i32) {
-    let topic = CreatableTopic::default()
-        .with_name(topic_name(name))
-        .with_num_partitions(partitions)
-        .with_replication_factor(1);
+    create(
+        stream,
+        CreatableTopic::default()
+            .with_name(topic_name(name))
+            .with_num_partitions(partitions)
+            .with_replication_factor(1),
+    );
+}
+
+/// Creates `topic` as described (waiting up to 30 s), or panics with why not.
+pub fn create(stream: &mut TcpStream, topic: CreatableTopic) {
+    let name = topic.name.to_string();
     let created: CreateTopicsResponse = exchange(
         stream,
         ApiKey::CreateTopics,
         7,
-        &CreateTopicsRequest::default().with_topics(vec![topic]),
+        &CreateTopicsRequest::default()
+            .with_topics(vec![topic])
+            .with_timeout_ms(30_000),
     );
-    assert_eq!(created.topics[0].error_code, 0, "creating {name}");
+    assert_eq!(
+        created.topics[0].error_code, 0,
+        "creating {name}: {:?}",
+        created.topics[0].error_message
+    );
 }
 
 /// Appends one batch of `records` records of `value_bytes` filler bytes to

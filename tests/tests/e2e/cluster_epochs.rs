@@ -192,3 +192,227 @@ fn a_one_node_brook_has_no_quorum_to_describe() {
             .is_some_and(|message| message.contains("controller.quorum.voters"))
     );
 }
+
+/// The committed metadata as the controller at `port` serves it to a
+/// broker, applied to an image.
+fn metadata_image(
+    port: u16,
+    cluster_id: &str,
+) -> brook_engine::cluster::cluster_image::ClusterImage {
+    use brook_engine::cluster::quorum::{Catchup, apply_catchup};
+    let mut peer = Peer::connect(port, cluster_id);
+    let mut image = brook_engine::cluster::cluster_image::ClusterImage::default();
+    loop {
+        let offset = image.offset;
+        match peer.ask(0, PeerRequest::Fetch { offset }).1 {
+            PeerResponse::Fetched(Catchup::Entries(entries)) if entries.is_empty() => return image,
+            PeerResponse::Fetched(catchup) => apply_catchup(&mut image, &catchup).unwrap(),
+            other => panic!("not a catch-up: {other:?}"),
+        }
+        if image.offset == offset {
+            return image;
+        }
+    }
+}
+
+/// One partition's answer to a Fetch v12 sent as replica `replica`.
+fn replica_fetch(
+    broker: &Broker,
+    replica: i32,
+    current_leader_epoch: i32,
+    fetch_offset: i64,
+    last_fetched_epoch: i32,
+) -> kafka_protocol::messages::fetch_response::PartitionData {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+    let request = FetchRequest::default()
+        .with_replica_id(kafka_protocol::messages::BrokerId(replica))
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![
+            FetchTopic::default()
+                .with_topic(TopicName(
+                    kafka_protocol::protocol::StrBytes::from_static_str("fenced"),
+                ))
+                .with_partitions(vec![
+                    FetchPartition::default()
+                        .with_partition(0)
+                        .with_current_leader_epoch(current_leader_epoch)
+                        .with_fetch_offset(fetch_offset)
+                        .with_last_fetched_epoch(last_fetched_epoch)
+                        .with_partition_max_bytes(1 << 20),
+                ]),
+        ]);
+    let mut stream = brook_tests::raw::connect(broker);
+    let mut response: FetchResponse =
+        brook_tests::raw::exchange(&mut stream, ApiKey::Fetch, 12, &request);
+    assert_eq!(response.error_code, 0, "{response:?}");
+    response.responses.remove(0).partitions.remove(0)
+}
+
+/// Acceptance 9 of replication: replica fetches and ISR changes with bad
+/// fields get Kafka's answers, and nothing panics: a fetch from a broker
+/// that is no replica, at a future or a stale leader epoch, past the log
+/// end, or from a follower whose last epoch ended earlier here
+/// (DivergingEpoch); an AlterPartition at a stale partition epoch or broker
+/// epoch.
+#[test]
+fn bad_replica_fetches_and_isr_changes_get_kafkas_errors() {
+    use brook_engine::cluster::alter_partition::AlterPartitionRequest;
+    use brook_engine::types::{LeaderEpoch, PartitionId};
+    use kafka_protocol::messages::TopicName;
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    let root = tempfile::tempdir().unwrap();
+    let (mut cluster, _) = Cluster::formed(BROOK, root.path(), 3, &[]);
+    brook_tests::raw::create(
+        &mut brook_tests::raw::connect(&cluster.nodes[0]),
+        CreatableTopic::default()
+            .with_name(TopicName(
+                kafka_protocol::protocol::StrBytes::from_static_str("fenced"),
+            ))
+            .with_num_partitions(1)
+            .with_replication_factor(3),
+    );
+    let cluster_id = cluster_id(&cluster.nodes[0]);
+    let controller_port = |cluster: &Cluster| {
+        let controller = (0..3)
+            .find_map(|index| cluster.seen_by(index).filter(|seen| seen.controller >= 0))
+            .expect("a node that knows the controller")
+            .controller as usize;
+        cluster.controller_port(controller)
+    };
+    let registration = |cluster: &Cluster| {
+        let image = metadata_image(controller_port(cluster), &cluster_id);
+        let topic = image.topic_by_name("fenced").unwrap().clone();
+        (image, topic.id, topic.partitions[0].clone())
+    };
+    let (_, _, first) = registration(&cluster);
+    let leader = first.leader.0 as usize;
+    let mut to_leader = brook_tests::raw::connect(&cluster.nodes[leader]);
+    // The leader serves the topic once the metadata reaches it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let one = || {
+        brook_engine::log::builder::encode_batch(
+            &[brook_engine::log::builder::NewRecord::value(
+                b"x".to_vec(),
+                brook_engine::types::TimestampMs(1),
+            )],
+            &brook_engine::log::builder::BatchOptions::default(),
+        )
+    };
+    while brook_tests::raw::produce_batch(&mut to_leader, "fenced", 0, -1, one()).error_code != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the leader does not take records"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for _ in 1..10 {
+        brook_tests::raw::produce_filler(&mut to_leader, "fenced", 0, 1, 10);
+    }
+    let follower = first
+        .replicas
+        .iter()
+        .find(|id| id.0 as usize != leader)
+        .unwrap()
+        .0;
+    let on_leader = &cluster.nodes[leader];
+    // No replica: UNKNOWN_LEADER_EPOCH with an epoch, else NOT_LEADER_OR_FOLLOWER.
+    assert_eq!(replica_fetch(on_leader, 42, 0, 0, -1).error_code, 75);
+    assert_eq!(replica_fetch(on_leader, 42, -1, 0, -1).error_code, 6);
+    // A future epoch: UNKNOWN_LEADER_EPOCH.
+    assert_eq!(replica_fetch(on_leader, follower, 5, 0, -1).error_code, 75);
+    // Past the log end with no epoch: OFFSET_OUT_OF_RANGE.
+    assert_eq!(replica_fetch(on_leader, follower, 0, 100, -1).error_code, 1);
+    // Epoch 0 ends at 10 here: a follower at 15 of epoch 0 diverged.
+    let diverged = replica_fetch(on_leader, follower, 0, 15, 0);
+    assert_eq!(diverged.error_code, 0);
+    assert_eq!(
+        (
+            diverged.diverging_epoch.epoch,
+            diverged.diverging_epoch.end_offset
+        ),
+        (0, 10)
+    );
+    // A fetch that follows gets the records and the high watermark.
+    let fetched = replica_fetch(on_leader, follower, 0, 0, -1);
+    assert_eq!((fetched.error_code, fetched.high_watermark), (0, 10));
+    assert!(fetched.records.is_some_and(|records| !records.is_empty()));
+
+    // The leader moves (a controlled shutdown): epoch 0 is stale now.
+    assert!(cluster.nodes[leader].stop());
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let (image, topic_id, moved) = loop {
+        let (image, id, now) = registration(&cluster);
+        if now.leader_epoch.0 > 0 && now.leader.0 >= 0 {
+            break (image, id, now);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no new leader: {now:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let new_leader = &cluster.nodes[moved.leader.0 as usize];
+    let other = moved
+        .replicas
+        .iter()
+        .find(|id| **id != moved.leader)
+        .unwrap()
+        .0;
+    assert_eq!(
+        replica_fetch(new_leader, other, 0, 0, -1).error_code,
+        74,
+        "FENCED_LEADER_EPOCH"
+    );
+    let epoch = moved.leader_epoch.0;
+    let diverged = replica_fetch(new_leader, other, epoch, 15, 0);
+    assert_eq!(
+        (
+            diverged.diverging_epoch.epoch,
+            diverged.diverging_epoch.end_offset
+        ),
+        (0, 10)
+    );
+
+    // AlterPartition at a stale partition epoch, then a stale broker epoch.
+    let broker_epoch = image.brokers[&moved.leader].epoch;
+    let change = |partition_epoch: i32, broker_epoch: i64| {
+        PeerRequest::AlterPartition(AlterPartitionRequest {
+            broker: moved.leader,
+            broker_epoch,
+            topic: topic_id,
+            partition: PartitionId(0),
+            leader_epoch: LeaderEpoch(epoch),
+            partition_epoch,
+            new_isr: vec![moved.leader],
+        })
+    };
+    let mut peer = Peer::connect(controller_port(&cluster), &cluster_id);
+    for (request, wanted) in [
+        (
+            change(moved.partition_epoch - 1, broker_epoch),
+            ErrorCode::INVALID_UPDATE_VERSION,
+        ),
+        (
+            change(moved.partition_epoch, broker_epoch - 1),
+            ErrorCode::STALE_BROKER_EPOCH,
+        ),
+    ] {
+        match peer.ask(0, request).1 {
+            PeerResponse::AlterPartition(answer) => assert_eq!(answer.error, wanted, "{answer:?}"),
+            other => panic!("not an AlterPartition answer: {other:?}"),
+        }
+    }
+    // Every broker still serves.
+    cluster.nodes[leader].restart();
+    for node in &cluster.nodes {
+        assert!(
+            brook_tests::cluster::seen_at(&node.address).is_some(),
+            "{}",
+            node.log()
+        );
+    }
+}

@@ -30,8 +30,7 @@ fn formed_cluster(root: &std::path::Path) -> (Cluster, Vec<brook_tests::cluster:
 }
 
 fn signal(broker: &Broker, signal: i32) {
-    // SAFETY: kill(2) on a child process this test started.
-    assert_eq!(unsafe { libc::kill(broker.pid() as i32, signal) }, 0);
+    broker.signal(signal);
 }
 
 #[test]
