@@ -11,6 +11,9 @@ use crate::log::config::{ConfigError, LogConfig};
 use crate::protocol::frame::SOCKET_REQUEST_MAX_BYTES_DEFAULT;
 use crate::txn::config::TransactionConfig;
 
+/// Kafka's default of `offsets.topic.replication.factor` and
+/// `transaction.state.log.replication.factor`.
+pub const INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT: i16 = 3;
 /// Default of `log.flush.offset.checkpoint.interval.ms` in Brook.
 pub const CHECKPOINT_INTERVAL_MS_DEFAULT: u64 = 2_000;
 
@@ -60,6 +63,13 @@ pub struct BrokerConfig {
     pub offsets_commit_timeout_ms: u64,
     /// The transaction coordinator's `transaction.*` settings.
     pub transactions: TransactionConfig,
+    /// `offsets.topic.replication.factor` and
+    /// `transaction.state.log.replication.factor` (3 each): the replicas of
+    /// `__consumer_offsets` and `__transaction_state` in a cluster. Brook
+    /// creates them with fewer when the cluster has fewer brokers (Kafka
+    /// refuses until it has enough), so a cluster of one or two works.
+    pub offsets_topic_replication_factor: i16,
+    pub transaction_state_log_replication_factor: i16,
     /// The node's place in a cluster (`controller.quorum.voters` and the
     /// KRaft settings around it); `None` for the one-node cluster.
     pub cluster: Option<ClusterSettings>,
@@ -91,6 +101,8 @@ impl Default for BrokerConfig {
             offsets_retention_check_interval_ms: 600_000,
             offsets_commit_timeout_ms: 5_000,
             transactions: TransactionConfig::default(),
+            offsets_topic_replication_factor: INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT,
+            transaction_state_log_replication_factor: INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT,
             unknown: Vec::new(),
             given: BTreeMap::new(),
         }
@@ -137,6 +149,12 @@ impl BrokerConfig {
                 } else {
                     Ok(number)
                 }
+            };
+            let replication_factor = |number: i64| {
+                i16::try_from(number)
+                    .ok()
+                    .filter(|factor| *factor > 0)
+                    .ok_or_else(|| invalid("must be between 1 and 32767"))
             };
             let positive_i32 = |number: i64| {
                 i32::try_from(number)
@@ -253,6 +271,12 @@ impl BrokerConfig {
                         .transactions
                         .remove_expired_transaction_cleanup_interval_ms =
                         i64::from(positive_i32(number()?)?)
+                }
+                "offsets.topic.replication.factor" => {
+                    config.offsets_topic_replication_factor = replication_factor(number()?)?
+                }
+                "transaction.state.log.replication.factor" => {
+                    config.transaction_state_log_replication_factor = replication_factor(number()?)?
                 }
                 "transaction.state.log.num.partitions" => {
                     config.transactions.state_log_num_partitions = positive_i32(number()?)?

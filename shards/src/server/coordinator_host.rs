@@ -145,7 +145,10 @@ impl<C: Coordinator> CoordinatorHost<C> {
     /// marked as loading meanwhile, so that nobody else loads it too, and
     /// unmarked if loading fails (the next request tries again).
     async fn load(&self, shard: &Rc<Shard>, partition: i32) -> Result<C::Found, ErrorCode> {
-        let Some(log) = shard.log(&TopicPartition::new(C::TOPIC, partition)) else {
+        // Only the partition's leader coordinates (a follower's copy of the
+        // log is loaded when it becomes leader).
+        let topic_partition = TopicPartition::new(C::TOPIC, partition);
+        let Some(log) = crate::server::replication::led_log(shard, &topic_partition) else {
             return Err(ErrorCode::NOT_COORDINATOR);
         };
         self.partitions
@@ -200,7 +203,8 @@ impl<C: Coordinator> CoordinatorHost<C> {
             .collect()
     }
 
-    /// Drops a partition's coordinator (its topic was deleted).
+    /// Drops a partition's coordinator (its topic was deleted, or this
+    /// broker stopped leading it).
     pub fn unload(&self, partition: i32) {
         self.partitions.borrow_mut().remove(&partition);
     }
@@ -346,10 +350,17 @@ pub async fn ensure_internal_topic(
     name: &str,
     partitions: i32,
     segment_bytes: u64,
+    replication_factor: i16,
 ) -> Result<(), ErrorCode> {
     if shard.image().topic(name).is_some() {
         return Ok(());
     }
+    // At most one replica per registered broker (see the setting), and
+    // only what a one-node broker has there.
+    let brokers = shard
+        .cluster_view()
+        .map_or(1, |view| view.image.brokers.len().max(1));
+    let replication_factor = replication_factor.min(i16::try_from(brokers).unwrap_or(i16::MAX));
     let configs = BTreeMap::from([
         ("cleanup.policy".to_owned(), "compact".to_owned()),
         ("segment.bytes".to_owned(), segment_bytes.to_string()),
@@ -358,7 +369,7 @@ pub async fn ensure_internal_topic(
         topics: vec![NewTopic {
             name: name.to_owned(),
             partitions,
-            replication_factor: -1,
+            replication_factor,
             configs,
             id: None,
             assignments: Vec::new(),

@@ -35,7 +35,7 @@ use kafka_protocol::records::RecordSet;
 use crate::server::coordinator_host::{
     Coordinator, CoordinatorHost, Waiters, ensure_internal_topic, locate_in, read_partition_batches,
 };
-use crate::server::handlers::produce::with_timeout;
+use crate::server::replication::{NotReplicated, led_log, wait_replicated};
 use crate::server::shard::{Shard, now_ms};
 use crate::storage::{AppendInfo, PartitionLog, StorageError};
 
@@ -148,6 +148,7 @@ pub async fn ensure_offsets_topic(shard: &Rc<Shard>) -> Result<(), ErrorCode> {
         OFFSETS_TOPIC_NAME,
         config.offsets_topic_partitions,
         config.offsets_topic_segment_bytes,
+        config.offsets_topic_replication_factor,
     )
     .await
 }
@@ -259,7 +260,7 @@ pub async fn write_records_placed(
     records: &[Persist],
     producer: Option<TxnProducer>,
 ) -> Result<Vec<Offset>, ErrorCode> {
-    let Some(log) = shard.log(&offsets_partition(partition)) else {
+    let Some(log) = led_log(shard, &offsets_partition(partition)) else {
         return Err(ErrorCode::NOT_COORDINATOR);
     };
     let now = now_ms();
@@ -292,13 +293,21 @@ pub async fn write_records_placed(
         return Ok(Vec::new());
     };
     let timeout = Duration::from_millis(shard.context.config.offsets_commit_timeout_ms);
-    match with_timeout(timeout, log.wait_durable(end)).await {
-        Ok(Ok(())) => Ok(offsets.into_iter().map(Offset).collect()),
-        Ok(Err(error)) => {
+    match wait_replicated(shard, &offsets_partition(partition), &log, end, timeout).await {
+        Ok(()) => Ok(offsets.into_iter().map(Offset).collect()),
+        Err(NotReplicated::Storage(error)) => {
             tracing::warn!(partition, %error, "syncing group records failed");
             Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
         }
-        Err(()) => Err(ErrorCode::REQUEST_TIMED_OUT),
+        Err(NotReplicated::Replication(ErrorCode::REQUEST_TIMED_OUT)) => {
+            Err(ErrorCode::REQUEST_TIMED_OUT)
+        }
+        // Kafka's answer when the coordinator's partition lost its
+        // leadership or in-sync replicas meanwhile.
+        Err(NotReplicated::Replication(ErrorCode::NOT_LEADER_OR_FOLLOWER)) => {
+            Err(ErrorCode::NOT_COORDINATOR)
+        }
+        Err(NotReplicated::Replication(_)) => Err(ErrorCode::COORDINATOR_NOT_AVAILABLE),
     }
 }
 

@@ -31,7 +31,7 @@ use futures::channel::oneshot;
 use crate::server::coordinator_host::{
     Coordinator, CoordinatorHost, Waiters, ensure_internal_topic, locate_in, read_partition_batches,
 };
-use crate::server::handlers::produce::with_timeout;
+use crate::server::replication::{NotReplicated, led_log, wait_replicated};
 use crate::server::shard::{Shard, now_ms};
 use crate::storage::{PartitionLog, StorageError};
 
@@ -87,6 +87,10 @@ pub async fn ensure_state_topic(shard: &Rc<Shard>) -> Result<(), ErrorCode> {
         TRANSACTION_STATE_TOPIC,
         config.state_log_num_partitions,
         segment_bytes,
+        shard
+            .context
+            .config
+            .transaction_state_log_replication_factor,
     )
     .await
 }
@@ -225,7 +229,7 @@ async fn persist(
     partition: i32,
     record: &TransactionRecord,
 ) -> Result<(), ErrorCode> {
-    let Some(log) = shard.log(&state_partition(partition)) else {
+    let Some(log) = led_log(shard, &state_partition(partition)) else {
         return Err(ErrorCode::NOT_COORDINATOR);
     };
     let (key, value) = record.encode().map_err(|error| {
@@ -253,10 +257,19 @@ async fn persist(
         )
         .await
         .map_err(|error| code(&error))?;
-    match with_timeout(PERSIST_TIMEOUT, log.wait_durable(appended.log_end_offset)).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(error)) => Err(code(&error)),
-        Err(()) => Err(ErrorCode::COORDINATOR_NOT_AVAILABLE),
+    let end = appended.log_end_offset;
+    match wait_replicated(
+        shard,
+        &state_partition(partition),
+        &log,
+        end,
+        PERSIST_TIMEOUT,
+    )
+    .await
+    {
+        Ok(()) => Ok(()),
+        Err(NotReplicated::Storage(error)) => Err(code(&error)),
+        Err(NotReplicated::Replication(error)) => Err(coordinator_error_for_append(error)),
     }
 }
 
@@ -348,7 +361,7 @@ pub(crate) async fn write_marker(
     let topic_partition = topic_partition.clone();
     shard
         .on_shard(owner, move |owner| async move {
-            let Some(log) = owner.log(&topic_partition) else {
+            let Some(log) = led_log(&owner, &topic_partition) else {
                 return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER);
             };
             let code =
@@ -364,9 +377,12 @@ pub(crate) async fn write_marker(
                 )
                 .await
                 .map_err(code)?;
-            log.wait_durable(appended.log_end_offset)
-                .await
-                .map_err(code)?;
+            let end = appended.log_end_offset;
+            match wait_replicated(&owner, &topic_partition, &log, end, PERSIST_TIMEOUT).await {
+                Ok(()) => {}
+                Err(NotReplicated::Storage(error)) => return Err(code(error)),
+                Err(NotReplicated::Replication(error)) => return Err(error),
+            }
             // Group offsets of the transaction become visible (or are
             // dropped) before the coordinator hears the marker is written.
             if topic_partition.topic == OFFSETS_TOPIC_NAME {

@@ -724,3 +724,114 @@ fn a_paused_leader_rejoins_without_losing_an_acknowledged_record() {
     let copies = tempfile::tempdir().unwrap();
     kill_and_compare_replicas(&mut cluster, "paused", PARTITIONS, false, copies.path());
 }
+
+/// The broker coordinating `key` (`key_type` 0: a group, 1: a
+/// transactional id), asked of node `index` until it names one.
+fn coordinator_of(cluster: &Cluster, index: usize, key_type: i8, key: &str) -> usize {
+    use kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut stream = brook_tests::raw::connect(&cluster.nodes[index]);
+        let found: FindCoordinatorResponse = brook_tests::raw::exchange(
+            &mut stream,
+            ApiKey::FindCoordinator,
+            3,
+            &FindCoordinatorRequest::default()
+                .with_key(StrBytes::from_string(key.to_owned()))
+                .with_key_type(key_type),
+        );
+        if found.error_code == 0 {
+            return found.node_id.0 as usize;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no coordinator for {key}: {found:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Acceptance 7, groups: a consumer group keeps working when its
+/// coordinator's broker is killed: the group moves to the new leader of its
+/// `__consumer_offsets` partition (three replicas by default), whose copy
+/// holds the offsets committed before; the member keeps reading and
+/// committing. (Transactions across brokers are not done yet: the
+/// coordinator writes markers and verifies partitions only on its own
+/// broker.)
+#[test]
+fn a_group_survives_its_coordinators_death() {
+    use rdkafka::Message;
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    let root = tempfile::tempdir().unwrap();
+    let (mut cluster, _) = Cluster::formed(BROOK, root.path(), 3, &QUICK_FENCING);
+    create_replicated(&cluster, "work", 3);
+    let producer = acks_all_producer(&cluster);
+    let produce = |prefix: &str| {
+        for index in 0..10 {
+            let value = format!("{prefix}-{index}");
+            brook_tests::librdkafka::send_when_queued(
+                &producer,
+                BaseRecord::to("work").key(&value).payload(&value),
+            );
+        }
+        producer.flush(Duration::from_secs(60)).unwrap();
+    };
+    produce("a");
+    let servers = bootstrap(&cluster);
+    let member = || -> BaseConsumer {
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &servers)
+            .set("group.id", "survivors")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        consumer.subscribe(&["work"]).unwrap();
+        consumer
+    };
+    let poll_until = |consumer: &BaseConsumer, read: &mut Vec<String>, wanted: usize| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while read.len() < wanted {
+            assert!(Instant::now() < deadline, "read {read:?}");
+            if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
+                read.push(String::from_utf8(message.payload().unwrap().to_vec()).unwrap());
+            }
+        }
+    };
+    let consumer = member();
+    let mut read = Vec::new();
+    poll_until(&consumer, &mut read, 10);
+    consumer.commit_consumer_state(CommitMode::Sync).unwrap();
+
+    let coordinator = coordinator_of(&cluster, 0, 0, "survivors");
+    cluster.nodes[coordinator].kill();
+    produce("b");
+    poll_until(&consumer, &mut read, 20);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while let Err(error) = consumer.commit_consumer_state(CommitMode::Sync) {
+        assert!(
+            Instant::now() < deadline,
+            "no commit after the coordinator died: {error}"
+        );
+        consumer.poll(Duration::from_millis(100));
+    }
+    let survivor = (0..3).find(|index| *index != coordinator).unwrap();
+    let moved = coordinator_of(&cluster, survivor, 0, "survivors");
+    assert_ne!(moved, coordinator, "the group moved");
+    drop(consumer);
+    // A new member resumes from the offsets committed: nothing is read again.
+    produce("c");
+    let consumer = member();
+    let mut resumed = Vec::new();
+    poll_until(&consumer, &mut resumed, 10);
+    std::thread::sleep(Duration::from_secs(1));
+    while let Some(Ok(message)) = consumer.poll(Duration::from_millis(200)) {
+        resumed.push(String::from_utf8(message.payload().unwrap().to_vec()).unwrap());
+    }
+    resumed.sort();
+    let expected: Vec<String> = (0..10).map(|index| format!("c-{index}")).collect();
+    assert_eq!(resumed, expected);
+    read.sort();
+    read.dedup();
+    assert_eq!(read.len(), 20, "{read:?}");
+}

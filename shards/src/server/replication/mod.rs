@@ -27,11 +27,13 @@ use brook_engine::cluster::alter_partition::AlterPartitionRequest;
 use brook_engine::cluster::image::ShardId;
 use brook_engine::cluster::peer_wire::{PeerRequest, PeerResponse};
 use brook_engine::cluster::records::PartitionRegistration;
+use brook_engine::group::records::OFFSETS_TOPIC_NAME;
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::replica::replication::{
     AckProgress, Action, FollowerFetch, IsrProposal, PartitionReplication, ReplicationSettings,
     Role,
 };
+use brook_engine::txn::records::TRANSACTION_STATE_TOPIC_NAME;
 use brook_engine::types::{BrokerId, Offset, TopicPartition};
 use futures::FutureExt;
 
@@ -152,6 +154,9 @@ impl ReplicaHost {
             }
             if role == Role::Follower {
                 leaders.insert(registration.leader);
+            }
+            if role != Role::Leader {
+                unload_coordinator(shard, &topic_partition);
             }
             apply(shard, &topic_partition, &log, actions);
         }
@@ -304,6 +309,64 @@ impl ReplicaHost {
             actions
         };
         apply(shard, topic_partition, log, actions);
+    }
+}
+
+/// A coordinator follows its partition's leadership: once this broker
+/// stops leading the partition, its state goes (NOT_COORDINATOR from then
+/// on) and the new leader loads it from its copy of the log.
+fn unload_coordinator(shard: &Shard, topic_partition: &TopicPartition) {
+    let partition = topic_partition.partition.0;
+    match topic_partition.topic.as_str() {
+        OFFSETS_TOPIC_NAME => shard.groups.unload(partition),
+        TRANSACTION_STATE_TOPIC_NAME => shard.transactions.unload(partition),
+        _ => {}
+    }
+}
+
+/// The log of `topic_partition` if this broker leads it: a coordinator's
+/// record or a transaction marker must never land on a follower's log.
+pub fn led_log(shard: &Shard, topic_partition: &TopicPartition) -> Option<PartitionLog> {
+    if !shard.leads(&topic_partition.topic, topic_partition.partition) {
+        return None;
+    }
+    shard.log(topic_partition)
+}
+
+/// Why a write was not replicated.
+#[derive(Debug)]
+pub enum NotReplicated {
+    Storage(crate::storage::StorageError),
+    /// NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS_AFTER_APPEND, or
+    /// REQUEST_TIMED_OUT.
+    Replication(ErrorCode),
+}
+
+/// Waits until the append that ended the log at `end` is durable here and,
+/// for a replicated partition, held by every in-sync replica (the
+/// `acks=-1` Kafka's coordinators write with), within `timeout`.
+pub async fn wait_replicated(
+    shard: &Rc<Shard>,
+    topic_partition: &TopicPartition,
+    log: &PartitionLog,
+    end: Offset,
+    timeout: Duration,
+) -> Result<(), NotReplicated> {
+    let started = std::time::Instant::now();
+    let durable = futures::select_biased! {
+        durable = log.wait_durable(end).fuse() => durable,
+        () = glommio::timer::sleep(timeout).fuse() => {
+            return Err(NotReplicated::Replication(ErrorCode::REQUEST_TIMED_OUT));
+        }
+    };
+    durable.map_err(NotReplicated::Storage)?;
+    if !shard.replication.is_replicated(topic_partition) {
+        return Ok(());
+    }
+    let left = timeout.saturating_sub(started.elapsed());
+    match ReplicaHost::wait_acks(shard, topic_partition, log, end, left).await {
+        ErrorCode::NONE => Ok(()),
+        code => Err(NotReplicated::Replication(code)),
     }
 }
 
