@@ -4,18 +4,11 @@
 //! `BROOK_SIM_SEEDS=N` sets the sweep's length (CI: 1,000); long sweeps run
 //! with `cargo run --release -p brook-engine --example controller_sim -- --seeds N`.
 
-use brook_engine::cluster::sim::{Bug, Report, SimConfig, Simulation, sweep};
-
-fn seeds() -> u64 {
-    std::env::var("BROOK_SIM_SEEDS")
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(1_000)
-}
+use brook_engine::cluster::sim::{Bug, Report, SimConfig, Simulation, sweep, sweep_length};
 
 #[test]
 fn a_sweep_of_seeds_keeps_every_invariant_and_exercises_the_faults() {
-    let count = seeds();
+    let count = sweep_length();
     let reports = sweep(0, count, |_| {}).unwrap_or_else(|violation| panic!("{violation}"));
     let total: Report = reports.iter().sum();
     println!("{count} seeds: {total:?}");

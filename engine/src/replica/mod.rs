@@ -6,4 +6,5 @@
 pub mod divergence;
 pub mod producer_state;
 pub mod replication;
+pub mod sim;
 pub mod txn_index;

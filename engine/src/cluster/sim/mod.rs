@@ -949,6 +949,14 @@ impl Simulation {
     }
 }
 
+/// How many seeds a sweep test runs: `BROOK_SIM_SEEDS`, else 1,000 (CI).
+pub fn sweep_length() -> u64 {
+    std::env::var("BROOK_SIM_SEEDS")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(1_000)
+}
+
 /// Runs seeds `first ..< first + count`; the first violation stops the
 /// sweep and says which seed reproduces it.
 pub fn sweep(

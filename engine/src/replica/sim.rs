@@ -1,0 +1,690 @@
+//! A deterministic simulator of one partition's replication: three
+//! replicas, each a [`PartitionReplication`] over a simulated log (a crash
+//! loses what was not synced), a controller that commits ISR changes and
+//! elects as `cluster::elections` does (the first live ISR member in
+//! replica order, a new leader epoch), and a producer with `acks=all`.
+//! Followers fetch by the engine's divergence rules
+//! ([`super::divergence`]). Every choice comes from one seeded ChaCha
+//! stream, so a seed replays exactly.
+//!
+//! After every step the checker asserts:
+//! - no record acknowledged to the producer, nor any a consumer read below
+//!   a high watermark, is ever lost or changed on the leader;
+//! - a replica's high watermark never goes back (within one incarnation);
+//! - below the leader's HW every live ISR member holds the leader's log;
+//! - one leader per leader epoch.
+//!
+//! [`ReplicaBug`] breaks a rule on purpose, to show the checker can fail.
+
+use std::collections::BTreeMap;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::cluster::records::PartitionRegistration;
+use crate::log::epoch_cache::LeaderEpochCache;
+use crate::protocol::errors::ErrorCode;
+use crate::replica::divergence::{Restart, diverging_epoch, out_of_range_restart, truncation_for};
+use crate::replica::replication::{
+    AckProgress, Action, FollowerFetch, IsrProposal, PartitionReplication, ReplicationSettings,
+    Role,
+};
+use crate::types::{BrokerId, LeaderEpoch, Offset};
+
+const REPLICAS: usize = 3;
+/// Simulated milliseconds per step.
+const STEP_MS: u64 = 10;
+/// `replica.lag.time.max.ms` in the simulation: a few dozen steps.
+const LAG_MS: u64 = 300;
+
+/// A rule broken on purpose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplicaBug {
+    /// A restarted replica truncates its log to the high watermark it last
+    /// checkpointed, as Kafka did before KIP-101: an acknowledged record
+    /// above a lagging follower HW is lost if that replica is then elected
+    /// (the seeds' first scenario).
+    TruncateToHighWatermark,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct ReplicaSimConfig {
+    pub seed: u64,
+    pub steps: usize,
+    pub bug: Option<ReplicaBug>,
+}
+
+impl ReplicaSimConfig {
+    pub fn new(seed: u64) -> ReplicaSimConfig {
+        ReplicaSimConfig {
+            seed,
+            steps: 600,
+            bug: None,
+        }
+    }
+}
+
+/// What a run did (a sweep that did nothing proves nothing).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplicaReport {
+    pub acknowledged: u64,
+    pub crashes: u64,
+    pub elections: u64,
+    pub truncations: u64,
+    pub isr_changes: u64,
+}
+
+impl std::iter::Sum<ReplicaReport> for ReplicaReport {
+    fn sum<I: Iterator<Item = ReplicaReport>>(reports: I) -> ReplicaReport {
+        reports.fold(ReplicaReport::default(), |total, report| ReplicaReport {
+            acknowledged: total.acknowledged + report.acknowledged,
+            crashes: total.crashes + report.crashes,
+            elections: total.elections + report.elections,
+            truncations: total.truncations + report.truncations,
+            isr_changes: total.isr_changes + report.isr_changes,
+        })
+    }
+}
+
+/// The first broken invariant: the seed, the step and what broke.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaViolation {
+    pub seed: u64,
+    pub step: usize,
+    pub what: String,
+}
+
+impl std::fmt::Display for ReplicaViolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "seed {} step {}: {}", self.seed, self.step, self.what)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Entry {
+    epoch: LeaderEpoch,
+    value: u64,
+}
+
+#[derive(Debug)]
+struct Node {
+    id: BrokerId,
+    alive: bool,
+    /// Offset = index; the log starts at 0.
+    log: Vec<Entry>,
+    /// Entries below are synced (survive a crash).
+    durable: usize,
+    epochs: LeaderEpochCache,
+    replication: Option<PartitionReplication>,
+    /// The HW as Kafka checkpoints it (what the bug truncates to).
+    checkpointed_high_watermark: Offset,
+}
+
+impl Node {
+    fn end(&self) -> Offset {
+        Offset(self.log.len() as i64)
+    }
+
+    fn truncate(&mut self, end: usize) {
+        self.log.truncate(end);
+        self.durable = self.durable.min(end);
+        self.epochs.truncate_from_end(Offset(end as i64));
+    }
+
+    fn append(&mut self, entry: Entry) {
+        self.epochs.assign(entry.epoch, self.end());
+        self.log.push(entry);
+    }
+}
+
+struct Sim {
+    config: ReplicaSimConfig,
+    rng: ChaCha8Rng,
+    step: usize,
+    nodes: Vec<Node>,
+    registration: PartitionRegistration,
+    /// Which replica led each epoch.
+    leaders: BTreeMap<LeaderEpoch, BrokerId>,
+    /// Broken (crashed, not yet fenced) replicas the controller still
+    /// counts.
+    unfenced_down: Vec<BrokerId>,
+    next_value: u64,
+    /// Produced, awaiting acks=all: (end offset, offset, value).
+    pending: Vec<(Offset, usize, u64)>,
+    /// Acknowledged or read below a HW: must never change.
+    committed: BTreeMap<usize, u64>,
+    report: ReplicaReport,
+}
+
+fn now(step: usize) -> u64 {
+    step as u64 * STEP_MS
+}
+
+/// Runs one seed; the first violated invariant, if any.
+pub fn run(config: ReplicaSimConfig) -> Result<ReplicaReport, ReplicaViolation> {
+    let ids: Vec<BrokerId> = (0..REPLICAS as i32).map(BrokerId).collect();
+    let registration = PartitionRegistration {
+        replicas: ids.clone(),
+        isr: ids.clone(),
+        leader: ids[0],
+        leader_epoch: LeaderEpoch(0),
+        partition_epoch: 0,
+    };
+    let mut sim = Sim {
+        config,
+        rng: ChaCha8Rng::seed_from_u64(config.seed),
+        step: 0,
+        nodes: ids
+            .iter()
+            .map(|id| Node {
+                id: *id,
+                alive: true,
+                log: Vec::new(),
+                durable: 0,
+                epochs: LeaderEpochCache::default(),
+                replication: None,
+                checkpointed_high_watermark: Offset(0),
+            })
+            .collect(),
+        registration,
+        leaders: BTreeMap::from([(LeaderEpoch(0), ids[0])]),
+        unfenced_down: Vec::new(),
+        next_value: 1,
+        pending: Vec::new(),
+        committed: BTreeMap::new(),
+        report: ReplicaReport::default(),
+    };
+    for index in 0..REPLICAS {
+        sim.start_replica(index);
+    }
+    sim.nodes[0].epochs.assign(LeaderEpoch(0), Offset(0));
+    for step in 1..=config.steps {
+        sim.step = step;
+        sim.act()?;
+        sim.check()?;
+    }
+    Ok(sim.report)
+}
+
+/// Runs seeds `first ..< first + count`; the first violation stops it.
+pub fn sweep(
+    first: u64,
+    count: u64,
+    configure: impl Fn(&mut ReplicaSimConfig),
+) -> Result<Vec<ReplicaReport>, ReplicaViolation> {
+    (first..first + count)
+        .map(|seed| {
+            let mut config = ReplicaSimConfig::new(seed);
+            configure(&mut config);
+            run(config)
+        })
+        .collect()
+}
+
+impl Sim {
+    fn violation(&self, what: String) -> ReplicaViolation {
+        ReplicaViolation {
+            seed: self.config.seed,
+            step: self.step,
+            what,
+        }
+    }
+
+    fn leader_index(&self) -> Option<usize> {
+        let leader = self.registration.leader;
+        self.nodes
+            .iter()
+            .position(|node| node.id == leader && node.alive && node.replication.is_some())
+    }
+
+    fn high_watermark(&self, leader: usize) -> Offset {
+        self.nodes[leader]
+            .replication
+            .as_ref()
+            .expect("a live leader")
+            .high_watermark()
+    }
+
+    fn start_replica(&mut self, index: usize) {
+        let now = now(self.step);
+        let node = &mut self.nodes[index];
+        let end = node.end();
+        node.replication = Some(PartitionReplication::new(
+            ReplicationSettings {
+                local: node.id,
+                min_insync_replicas: 2,
+                replica_lag_time_max_ms: LAG_MS,
+            },
+            self.registration.clone(),
+            end,
+            Offset(node.durable as i64),
+            node.checkpointed_high_watermark.min(end),
+            now,
+        ));
+    }
+
+    fn act(&mut self) -> Result<(), ReplicaViolation> {
+        let roll = self.rng.gen_range(0..100);
+        match roll {
+            0..30 => self.produce(),
+            30..40 => self.sync_leader()?,
+            40..80 => {
+                let follower = self.rng.gen_range(0..REPLICAS);
+                self.fetch(follower)?;
+            }
+            80..86 => self.tick()?,
+            86..89 => self.crash(),
+            89..93 => self.fence()?,
+            93..98 => self.restart()?,
+            _ => self.read()?,
+        }
+        self.collect_acks();
+        Ok(())
+    }
+
+    fn produce(&mut self) {
+        let Some(leader) = self.leader_index() else {
+            return;
+        };
+        let node = &mut self.nodes[leader];
+        let replication = node.replication.as_mut().expect("a live leader");
+        if replication.check_produce(true).is_err() {
+            return;
+        }
+        let epoch = replication.leader_epoch();
+        let value = self.next_value;
+        self.next_value += 1;
+        node.append(Entry { epoch, value });
+        let end = node.end();
+        node.replication
+            .as_mut()
+            .expect("a live leader")
+            .appended(end);
+        self.pending.push((end, end.0 as usize - 1, value));
+    }
+
+    fn sync_leader(&mut self) -> Result<(), ReplicaViolation> {
+        let Some(leader) = self.leader_index() else {
+            return Ok(());
+        };
+        let now = now(self.step);
+        let node = &mut self.nodes[leader];
+        node.durable = node.log.len();
+        let durable = Offset(node.durable as i64);
+        let actions = node
+            .replication
+            .as_mut()
+            .expect("a live leader")
+            .counted(durable, now);
+        self.apply(leader, actions)
+    }
+
+    fn tick(&mut self) -> Result<(), ReplicaViolation> {
+        let Some(leader) = self.leader_index() else {
+            return Ok(());
+        };
+        let now = now(self.step);
+        let actions = self.nodes[leader]
+            .replication
+            .as_mut()
+            .expect("a live leader")
+            .tick(now);
+        self.apply(leader, actions)
+    }
+
+    /// One round of a follower's fetcher: the leader's divergence check,
+    /// then its record of the fetch, then the copy, synced before the next.
+    fn fetch(&mut self, follower: usize) -> Result<(), ReplicaViolation> {
+        let Some(leader) = self.leader_index() else {
+            return Ok(());
+        };
+        let role = self.nodes[follower]
+            .replication
+            .as_ref()
+            .map(PartitionReplication::role);
+        if follower == leader || !self.nodes[follower].alive || role != Some(Role::Follower) {
+            return Ok(());
+        }
+        let now = now(self.step);
+        let fetch_offset = self.nodes[follower].end();
+        let last_epoch = self.nodes[follower]
+            .epochs
+            .latest_epoch()
+            .unwrap_or(LeaderEpoch::NONE);
+        let (leader_end, leader_epochs) = {
+            let node = &self.nodes[leader];
+            (node.end(), node.epochs.clone())
+        };
+        match diverging_epoch(
+            &leader_epochs,
+            Offset(0),
+            leader_end,
+            fetch_offset,
+            last_epoch,
+        ) {
+            Err(_) => {
+                let cut = match out_of_range_restart(fetch_offset, Offset(0), leader_end) {
+                    Restart::TruncateTo(offset) => offset,
+                    Restart::StartAt(_) | Restart::Resume(_) => return Ok(()),
+                };
+                self.truncate_follower(follower, cut);
+                return Ok(());
+            }
+            Ok(Some(diverged)) => {
+                let node = &self.nodes[follower];
+                let truncation = truncation_for(&node.epochs, node.end(), diverged);
+                self.truncate_follower(follower, truncation.offset);
+                return Ok(());
+            }
+            Ok(None) => {}
+        }
+        let replica = self.nodes[follower].id;
+        let fetched = self.nodes[leader]
+            .replication
+            .as_mut()
+            .expect("a live leader")
+            .follower_fetched(FollowerFetch {
+                replica,
+                fetch_offset,
+                eligible: true,
+                now_ms: now,
+            });
+        let actions = match fetched {
+            Ok(actions) => actions,
+            Err(_) => return Ok(()),
+        };
+        self.apply(leader, actions)?;
+        let leader_high_watermark = self.high_watermark(leader);
+        let count = self.rng.gen_range(0..=4usize);
+        let copied: Vec<Entry> = self.nodes[leader]
+            .log
+            .iter()
+            .skip(fetch_offset.0 as usize)
+            .take(count)
+            .copied()
+            .collect();
+        let node = &mut self.nodes[follower];
+        for entry in copied {
+            node.append(entry);
+        }
+        node.durable = node.log.len();
+        let end = node.end();
+        let replication = node.replication.as_mut().expect("a live follower");
+        replication.appended(end);
+        let mut actions = replication.counted(end, now);
+        actions.extend(replication.leader_high_watermark_is(leader_high_watermark));
+        self.apply(follower, actions)
+    }
+
+    fn truncate_follower(&mut self, follower: usize, offset: Offset) {
+        let node = &mut self.nodes[follower];
+        if offset >= node.end() {
+            return;
+        }
+        self.report.truncations += 1;
+        node.truncate(offset.0.max(0) as usize);
+        let end = node.end();
+        if let Some(replication) = node.replication.as_mut() {
+            replication.truncated(end);
+        }
+    }
+
+    /// A replica process dies: what it had not synced is gone. The
+    /// controller notices only at the session timeout ([`Sim::fence`]).
+    fn crash(&mut self) {
+        let index = self.rng.gen_range(0..REPLICAS);
+        let down = self.nodes.iter().filter(|node| !node.alive).count();
+        let led = Some(index) == self.leader_index();
+        let node = &mut self.nodes[index];
+        if !node.alive || down >= 2 {
+            return;
+        }
+        self.report.crashes += 1;
+        node.alive = false;
+        node.replication = None;
+        let durable = node.durable;
+        node.truncate(durable);
+        self.unfenced_down.push(node.id);
+        if led || node.id == self.registration.leader {
+            self.pending.clear();
+        }
+    }
+
+    /// The session of a dead replica expires: it leaves the ISR (unless
+    /// last), and if it led, the first live ISR member in replica order
+    /// leads at a new epoch (none: offline).
+    fn fence(&mut self) -> Result<(), ReplicaViolation> {
+        let Some(gone) = self.unfenced_down.pop() else {
+            return Ok(());
+        };
+        self.fence_broker(gone)
+    }
+
+    fn fence_broker(&mut self, gone: BrokerId) -> Result<(), ReplicaViolation> {
+        self.unfenced_down.retain(|down| *down != gone);
+        let mut next = self.registration.clone();
+        if next.isr.len() > 1 {
+            next.isr.retain(|id| *id != gone);
+        }
+        if next.leader == gone {
+            next.leader = self.elect(&next.isr, gone);
+            next.leader_epoch = LeaderEpoch(next.leader_epoch.0 + 1);
+        }
+        next.partition_epoch += 1;
+        self.commit(next)
+    }
+
+    fn elect(&self, isr: &[BrokerId], except: BrokerId) -> BrokerId {
+        self.registration
+            .replicas
+            .iter()
+            .copied()
+            .find(|id| {
+                *id != except
+                    && isr.contains(id)
+                    && self.nodes[id.0 as usize].alive
+                    && !self.unfenced_down.contains(id)
+            })
+            .unwrap_or(BrokerId::NONE)
+    }
+
+    fn restart(&mut self) -> Result<(), ReplicaViolation> {
+        let Some(index) = (0..REPLICAS).find(|index| !self.nodes[*index].alive) else {
+            return Ok(());
+        };
+        let id = self.nodes[index].id;
+        // A new incarnation registers only once the old one's session has
+        // expired (DUPLICATE_BROKER_REGISTRATION before), which fences it.
+        if self.unfenced_down.contains(&id) {
+            self.fence_broker(id)?;
+        }
+        let node = &mut self.nodes[index];
+        node.alive = true;
+        if self.config.bug == Some(ReplicaBug::TruncateToHighWatermark) {
+            let high_watermark = node.checkpointed_high_watermark.0 as usize;
+            node.truncate(high_watermark.min(node.log.len()));
+        }
+        self.start_replica(index);
+        // An offline partition whose ISR member returns is led by it.
+        if self.registration.leader == BrokerId::NONE && self.registration.isr.contains(&id) {
+            let mut next = self.registration.clone();
+            next.leader = id;
+            next.leader_epoch = LeaderEpoch(next.leader_epoch.0 + 1);
+            next.partition_epoch += 1;
+            return self.commit(next);
+        }
+        Ok(())
+    }
+
+    /// A consumer reads the leader below its HW: what it sees is committed.
+    fn read(&mut self) -> Result<(), ReplicaViolation> {
+        let Some(leader) = self.leader_index() else {
+            return Ok(());
+        };
+        let node = &self.nodes[leader];
+        let high_watermark = self.high_watermark(leader).0 as usize;
+        if high_watermark > node.log.len() {
+            return Err(self.violation(format!(
+                "leader {} serves a HW {high_watermark} past its log end {}",
+                node.id,
+                node.log.len()
+            )));
+        }
+        for (offset, entry) in node.log.iter().enumerate().take(high_watermark) {
+            self.committed.entry(offset).or_insert(entry.value);
+        }
+        Ok(())
+    }
+
+    fn collect_acks(&mut self) {
+        let Some(leader) = self.leader_index() else {
+            self.pending.clear();
+            return;
+        };
+        let replication = self.nodes[leader]
+            .replication
+            .as_ref()
+            .expect("a live leader");
+        let mut acknowledged = Vec::new();
+        self.pending.retain(
+            |(end, offset, value)| match replication.ack_progress(*end) {
+                AckProgress::Waiting => true,
+                AckProgress::Done(code) => {
+                    if code == ErrorCode::NONE {
+                        acknowledged.push((*offset, *value));
+                    }
+                    false
+                }
+            },
+        );
+        for (offset, value) in acknowledged {
+            self.report.acknowledged += 1;
+            self.committed.insert(offset, value);
+        }
+    }
+
+    /// The controller commits a registration and every live replica hears it.
+    fn commit(&mut self, next: PartitionRegistration) -> Result<(), ReplicaViolation> {
+        if next.leader != self.registration.leader
+            || next.leader_epoch != self.registration.leader_epoch
+        {
+            self.report.elections += 1;
+            self.pending.clear();
+            if next.leader != BrokerId::NONE {
+                if let Some(earlier) = self.leaders.insert(next.leader_epoch, next.leader) {
+                    if earlier != next.leader {
+                        return Err(self.violation(format!(
+                            "epoch {} led by {earlier} and {}",
+                            next.leader_epoch.0, next.leader
+                        )));
+                    }
+                }
+            }
+        }
+        self.registration = next.clone();
+        let now = now(self.step);
+        for index in 0..REPLICAS {
+            let node = &mut self.nodes[index];
+            let Some(replication) = node.replication.as_mut() else {
+                continue;
+            };
+            let was = (replication.role(), replication.leader_epoch());
+            let actions = replication.apply_registration(next.clone(), now);
+            if replication.role() == Role::Leader && was != (Role::Leader, next.leader_epoch) {
+                // A new leader's epoch starts at its log end.
+                let end = node.end();
+                node.epochs.assign(next.leader_epoch, end);
+            }
+            self.apply(index, actions)?;
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, index: usize, actions: Vec<Action>) -> Result<(), ReplicaViolation> {
+        for action in actions {
+            match action {
+                Action::HighWatermarkAdvanced(high_watermark) => {
+                    let node = &mut self.nodes[index];
+                    if high_watermark > node.end() {
+                        return Err(self.violation(format!(
+                            "replica {} moved its HW to {} past its log end {}",
+                            self.nodes[index].id,
+                            high_watermark.0,
+                            self.nodes[index].end().0
+                        )));
+                    }
+                    if high_watermark < node.checkpointed_high_watermark {
+                        return Err(self.violation(format!(
+                            "replica {} moved its HW back from {} to {}",
+                            self.nodes[index].id,
+                            self.nodes[index].checkpointed_high_watermark.0,
+                            high_watermark.0
+                        )));
+                    }
+                    node.checkpointed_high_watermark = high_watermark;
+                }
+                Action::ProposeIsr(proposal) => self.alter_partition(index, proposal)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// AlterPartition at the controller: taken at the current epochs with
+    /// only live members, refused otherwise.
+    fn alter_partition(
+        &mut self,
+        index: usize,
+        proposal: IsrProposal,
+    ) -> Result<(), ReplicaViolation> {
+        let current = &self.registration;
+        let live = proposal
+            .isr
+            .iter()
+            .all(|id| self.nodes[id.0 as usize].alive && !self.unfenced_down.contains(id));
+        let current_epochs = proposal.leader_epoch == current.leader_epoch
+            && proposal.partition_epoch == current.partition_epoch
+            && current.leader == self.nodes[index].id;
+        if !live || !current_epochs || proposal.isr.is_empty() {
+            if let Some(replication) = self.nodes[index].replication.as_mut() {
+                replication.proposal_failed();
+            }
+            return Ok(());
+        }
+        self.report.isr_changes += 1;
+        let mut next = current.clone();
+        next.isr = proposal.isr;
+        next.partition_epoch += 1;
+        self.commit(next)
+    }
+
+    fn check(&self) -> Result<(), ReplicaViolation> {
+        let Some(leader) = self.leader_index() else {
+            return Ok(());
+        };
+        let node = &self.nodes[leader];
+        for (offset, value) in &self.committed {
+            let held = node.log.get(*offset).map(|entry| entry.value);
+            if held != Some(*value) {
+                return Err(self.violation(format!(
+                    "committed record {value} at offset {offset} is {held:?} on leader {}",
+                    node.id
+                )));
+            }
+        }
+        let high_watermark = self.high_watermark(leader).0 as usize;
+        for member in &self.registration.isr {
+            let other = &self.nodes[member.0 as usize];
+            if !other.alive || other.id == node.id {
+                continue;
+            }
+            let shared = high_watermark.min(other.log.len());
+            if other.log[..shared] != node.log[..shared] {
+                return Err(self.violation(format!(
+                    "ISR member {} differs from leader {} below the HW {high_watermark}",
+                    other.id, node.id
+                )));
+            }
+        }
+        Ok(())
+    }
+}
