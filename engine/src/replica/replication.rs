@@ -204,6 +204,28 @@ impl PartitionReplication {
         self.advance_high_watermark(now_ms).into_iter().collect()
     }
 
+    /// Followers the cluster image no longer lets join an ISR (`active`
+    /// false: fenced or shutting down) stop holding the HW back until they
+    /// fetch again (Kafka's `isReplicaIsrEligible`, asked of the metadata
+    /// at every HW check): a dead follower the controller took out of the
+    /// ISR does not stall `acks=all` for `replica.lag.time.max.ms`. What
+    /// that moves.
+    pub fn rule_out_inactive(
+        &mut self,
+        active: impl Fn(BrokerId) -> bool,
+        now_ms: u64,
+    ) -> Vec<Action> {
+        if self.role() != Role::Leader {
+            return Vec::new();
+        }
+        for (replica, progress) in &mut self.followers {
+            if !active(*replica) {
+                progress.eligible = false;
+            }
+        }
+        self.advance_high_watermark(now_ms).into_iter().collect()
+    }
+
     /// A registration from the metadata log (or an AlterPartition answer).
     /// One older than the current partition epoch is ignored.
     pub fn apply_registration(

@@ -583,13 +583,21 @@ impl Sim {
         }
         self.registration = next.clone();
         let now = now(self.step);
+        // Fenced: down, and its session expired (the image's view).
+        let active: Vec<bool> = (0..REPLICAS)
+            .map(|index| {
+                let node = &self.nodes[index];
+                node.alive || self.unfenced_down.contains(&node.id)
+            })
+            .collect();
         for index in 0..REPLICAS {
             let node = &mut self.nodes[index];
             let Some(replication) = node.replication.as_mut() else {
                 continue;
             };
             let was = (replication.role(), replication.leader_epoch());
-            let actions = replication.apply_registration(next.clone(), now);
+            let mut actions = replication.apply_registration(next.clone(), now);
+            actions.extend(replication.rule_out_inactive(|broker| active[broker.0 as usize], now));
             if replication.role() == Role::Leader && was != (Role::Leader, next.leader_epoch) {
                 // A new leader's epoch starts at its log end.
                 let end = node.end();

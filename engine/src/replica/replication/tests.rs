@@ -275,6 +275,29 @@ fn a_broker_the_image_rules_out_does_not_join() {
     assert_eq!(a.in_flight(), None);
 }
 
+/// The controller fences C (its session expired) and takes it out of the
+/// ISR: C, caught up a moment ago, stops holding the HW back at once, not
+/// after the lag; once it fetches again as an active broker it counts.
+#[test]
+fn a_fenced_follower_out_of_the_isr_does_not_hold_the_hw() {
+    let mut a = leader(&[A, B, C], 2);
+    append(&mut a, 2, 0);
+    a.follower_fetched(fetch(B, 2, 10)).unwrap();
+    assert_eq!(a.follower_fetched(fetch(C, 2, 10)), Ok(advanced(2)));
+    append(&mut a, 5, 20);
+    assert_eq!(a.follower_fetched(fetch(B, 5, 30)), Ok(Vec::new()));
+    let fenced = registration(&[A, B, C], &[A, B], A, 0, 1);
+    // Out of the ISR but caught up within the lag, C still holds it...
+    assert_eq!(a.apply_registration(fenced, 40), Vec::new());
+    // ...until the image says it is fenced.
+    assert_eq!(a.rule_out_inactive(|broker| broker != C, 41), advanced(5));
+    // An active C fetching again counts once more.
+    append(&mut a, 7, 50);
+    a.follower_fetched(fetch(C, 5, 60)).unwrap();
+    assert_eq!(a.follower_fetched(fetch(B, 7, 61)), Ok(Vec::new()));
+    assert_eq!(a.high_watermark(), Offset(5));
+}
+
 #[test]
 fn a_new_leader_waits_for_its_isr_to_fetch_before_moving_the_hw() {
     // B was a follower with 9 records, HW 5, and is elected at epoch 1.

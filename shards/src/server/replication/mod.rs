@@ -134,6 +134,9 @@ impl ReplicaHost {
                 let mut actions = sync_log(replication, &log);
                 actions.extend(replication.apply_registration(registration.clone(), now()));
                 actions.extend(replication.set_min_insync_replicas(min_insync_replicas, now()));
+                actions.extend(
+                    replication.rule_out_inactive(|broker| view.image.is_active(broker), now()),
+                );
                 let now_at = (replication.role(), replication.leader_epoch());
                 // A log serves the HW from its first registration on.
                 log.set_high_watermark(replication.high_watermark());
