@@ -16,6 +16,7 @@ impl ErrorCode {
     pub const NOT_LEADER_OR_FOLLOWER: ErrorCode = ErrorCode(6);
     pub const REQUEST_TIMED_OUT: ErrorCode = ErrorCode(7);
     pub const REPLICA_NOT_AVAILABLE: ErrorCode = ErrorCode(9);
+    pub const NETWORK_EXCEPTION: ErrorCode = ErrorCode(13);
     pub const MESSAGE_TOO_LARGE: ErrorCode = ErrorCode(10);
     pub const INVALID_TOPIC_EXCEPTION: ErrorCode = ErrorCode(17);
     pub const RECORD_LIST_TOO_LARGE: ErrorCode = ErrorCode(18);

@@ -15,6 +15,7 @@ mod groups;
 mod handlers;
 mod mesh;
 mod meta_properties;
+mod peers;
 mod producer_ids;
 pub mod quorum;
 mod replication;

@@ -25,6 +25,7 @@ use crate::server::connection::serve_connection;
 use crate::server::context::ServerContext;
 use crate::server::groups::{GroupHost, run_timers};
 use crate::server::mesh::{MeshReceiver, ShardGone, job_with_reply};
+use crate::server::peers::Peers;
 use crate::server::producer_ids::ProducerIds;
 use crate::server::quorum::{ClusterView, Forward, ShutDown};
 use crate::server::replication::ReplicaHost;
@@ -55,6 +56,8 @@ pub struct Shard {
     pub replication: ReplicaHost,
     /// Hands out producer ids; used on the controller shard only.
     pub producer_ids: ProducerIds,
+    /// Connections to the other brokers (cluster mode).
+    pub peers: Peers,
     image: RefCell<Arc<MetadataImage>>,
     /// The cluster as the metadata log says (cluster mode only).
     cluster_view: RefCell<Option<Arc<ClusterView>>>,
@@ -335,6 +338,7 @@ async fn start(
     );
     let fetch_sessions = RefCell::new(fetch_session_cache(&context, id));
     let this = BrokerId(context.broker_id);
+    let peers = Peers::new(context.listen, context.broker_id, id.0);
     let shard = Rc::new(Shard {
         id,
         context,
@@ -343,6 +347,7 @@ async fn start(
         replication: ReplicaHost::default(),
         producer_ids: ProducerIds::default(),
         transactions: TxnHost::default(),
+        peers,
         image: RefCell::new(image.clone()),
         cluster_view: RefCell::new(None),
         forward: RefCell::new(None),

@@ -31,6 +31,7 @@ use futures::channel::oneshot;
 use crate::server::coordinator_host::{
     Coordinator, CoordinatorHost, Waiters, ensure_internal_topic, locate_in, read_partition_batches,
 };
+use crate::server::peers;
 use crate::server::replication::{NotReplicated, led_log, wait_replicated};
 use crate::server::shard::{Shard, now_ms};
 use crate::storage::{PartitionLog, StorageError};
@@ -146,6 +147,22 @@ impl PartitionsAnswer {
                 .find(|(verified, _)| verified == partition)
                 .map_or(ErrorCode::TRANSACTION_ABORTABLE, |(_, code)| *code),
         }
+    }
+}
+
+/// A partition leader's check (KIP-890) that `request`'s partitions are in
+/// the open transaction: asked of the coordinator here, or of the broker
+/// leading the transaction's `__transaction_state` partition.
+pub async fn verify_partitions(
+    shard: &Rc<Shard>,
+    request: AddPartitionsRequest,
+) -> Result<PartitionsAnswer, ErrorCode> {
+    let (partition, _) = locate(shard, &request.transactional_id)?;
+    match peers::leader_elsewhere(shard, &state_partition(partition)) {
+        Some(coordinator) => peers::verify_partitions(shard, coordinator, &request)
+            .await
+            .map(PartitionsAnswer::Each),
+        None => add_partitions(shard, request, true).await,
     }
 }
 
@@ -340,8 +357,27 @@ async fn write_markers(shard: &Rc<Shard>, markers: &MarkerWrite) -> MarkerOutcom
     }
 }
 
-/// One partition's marker, appended and made durable on its owner.
-pub(crate) async fn write_marker(
+/// One partition's marker: written here when this broker leads the
+/// partition, else sent to its leader (WriteTxnMarkers).
+async fn write_marker(
+    shard: &Rc<Shard>,
+    markers: &MarkerWrite,
+    topic_partition: &TopicPartition,
+) -> Result<(), ErrorCode> {
+    let started = std::time::Instant::now();
+    let leader = peers::leader_elsewhere(shard, topic_partition);
+    let written = match leader {
+        Some(leader) => peers::write_marker(shard, leader, markers, topic_partition).await,
+        None => write_marker_here(shard, markers, topic_partition).await,
+    };
+    tracing::debug!(partition = %topic_partition, ?leader, ?written, took = ?started.elapsed(), "marker");
+    written
+}
+
+/// One partition's marker, appended on its owner shard and waited on until
+/// every in-sync replica holds it; NOT_LEADER_OR_FOLLOWER unless this
+/// broker leads the partition.
+pub(crate) async fn write_marker_here(
     shard: &Rc<Shard>,
     markers: &MarkerWrite,
     topic_partition: &TopicPartition,

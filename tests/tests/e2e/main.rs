@@ -26,6 +26,7 @@ mod cluster_epochs;
 mod cluster_producer_ids;
 mod cluster_quorum;
 mod cluster_replication;
+mod cluster_transactions;
 mod crash_recovery;
 mod exactly_once;
 mod fetch_sessions;

@@ -552,6 +552,27 @@ fn verification_errors_map_to_produce_codes() {
             11,
             ErrorCode::INVALID_TXN_STATE,
         ),
+        // A coordinator that could not be asked: retried by every producer.
+        (
+            ErrorCode::NOT_COORDINATOR,
+            12,
+            ErrorCode::NOT_ENOUGH_REPLICAS,
+        ),
+        (
+            ErrorCode::COORDINATOR_NOT_AVAILABLE,
+            9,
+            ErrorCode::NOT_ENOUGH_REPLICAS,
+        ),
+        (
+            ErrorCode::COORDINATOR_LOAD_IN_PROGRESS,
+            12,
+            ErrorCode::NOT_ENOUGH_REPLICAS,
+        ),
+        (
+            ErrorCode::NETWORK_EXCEPTION,
+            12,
+            ErrorCode::NOT_ENOUGH_REPLICAS,
+        ),
     ];
     for (error, version, answered) in rows {
         assert_eq!(

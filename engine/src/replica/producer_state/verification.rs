@@ -206,12 +206,23 @@ impl ProducerStateManager {
 /// request's version (`AddPartitionsToTxnManager`): PRODUCER_FENCED becomes
 /// INVALID_PRODUCER_EPOCH (what producers handle here), and
 /// TRANSACTION_ABORTABLE becomes INVALID_TXN_STATE for Produce v10 and older,
-/// whose clients do not know it.
+/// whose clients do not know it, and a coordinator that could not be asked
+/// (moving, loading or unreachable) becomes
+/// NOT_ENOUGH_REPLICAS, which every producer retries without a metadata
+/// refresh (`ReplicaManager`'s translation).
 pub fn produce_error_for_verification(
     coordinator_error: ErrorCode,
     produce_version: i16,
 ) -> ErrorCode {
-    if coordinator_error == ErrorCode::PRODUCER_FENCED {
+    let retry = [
+        ErrorCode::NETWORK_EXCEPTION,
+        ErrorCode::COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode::COORDINATOR_NOT_AVAILABLE,
+        ErrorCode::NOT_COORDINATOR,
+    ];
+    if retry.contains(&coordinator_error) {
+        ErrorCode::NOT_ENOUGH_REPLICAS
+    } else if coordinator_error == ErrorCode::PRODUCER_FENCED {
         ErrorCode::INVALID_PRODUCER_EPOCH
     } else if coordinator_error == ErrorCode::TRANSACTION_ABORTABLE && produce_version <= 10 {
         ErrorCode::INVALID_TXN_STATE

@@ -271,7 +271,7 @@ async fn verify(
         producer_epoch: batch.producer_epoch,
         partitions: vec![topic_partition.clone()],
     };
-    let code = match transactions::add_partitions(shard, request, true).await {
+    let code = match transactions::verify_partitions(shard, request).await {
         Ok(answer) => answer.code_of(topic_partition),
         Err(error) => error,
     };

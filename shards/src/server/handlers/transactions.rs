@@ -429,7 +429,8 @@ pub async fn write_txn_markers(
                     topic: name.clone(),
                     partition: PartitionId(*index),
                 };
-                let written = transactions::write_marker(shard, &write, &topic_partition).await;
+                let written =
+                    transactions::write_marker_here(shard, &write, &topic_partition).await;
                 partitions.push(
                     write_txn_markers_response::WritableTxnMarkerPartitionResult::default()
                         .with_partition_index(*index)

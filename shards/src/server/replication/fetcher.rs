@@ -18,7 +18,6 @@
 //!
 //! The task ends when the shard follows nothing from this leader.
 
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -154,27 +153,13 @@ pub async fn run(shard: Rc<Shard>, leader: BrokerId) {
 }
 
 async fn connect(shard: &Shard, leader: BrokerId, client_id: &str) -> Option<Rc<Connection>> {
-    let address = leader_address(shard, leader)?;
+    let address = crate::server::peers::broker_address(shard, leader)?;
     let connection = Connection::connect(address, client_id).await.ok()?;
     if connection.negotiate().await.is_err() {
         connection.close().await;
         return None;
     }
     Some(connection)
-}
-
-/// The leader's inter-broker endpoint as the image registers it.
-fn leader_address(shard: &Shard, leader: BrokerId) -> Option<SocketAddr> {
-    let view = shard.cluster_view()?;
-    let endpoint = view
-        .image
-        .brokers
-        .get(&leader)?
-        .registration
-        .listeners
-        .first()?
-        .clone();
-    crate::client::cluster::resolve(&format!("{}:{}", endpoint.host, endpoint.port)).ok()
 }
 
 /// Takes one partition's answer; a pause before the next fetch when it
