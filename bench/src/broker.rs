@@ -27,6 +27,12 @@ pub struct BrokerLaunch {
     pub cpus: Vec<usize>,
     /// More `serve` arguments (`--config`, `--set k=v`, …).
     pub extra: Vec<String>,
+    /// The network namespace to run in (its `/run/netns/<name>` file);
+    /// `None`: this process's.
+    pub namespace: Option<PathBuf>,
+    /// The address to listen on (`host:port`, port 0 for a free one);
+    /// `None`: a free port of 127.0.0.1.
+    pub listen: Option<String>,
 }
 
 #[derive(Debug)]
@@ -35,6 +41,8 @@ pub struct BrokerProcess {
     child: Option<Child>,
     /// `127.0.0.1:<port>`.
     pub address: String,
+    /// The namespace file, open while a child may be spawned into it.
+    namespace_file: Option<std::fs::File>,
 }
 
 /// How long [`BrokerProcess::restart`] waits for its port to be free again.
@@ -47,8 +55,14 @@ impl BrokerProcess {
             launch,
             child: None,
             address: String::new(),
+            namespace_file: None,
         };
-        broker.launch("127.0.0.1:0")?;
+        let listen = broker
+            .launch
+            .listen
+            .clone()
+            .unwrap_or_else(|| "127.0.0.1:0".to_owned());
+        broker.launch(&listen)?;
         Ok(broker)
     }
 
@@ -79,6 +93,21 @@ impl BrokerProcess {
             .args(&self.launch.extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log));
+        if let Some(namespace) = &self.launch.namespace {
+            let file = std::fs::File::open(namespace).map_err(io("opening", namespace))?;
+            // SAFETY: setns(2) on the child between fork and exec (async-
+            // signal-safe); `file` outlives the spawn below.
+            unsafe {
+                let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+                command.pre_exec(move || {
+                    if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+            self.namespace_file = Some(file);
+        }
         let cpus = self.launch.cpus.clone();
         if !cpus.is_empty() {
             // SAFETY: sched_setaffinity on the child between fork and exec

@@ -23,7 +23,14 @@ impl Broker {
             cores,
             cpus: Vec::new(),
             extra: extra.iter().map(|arg| (*arg).to_owned()).collect(),
+            namespace: None,
+            listen: None,
         };
+        Broker::launch(launch)
+    }
+
+    /// Starts a broker as `launch` says.
+    pub fn launch(launch: BrokerLaunch) -> Broker {
         let process = BrokerProcess::start(launch).unwrap_or_else(|error| panic!("{error}"));
         Broker {
             address: process.address.clone(),

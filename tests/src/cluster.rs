@@ -12,6 +12,7 @@ use kafka_protocol::messages::{
 };
 
 use crate::broker::Broker;
+use crate::netns::Network;
 use crate::raw;
 
 #[derive(Debug)]
@@ -38,15 +39,20 @@ pub fn free_port() -> u16 {
 }
 
 /// The `--set` arguments that make node `id` a voter of `voters` listening
-/// for controllers on `port`.
+/// for controllers on `port` of 127.0.0.1.
 pub fn node_arguments(id: usize, port: u16, voters: &str) -> Vec<String> {
+    node_arguments_at(id, &format!("127.0.0.1:{port}"), voters)
+}
+
+/// As [`node_arguments`], listening for controllers on `address`.
+fn node_arguments_at(id: usize, address: &str, voters: &str) -> Vec<String> {
     vec![
         "--set".into(),
         format!("node.id={id}"),
         "--set".into(),
         format!("controller.quorum.voters={voters}"),
         "--set".into(),
-        format!("listeners=CONTROLLER://127.0.0.1:{port}"),
+        format!("listeners=CONTROLLER://{address}"),
     ]
 }
 
@@ -89,25 +95,69 @@ impl Cluster {
     /// Starts `count` voters, node ids 0.., each in `root/node-<id>`, with
     /// `extra` arguments for every node.
     pub fn start(binary: &str, root: &Path, count: usize, extra: &[&str]) -> Cluster {
-        let ports: Vec<u16> = (0..count).map(|_| free_port()).collect();
-        let voters = ports
+        let controllers: Vec<String> = (0..count)
+            .map(|_| format!("127.0.0.1:{}", free_port()))
+            .collect();
+        Cluster::start_at(binary, root, &controllers, extra, |_| (None, None))
+    }
+
+    /// Starts one node per controller address (`host:port`), node `id`'s
+    /// namespace and listen address from `placed(id)`.
+    fn start_at(
+        binary: &str,
+        root: &Path,
+        controllers: &[String],
+        extra: &[&str],
+        placed: impl Fn(usize) -> (Option<std::path::PathBuf>, Option<String>),
+    ) -> Cluster {
+        let voters = controllers
             .iter()
             .enumerate()
-            .map(|(id, port)| format!("{id}@127.0.0.1:{port}"))
+            .map(|(id, address)| format!("{id}@{address}"))
             .collect::<Vec<_>>()
             .join(",");
-        let nodes = ports
+        let nodes = controllers
             .iter()
             .enumerate()
-            .map(|(id, port)| {
-                let mut arguments = node_arguments(id, *port, &voters);
+            .map(|(id, address)| {
+                let mut arguments = node_arguments_at(id, address, &voters);
                 arguments.extend(extra.iter().map(|argument| (*argument).to_owned()));
-                let arguments: Vec<&str> = arguments.iter().map(String::as_str).collect();
-                let directory = root.join(format!("node-{id}"));
-                Broker::start(binary, &directory, 1, &arguments)
+                let (namespace, listen) = placed(id);
+                Broker::launch(brook_bench::broker::BrokerLaunch {
+                    binary: binary.into(),
+                    data_dir: root.join(format!("node-{id}")),
+                    cores: 1,
+                    cpus: Vec::new(),
+                    extra: arguments,
+                    namespace,
+                    listen,
+                })
             })
             .collect();
         Cluster { nodes, voters }
+    }
+
+    /// As [`Cluster::formed`], node `i` in namespace `i` of `network`
+    /// (listening on its address there, port 9092 for clients and 9093 for
+    /// controllers).
+    pub fn formed_in(
+        binary: &str,
+        root: &Path,
+        network: &Network,
+        count: usize,
+        extra: &[&str],
+    ) -> (Cluster, Vec<Seen>) {
+        let controllers: Vec<String> = (0..count)
+            .map(|id| format!("{}:9093", network.address(id)))
+            .collect();
+        let cluster = Cluster::start_at(binary, root, &controllers, extra, |id| {
+            (
+                Some(network.namespace_file(id)),
+                Some(format!("{}:9092", network.address(id))),
+            )
+        });
+        let seen = cluster.wait_formed(count);
+        (cluster, seen)
     }
 
     /// Starts a broker-only node `id` (`process.roles=broker`) of this
@@ -153,15 +203,21 @@ impl Cluster {
     /// node sees all of them and a controller; with what each sees.
     pub fn formed(binary: &str, root: &Path, count: usize, extra: &[&str]) -> (Cluster, Vec<Seen>) {
         let cluster = Cluster::start(binary, root, count, extra);
+        let seen = cluster.wait_formed(count);
+        (cluster, seen)
+    }
+
+    /// Waits until each of the first `count` nodes sees all of them and a
+    /// controller.
+    fn wait_formed(&self, count: usize) -> Vec<Seen> {
         let all: Vec<usize> = (0..count).collect();
         let ids: Vec<i32> = (0..count as i32).collect();
-        let seen = cluster.wait_until(
+        self.wait_until(
             &all,
             Duration::from_secs(30),
             "every broker and a controller",
             |seen| seen.brokers == ids && seen.controller >= 0,
-        );
-        (cluster, seen)
+        )
     }
 
     /// DescribeQuorum at `version` from node `index`, `None` if it does

@@ -58,6 +58,8 @@ impl Bench<'_> {
                     "--set".into(),
                     format!("listeners=CONTROLLER://127.0.0.1:{port}"),
                 ],
+                namespace: None,
+                listen: None,
             })?);
         }
         (self.progress)("controller-failover: three voters started");

@@ -272,6 +272,8 @@ impl Bench<'_> {
                 Vec::new()
             },
             extra: Vec::new(),
+            namespace: None,
+            listen: None,
         })?;
         Ok(Broker::Own(process))
     }

@@ -35,6 +35,12 @@ const RETRY_DELAY: Duration = Duration::from_millis(200);
 /// Heartbeats while a controlled shutdown waits for the controller to move
 /// this broker's leaderships.
 const SHUTDOWN_HEARTBEAT: Duration = Duration::from_millis(100);
+/// The bounds of how long a heartbeat or metadata fetch waits for its
+/// answer, and a connection to a voter for its set-up, before the broker
+/// tries another voter (see [`request_timeout`]).
+const REQUEST_TIMEOUT_MIN: Duration = Duration::from_secs(1);
+/// Kafka's `controller.quorum.request.timeout.ms` default.
+const REQUEST_TIMEOUT_MAX: Duration = Duration::from_secs(2);
 /// The longest a controlled shutdown waits before the broker stops anyway
 /// (its leaderships then move when its session expires).
 const CONTROLLED_SHUTDOWN_MAX: Duration = Duration::from_secs(30);
@@ -71,9 +77,20 @@ pub enum ShutDown {
     Allowed,
 }
 
+/// How long a request other than a registration may wait for its answer:
+/// the heartbeat interval within [1 s, 2 s]. A controller cut off without
+/// a word (no reset, no close) then costs a broker a second or two, well
+/// inside its session, before it looks for the new controller; a
+/// registration waits for its commit and may take an election's time.
+fn request_timeout(settings: &ClusterSettings) -> Duration {
+    Duration::from_millis(settings.heartbeat_interval_ms)
+        .clamp(REQUEST_TIMEOUT_MIN, REQUEST_TIMEOUT_MAX)
+}
+
 struct Session {
     stream: TcpStream,
     correlation: u32,
+    request_timeout: Duration,
     /// The highest controller epoch this broker has seen (kept across
     /// sessions): requests carry it, older answers are ignored.
     epoch: Rc<Cell<u64>>,
@@ -110,6 +127,10 @@ impl Session {
     }
 
     async fn exchange(&mut self, request: PeerRequest) -> Result<(u64, PeerResponse), PeerError> {
+        let timeout = match request {
+            PeerRequest::Register(_) => PEER_TIMEOUT * 2,
+            _ => self.request_timeout,
+        };
         self.correlation = self.correlation.wrapping_add(1);
         let correlation = self.correlation;
         write_bytes(
@@ -121,8 +142,7 @@ impl Session {
             }),
         )
         .await?;
-        // A registration waits for its commit: allow it an election's time.
-        match with_timeout(read_frame(&mut self.stream), PEER_TIMEOUT * 2).await? {
+        match with_timeout(read_frame(&mut self.stream), timeout).await? {
             PeerFrame::Response {
                 correlation: answered,
                 epoch,
@@ -160,11 +180,17 @@ pub async fn run(shard: Rc<Shard>, settings: ClusterSettings, forwarded: Forward
         published: (0, None),
     };
     let mut next_voter = 0usize;
+    // The voter whose session failed last: not asked again first.
+    let mut failed: Option<BrokerId> = None;
     while !shard.is_stopping() {
         let target = match state.controller {
             Some(controller) => controller,
             None => {
-                next_voter = (next_voter + 1) % state.settings.voters.len();
+                let voters = state.settings.voters.len();
+                next_voter = (next_voter + 1) % voters;
+                if voters > 1 && failed == Some(state.settings.voters[next_voter].id) {
+                    next_voter = (next_voter + 1) % voters;
+                }
                 state.settings.voters[next_voter].id
             }
         };
@@ -173,8 +199,9 @@ pub async fn run(shard: Rc<Shard>, settings: ClusterSettings, forwarded: Forward
             continue;
         };
         match session(&shard, &mut state, &voter.host, voter.port, target).await {
-            Ok(()) => {}
+            Ok(()) => failed = None,
             Err(error) => {
+                failed = Some(target);
                 tracing::debug!(voter = %target, %error, "controller session ended");
                 if state.controller == Some(target) {
                     state.controller = None;
@@ -212,7 +239,8 @@ async fn session(
     port: u16,
     target: BrokerId,
 ) -> Result<(), PeerError> {
-    let mut stream = connect(host, port).await?;
+    let request_timeout = request_timeout(&state.settings);
+    let mut stream = with_timeout(connect(host, port), request_timeout).await?;
     let hello = encode_frame(&PeerFrame::Hello {
         cluster_id: state.settings.cluster_id.clone(),
         node: state.settings.node,
@@ -227,6 +255,7 @@ async fn session(
     let mut session = Session {
         stream,
         correlation: 0,
+        request_timeout,
         epoch: state.controller_epoch.clone(),
     };
     let heartbeat_every = Duration::from_millis(state.settings.heartbeat_interval_ms);
