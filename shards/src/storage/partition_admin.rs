@@ -17,6 +17,22 @@ use crate::storage::error::{StorageError, io_error};
 use crate::storage::partition_log::PartitionLog;
 use crate::storage::waiters::ShardNews;
 
+/// The suffix of a deleted partition's directory until it is removed.
+pub(crate) const DELETED_DIR_SUFFIX: &str = "-delete";
+
+/// Removes a deleted partition's directory on a blocking thread.
+pub(crate) async fn remove_deleted_dir(doomed: PathBuf) -> Result<(), StorageError> {
+    let removed = glommio::executor()
+        .spawn_blocking({
+            let doomed = doomed.clone();
+            move || std::fs::remove_dir_all(&doomed)
+        })
+        .await;
+    removed.map_err(io_error("deleting", &doomed))?;
+    tracing::info!(dir = %doomed.display(), "deleted partition log");
+    Ok(())
+}
+
 impl PartitionLog {
     /// The offset below which consumers may read (the high watermark of a
     /// single replica): every offset a crash cannot take back under the flush
@@ -171,13 +187,27 @@ impl PartitionLog {
         Ok(state.log_start_offset)
     }
 
-    /// Closes the log and removes its directory (the topic was deleted).
+    /// Closes the log and removes its directory (the topic was deleted):
+    /// renamed out of the way at once (`<dir>.<stamp>-delete`, as Kafka
+    /// marks a deleted log), then removed off the shard's thread. Unlinking
+    /// gigabytes takes seconds, which on the shard would stall its requests,
+    /// replica fetches, heartbeats and the controller's Raft ticks (a bench
+    /// that deleted 40 GB saw an election and a fenced broker). A removal a
+    /// crash interrupted is finished when the store opens next.
     pub async fn delete(&self) -> Result<(), StorageError> {
         let dir: PathBuf = self.dir();
         let _ = self.close().await;
-        std::fs::remove_dir_all(&dir).map_err(io_error("deleting", &dir))?;
-        tracing::info!(dir = %dir.display(), "deleted partition log");
-        Ok(())
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos());
+        let mut name = dir.file_name().unwrap_or_default().to_owned();
+        name.push(format!(".{stamp:x}{DELETED_DIR_SUFFIX}"));
+        let doomed = dir.with_file_name(name);
+        std::fs::rename(&dir, &doomed).map_err(io_error("renaming", &dir))?;
+        if let Some(parent) = dir.parent() {
+            crate::storage::files::sync_directory(parent).await?;
+        }
+        remove_deleted_dir(doomed).await
     }
 
     /// When the last append happened, if any since opening.

@@ -114,6 +114,9 @@ impl Store {
         let log_start_offsets = read_checkpoint(&log_start_path(&options));
         let producer_states = read_checkpoint(&producer_state_path(&options));
         let cleaner = Cleaner::open(&options.root, options.shard);
+        if options.shard == 0 {
+            remove_deleted_dirs(&options.root).await;
+        }
         Ok(Store {
             options,
             clean_shutdown,
@@ -498,4 +501,27 @@ fn clean_marker_path(options: &StoreOptions) -> PathBuf {
     options
         .root
         .join(format!(".brook_cleanshutdown-{}", options.shard))
+}
+
+/// Finishes removing partition directories a crash left marked deleted
+/// (shard 0 does it for the data directory all shards share).
+async fn remove_deleted_dirs(root: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let deleted = path.is_dir()
+            && path
+                .file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| {
+                    name.ends_with(crate::storage::partition_admin::DELETED_DIR_SUFFIX)
+                });
+        if deleted {
+            if let Err(error) = crate::storage::partition_admin::remove_deleted_dir(path).await {
+                tracing::warn!(%error, "removing a deleted partition's directory failed");
+            }
+        }
+    }
 }

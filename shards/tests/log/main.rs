@@ -12,6 +12,7 @@ mod common;
 mod log_bad_input;
 mod log_close;
 mod log_compaction;
+mod log_delete;
 mod log_disk_damage;
 mod log_durability;
 mod log_format;
