@@ -179,6 +179,24 @@ impl BrokerProcess {
         child.wait().map(|status| status.success()).unwrap_or(false)
     }
 
+    /// SIGTERM, without waiting (see [`BrokerProcess::wait_exit`]).
+    pub fn terminate(&self) {
+        if let Some(child) = &self.child {
+            // SAFETY: sending a signal to our own child process.
+            unsafe {
+                libc::kill(child.id() as i32, libc::SIGTERM);
+            }
+        }
+    }
+
+    /// Waits for the process to exit; whether it exited 0.
+    pub fn wait_exit(&mut self) -> bool {
+        let Some(mut child) = self.child.take() else {
+            return false;
+        };
+        child.wait().map(|status| status.success()).unwrap_or(false)
+    }
+
     /// SIGTERM, and wait up to `timeout` for an exit: whether it exited 0,
     /// or `None` (and then it is killed) if it did not exit in time.
     pub fn stop_within(&mut self, timeout: Duration) -> Option<bool> {

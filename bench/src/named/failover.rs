@@ -18,7 +18,7 @@ use crate::log::json::JsonObject;
 use brook_shards::client::cluster::{resolve, topic_name};
 use brook_shards::client::{ClientError, Cluster};
 
-const NODES: usize = 3;
+pub(super) const NODES: usize = 3;
 const KILLS: usize = 10;
 const PROPAGATIONS: usize = 20;
 /// How long any one step may take before the run is called failed.
@@ -26,8 +26,14 @@ const STEP_LIMIT: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(5);
 
 impl Bench<'_> {
-    pub(super) fn controller_failover(&mut self) -> Result<NamedRun, BenchError> {
-        self.own_broker_needed("controller-failover")?;
+    /// Three fresh voters (each a broker and a controller, `--cores 1`,
+    /// unpinned) in `<dir>/<name>-<id>`, with `extra` arguments each, and
+    /// their client addresses.
+    pub(super) fn start_voters(
+        &self,
+        name: &str,
+        extra: &[String],
+    ) -> Result<(Vec<BrokerProcess>, Vec<SocketAddr>), BenchError> {
         let binary = match &self.options.binary {
             Some(binary) => binary.clone(),
             None => std::env::current_exe().map_err(|error| {
@@ -43,43 +49,44 @@ impl Bench<'_> {
             .join(",");
         let mut nodes = Vec::new();
         for (id, port) in ports.iter().enumerate() {
-            let data_dir = self.options.dir.join(format!("controller-failover-{id}"));
+            let data_dir = self.options.dir.join(format!("{name}-{id}"));
             let _ = std::fs::remove_dir_all(&data_dir);
+            let mut arguments = vec![
+                "--set".into(),
+                format!("node.id={id}"),
+                "--set".into(),
+                format!("controller.quorum.voters={voters}"),
+                "--set".into(),
+                format!("listeners=CONTROLLER://127.0.0.1:{port}"),
+            ];
+            arguments.extend(extra.iter().cloned());
             nodes.push(BrokerProcess::start(BrokerLaunch {
                 binary: binary.clone(),
                 data_dir,
                 cores: 1,
                 cpus: Vec::new(),
-                extra: vec![
-                    "--set".into(),
-                    format!("node.id={id}"),
-                    "--set".into(),
-                    format!("controller.quorum.voters={voters}"),
-                    "--set".into(),
-                    format!("listeners=CONTROLLER://127.0.0.1:{port}"),
-                ],
+                extra: arguments,
                 namespace: None,
                 listen: None,
             })?);
         }
-        (self.progress)("controller-failover: three voters started");
         let addresses: Vec<SocketAddr> = nodes
             .iter()
             .map(|node| resolve(&node.address))
             .collect::<Result<_, _>>()
             .map_err(crate::workload::client_error)?;
+        Ok((nodes, addresses))
+    }
+
+    pub(super) fn controller_failover(&mut self) -> Result<NamedRun, BenchError> {
+        self.own_broker_needed("controller-failover")?;
+        let (nodes, addresses) = self.start_voters("controller-failover", &[])?;
+        (self.progress)("controller-failover: three voters started");
         let measured = super::on_own_executor("brook-bench-failover", move || async move {
             measure(nodes, addresses).await
         })??;
         let (failovers, propagations) = measured;
-        let figure = |key, label: &str, samples: &[Duration], quantile: f64| {
-            Figure::new(
-                key,
-                label,
-                percentile(samples, quantile).as_secs_f64() * 1000.0,
-                "ms",
-            )
-        };
+        let figure = duration_figure;
         let figures = vec![
             figure(
                 "failover_p50_ms",
@@ -107,13 +114,7 @@ impl Bench<'_> {
                 0.99,
             ),
         ];
-        let samples = |values: &[Duration]| {
-            values
-                .iter()
-                .map(|value| format!("{:.0}", value.as_secs_f64() * 1000.0))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
+        let samples = samples_ms;
         Ok(NamedRun {
             name: "controller-failover",
             setup: format!(
@@ -136,6 +137,30 @@ fn free_port() -> Result<u16, BenchError> {
         .and_then(|listener| listener.local_addr())
         .map(|address| address.port())
         .map_err(|error| BenchError::Broker(format!("finding a free port: {error}")))
+}
+
+/// A figure in milliseconds: the `quantile` of `samples`.
+pub(super) fn duration_figure(
+    key: &'static str,
+    label: &str,
+    samples: &[Duration],
+    quantile: f64,
+) -> Figure {
+    Figure::new(
+        key,
+        label.to_owned(),
+        percentile(samples, quantile).as_secs_f64() * 1000.0,
+        "ms",
+    )
+}
+
+/// Samples in milliseconds, for a run's details.
+pub(super) fn samples_ms(values: &[Duration]) -> String {
+    values
+        .iter()
+        .map(|value| format!("{:.0}", value.as_secs_f64() * 1000.0))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn percentile(samples: &[Duration], quantile: f64) -> Duration {
@@ -167,27 +192,38 @@ async fn metadata(address: SocketAddr, topic: Option<&str>) -> Option<(usize, i3
 
 async fn create(address: SocketAddr, name: &str) -> Result<(), ClientError> {
     let cluster = Rc::new(Cluster::new(address, "brook-bench-failover"));
-    let created = cluster.create_topics(&[name.to_owned()], 1, &[]).await;
+    let created = cluster.create_topics(&[name.to_owned()], 1, 1, &[]).await;
     cluster.close().await;
     created
 }
 
-async fn until<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> Result<T, BenchError> {
-    let deadline = Instant::now() + STEP_LIMIT;
+async fn until<T>(what: &str, probe: impl AsyncFnMut() -> Option<T>) -> Result<T, BenchError> {
+    until_within("controller-failover", what, STEP_LIMIT, probe).await
+}
+
+/// `probe` every [`POLL`] until it answers, at most `limit`; `workload`
+/// names the run in the error.
+pub(super) async fn until_within<T>(
+    workload: &str,
+    what: &str,
+    limit: Duration,
+    mut probe: impl AsyncFnMut() -> Option<T>,
+) -> Result<T, BenchError> {
+    let deadline = Instant::now() + limit;
     loop {
         if let Some(value) = probe().await {
             return Ok(value);
         }
         if Instant::now() > deadline {
             return Err(BenchError::Broker(format!(
-                "controller-failover: {what} not within {STEP_LIMIT:?}"
+                "{workload}: {what} not within {limit:?}"
             )));
         }
         glommio::timer::sleep(POLL).await;
     }
 }
 
-async fn all_formed(addresses: &[SocketAddr]) -> Result<i32, BenchError> {
+pub(super) async fn all_formed(addresses: &[SocketAddr]) -> Result<i32, BenchError> {
     until("three brokers and one controller", async || {
         let mut controllers = Vec::new();
         for address in addresses {

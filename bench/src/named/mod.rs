@@ -10,6 +10,7 @@
 //! judged against.
 
 mod failover;
+mod replication;
 pub mod report;
 
 use std::path::PathBuf;
@@ -56,6 +57,10 @@ pub enum Named {
     /// CreateTopics that succeeds (10 kills), and CreateTopics → the topic
     /// in Metadata on every broker. Not part of `all`.
     ControllerFailover,
+    /// Three voters: acks=all throughput and latency with three replicas
+    /// beside one; kill -9 and SIGTERM of a leader → the first acks=all
+    /// produce that succeeds. Not part of `all`.
+    Replication,
     /// Every workload above, in order, after one ceiling measurement.
     All,
 }
@@ -71,6 +76,7 @@ impl Named {
             Named::Recovery => "recovery",
             Named::Scaling => "scaling",
             Named::ControllerFailover => "controller-failover",
+            Named::Replication => "replication",
             Named::All => "all",
         }
     }
@@ -172,6 +178,7 @@ pub fn run(
             Named::Recovery => bench.recovery(),
             Named::Scaling => bench.scaling(),
             Named::ControllerFailover => bench.controller_failover(),
+            Named::Replication => bench.replication(),
             Named::All => unreachable!("each() expands all"),
         };
         // One workload failing must not cost the figures of the others.
@@ -610,7 +617,7 @@ impl Bench<'_> {
         let create_topic = topic.clone();
         with_cluster(address, move |cluster| async move {
             cluster
-                .create_topics(&[create_topic], partitions, &[])
+                .create_topics(&[create_topic], partitions, 1, &[])
                 .await
         })?;
         let created_in = started.elapsed();

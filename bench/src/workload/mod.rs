@@ -265,6 +265,7 @@ fn prepare(
                 .create_topics(
                     &topics,
                     setup_options.partitions,
+                    setup_options.replication_factor,
                     &setup_options.topic_configs,
                 )
                 .await?;

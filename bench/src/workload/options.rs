@@ -25,6 +25,9 @@ pub struct WorkloadOptions {
     /// Partitions per topic.
     #[arg(long, default_value_t = 8)]
     pub partitions: i32,
+    /// Replicas of each partition of the topics the workload creates.
+    #[arg(long, default_value_t = 1)]
+    pub replication_factor: i16,
     /// Bytes per record value (at least the 24-byte stamp).
     #[arg(long, default_value_t = 1024)]
     pub record_bytes: usize,
@@ -99,6 +102,7 @@ impl Default for WorkloadOptions {
             topic: "brook-bench".into(),
             topics: 1,
             partitions: 8,
+            replication_factor: 1,
             record_bytes: 1024,
             random_fraction: 0.5,
             keys: 0,

@@ -20,10 +20,10 @@ use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, CreateTopicsResponse, ListOffsetsRequest, ListOffsetsResponse,
-    MetadataRequest, MetadataResponse, TopicName,
+    ApiKey, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, TopicName,
 };
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use crate::client::{ClientError, Connection};
 
@@ -33,6 +33,11 @@ pub const CREATE_TOPICS_VERSION: i16 = 7;
 pub const LIST_OFFSETS_VERSION: i16 = 7;
 /// Kafka's TOPIC_ALREADY_EXISTS.
 const TOPIC_ALREADY_EXISTS: i16 = 36;
+/// Kafka's NOT_CONTROLLER.
+const NOT_CONTROLLER: i16 = 41;
+/// Kafka's UNKNOWN_TOPIC_OR_PARTITION.
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+pub const DELETE_TOPICS_VERSION: i16 = 6;
 /// Kafka's `request.timeout.ms` default.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Kafka's `reconnect.backoff.ms` and `reconnect.backoff.max.ms` defaults.
@@ -242,6 +247,7 @@ impl Cluster {
         &self,
         topics: &[String],
         partitions: i32,
+        replication_factor: i16,
         configs: &[(String, String)],
     ) -> Result<(), ClientError> {
         use kafka_protocol::messages::create_topics_request::CreatableTopicConfig;
@@ -254,7 +260,7 @@ impl Cluster {
                         CreatableTopic::default()
                             .with_name(topic_name(name))
                             .with_num_partitions(partitions)
-                            .with_replication_factor(1)
+                            .with_replication_factor(replication_factor)
                             .with_configs(
                                 configs
                                     .iter()
@@ -268,23 +274,88 @@ impl Cluster {
                     })
                     .collect(),
             );
-        let response: CreateTopicsResponse =
-            within("CreateTopics", self.request_timeout() * 2, async {
+        self.topics_request(
+            ApiKey::CreateTopics,
+            CREATE_TOPICS_VERSION,
+            &request,
+            ("creating topic", TOPIC_ALREADY_EXISTS),
+            |response: CreateTopicsResponse| {
+                response
+                    .topics
+                    .into_iter()
+                    .map(|topic| (topic.name.to_string(), topic.error_code))
+                    .collect()
+            },
+        )
+        .await
+    }
+
+    /// An admin request about topics to the bootstrap broker, and each
+    /// topic's code from its answer (`codes`): 0 and `what.1` pass,
+    /// NOT_CONTROLLER (the controller is moving) is asked again after a
+    /// pause, as Kafka's admin client does; any other fails.
+    async fn topics_request<Q: Encodable, R: Decodable>(
+        &self,
+        api_key: ApiKey,
+        version: i16,
+        request: &Q,
+        what: (&str, i16),
+        codes: impl Fn(R) -> Vec<(String, i16)>,
+    ) -> Result<(), ClientError> {
+        let (doing, harmless) = what;
+        for attempt in 1..=LEADER_RETRIES {
+            let response: R = within(doing, self.request_timeout() * 2, async {
                 let connection = self.bootstrap_connection().await?;
-                connection
-                    .request(ApiKey::CreateTopics, CREATE_TOPICS_VERSION, &request)
-                    .await
+                connection.request(api_key, version, request).await
             })
             .await?;
-        for topic in response.topics {
-            if topic.error_code != 0 && topic.error_code != TOPIC_ALREADY_EXISTS {
-                return Err(ClientError::Kafka {
-                    what: format!("creating topic {}", topic.name.as_str()),
-                    code: topic.error_code,
-                });
+            let failed = codes(response)
+                .into_iter()
+                .find(|(_, code)| *code != 0 && *code != harmless);
+            match failed {
+                None => return Ok(()),
+                Some((_, NOT_CONTROLLER)) if attempt < LEADER_RETRIES => {
+                    glommio::timer::sleep(LEADER_RETRY_PAUSE).await;
+                }
+                Some((name, code)) => {
+                    return Err(ClientError::Kafka {
+                        what: format!("{doing} {name}"),
+                        code,
+                    });
+                }
             }
         }
-        Ok(())
+        unreachable!("the last attempt returns")
+    }
+
+    /// Deletes `topics` (one that does not exist is no error).
+    pub async fn delete_topics(&self, topics: &[String]) -> Result<(), ClientError> {
+        use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+        let request = DeleteTopicsRequest::default()
+            .with_timeout_ms(60_000)
+            .with_topics(
+                topics
+                    .iter()
+                    .map(|name| DeleteTopicState::default().with_name(Some(topic_name(name))))
+                    .collect(),
+            );
+        self.topics_request(
+            ApiKey::DeleteTopics,
+            DELETE_TOPICS_VERSION,
+            &request,
+            ("deleting topic", UNKNOWN_TOPIC_OR_PARTITION),
+            |response: DeleteTopicsResponse| {
+                response
+                    .responses
+                    .into_iter()
+                    .map(|topic| {
+                        let name = topic.name.map_or_else(String::new, |name| name.to_string());
+                        (name, topic.error_code)
+                    })
+                    .collect()
+            },
+        )
+        .await
     }
 
     /// The leader of every partition of `topic`, by partition number.
@@ -428,7 +499,11 @@ impl Cluster {
                 .into_iter()
                 .flat_map(|topic| topic.partitions)
             {
-                if leader_moved(partition.error_code) {
+                // A leader that has not served a topic just created yet
+                // says UNKNOWN_TOPIC_OR_PARTITION: retriable, as in Kafka.
+                if leader_moved(partition.error_code)
+                    || partition.error_code == UNKNOWN_TOPIC_OR_PARTITION
+                {
                     moved.push(partition.partition_index);
                     continue;
                 }
