@@ -1,7 +1,8 @@
 //! One partition's replication under the deterministic simulator
 //! (`brook_engine::replica::sim`): a sweep of seeds keeps every invariant
 //! (no committed record lost, HW never back, ISR members identical below
-//! the HW, one leader per epoch) and the checker catches a replica that
+//! the HW, one leader per epoch), a leader cut off by a network partition
+//! included, and the checker catches a replica that
 //! truncates to its high watermark instead of by leader epoch.
 //! `BROOK_SIM_SEEDS=N` sets the sweep's length (CI: 1,000).
 
@@ -19,6 +20,7 @@ fn a_sweep_of_seeds_keeps_every_replication_invariant() {
     assert!(total.elections > count, "{total:?}");
     assert!(total.truncations > count / 10, "{total:?}");
     assert!(total.isr_changes > count, "{total:?}");
+    assert!(total.partitions > count / 2, "{total:?}");
 }
 
 #[test]

@@ -2,7 +2,11 @@
 //! replicas, each a [`PartitionReplication`] over a simulated log (a crash
 //! loses what was not synced), a controller that commits ISR changes and
 //! elects as `cluster::elections` does (the first live ISR member in
-//! replica order, a new leader epoch), and a producer with `acks=all`.
+//! replica order, a new leader epoch), and a producer with `acks=all`. A
+//! network partition cuts a live replica off from the others and the
+//! controller (a client still reaches it and may produce to it); the
+//! controller fences it, and once healed it learns the new registration,
+//! truncates by epoch and follows.
 //! Followers fetch by the engine's divergence rules
 //! ([`super::divergence`]). Every choice comes from one seeded ChaCha
 //! stream, so a seed replays exactly.
@@ -72,6 +76,8 @@ pub struct ReplicaReport {
     pub elections: u64,
     pub truncations: u64,
     pub isr_changes: u64,
+    /// Network partitions that cut a leader off.
+    pub partitions: u64,
 }
 
 impl std::iter::Sum<ReplicaReport> for ReplicaReport {
@@ -82,6 +88,7 @@ impl std::iter::Sum<ReplicaReport> for ReplicaReport {
             elections: total.elections + report.elections,
             truncations: total.truncations + report.truncations,
             isr_changes: total.isr_changes + report.isr_changes,
+            partitions: total.partitions + report.partitions,
         })
     }
 }
@@ -148,12 +155,39 @@ struct Sim {
     /// Broken (crashed, not yet fenced) replicas the controller still
     /// counts.
     unfenced_down: Vec<BrokerId>,
+    /// A live replica cut off from the others and the controller.
+    cut: Option<usize>,
+    /// Whether the controller fenced the cut-off replica.
+    cut_fenced: bool,
+    /// Produced to the cut-off replica, awaiting its acks=all.
+    stranded: Vec<(Offset, usize, u64)>,
     next_value: u64,
     /// Produced, awaiting acks=all: (end offset, offset, value).
     pending: Vec<(Offset, usize, u64)>,
     /// Acknowledged or read below a HW: must never change.
     committed: BTreeMap<usize, u64>,
     report: ReplicaReport,
+}
+
+/// Takes the produces `replication` has answered out of `pending`: the
+/// (offset, value) of those acknowledged.
+fn answered(
+    replication: &PartitionReplication,
+    pending: &mut Vec<(Offset, usize, u64)>,
+) -> Vec<(usize, u64)> {
+    let mut acknowledged = Vec::new();
+    pending.retain(
+        |(end, offset, value)| match replication.ack_progress(*end) {
+            AckProgress::Waiting => true,
+            AckProgress::Done(code) => {
+                if code == ErrorCode::NONE {
+                    acknowledged.push((*offset, *value));
+                }
+                false
+            }
+        },
+    );
+    acknowledged
 }
 
 fn now(step: usize) -> u64 {
@@ -189,6 +223,9 @@ pub fn run(config: ReplicaSimConfig) -> Result<ReplicaReport, ReplicaViolation> 
         registration,
         leaders: BTreeMap::from([(LeaderEpoch(0), ids[0])]),
         unfenced_down: Vec::new(),
+        cut: None,
+        cut_fenced: false,
+        stranded: Vec::new(),
         next_value: 1,
         pending: Vec::new(),
         committed: BTreeMap::new(),
@@ -264,9 +301,11 @@ impl Sim {
     }
 
     fn act(&mut self) -> Result<(), ReplicaViolation> {
-        let roll = self.rng.gen_range(0..100);
+        let roll = self.rng.gen_range(0..103);
         match roll {
-            0..30 => self.produce(),
+            0..30 => self.produce()?,
+            100 => self.isolate(),
+            101..103 => self.heal()?,
             30..40 => self.sync_leader()?,
             40..80 => {
                 let follower = self.rng.gen_range(0..REPLICAS);
@@ -282,25 +321,34 @@ impl Sim {
         Ok(())
     }
 
-    fn produce(&mut self) {
+    fn produce(&mut self) -> Result<(), ReplicaViolation> {
+        if let Some(cut) = self.cut.filter(|_| self.rng.gen_bool(0.3)) {
+            return self.produce_to_cut(cut);
+        }
         let Some(leader) = self.leader_index() else {
-            return;
+            return Ok(());
         };
-        let node = &mut self.nodes[leader];
-        let replication = node.replication.as_mut().expect("a live leader");
-        if replication.check_produce(true).is_err() {
-            return;
+        if let Some(produced) = self.append_produced(leader) {
+            self.pending.push(produced);
+        }
+        Ok(())
+    }
+
+    /// Node `index` takes one acks=all record if it believes it leads and
+    /// its ISR allows: (end offset, offset, value).
+    fn append_produced(&mut self, index: usize) -> Option<(Offset, usize, u64)> {
+        let node = &mut self.nodes[index];
+        let replication = node.replication.as_mut()?;
+        if replication.role() != Role::Leader || replication.check_produce(true).is_err() {
+            return None;
         }
         let epoch = replication.leader_epoch();
         let value = self.next_value;
         self.next_value += 1;
         node.append(Entry { epoch, value });
         let end = node.end();
-        node.replication
-            .as_mut()
-            .expect("a live leader")
-            .appended(end);
-        self.pending.push((end, end.0 as usize - 1, value));
+        node.replication.as_mut()?.appended(end);
+        Some((end, end.0 as usize - 1, value))
     }
 
     fn sync_leader(&mut self) -> Result<(), ReplicaViolation> {
@@ -320,6 +368,15 @@ impl Sim {
     }
 
     fn tick(&mut self) -> Result<(), ReplicaViolation> {
+        if let Some(cut) = self.cut {
+            // A cut-off leader still looks for laggards; its proposals
+            // cannot reach the controller.
+            let now = now(self.step);
+            if let Some(replication) = self.nodes[cut].replication.as_mut() {
+                let actions = replication.tick(now);
+                self.apply(cut, actions)?;
+            }
+        }
         let Some(leader) = self.leader_index() else {
             return Ok(());
         };
@@ -343,6 +400,9 @@ impl Sim {
             .as_ref()
             .map(PartitionReplication::role);
         if follower == leader || !self.nodes[follower].alive || role != Some(Role::Follower) {
+            return Ok(());
+        }
+        if self.cut.is_some_and(|cut| cut == follower || cut == leader) {
             return Ok(());
         }
         let now = now(self.step);
@@ -436,7 +496,7 @@ impl Sim {
         let down = self.nodes.iter().filter(|node| !node.alive).count();
         let led = Some(index) == self.leader_index();
         let node = &mut self.nodes[index];
-        if !node.alive || down >= 2 {
+        if !node.alive || down >= 2 || self.cut == Some(index) {
             return;
         }
         self.report.crashes += 1;
@@ -454,6 +514,13 @@ impl Sim {
     /// last), and if it led, the first live ISR member in replica order
     /// leads at a new epoch (none: offline).
     fn fence(&mut self) -> Result<(), ReplicaViolation> {
+        if let Some(cut) = self.cut.filter(|_| !self.cut_fenced) {
+            if self.unfenced_down.is_empty() || self.rng.gen_bool(0.5) {
+                self.cut_fenced = true;
+                let id = self.nodes[cut].id;
+                return self.fence_broker(id);
+            }
+        }
         let Some(gone) = self.unfenced_down.pop() else {
             return Ok(());
         };
@@ -484,6 +551,7 @@ impl Sim {
                     && isr.contains(id)
                     && self.nodes[id.0 as usize].alive
                     && !self.unfenced_down.contains(id)
+                    && self.cut != Some(id.0 as usize)
             })
             .unwrap_or(BrokerId::NONE)
     }
@@ -505,13 +573,8 @@ impl Sim {
             node.truncate(high_watermark.min(node.log.len()));
         }
         self.start_replica(index);
-        // An offline partition whose ISR member returns is led by it.
-        if self.registration.leader == BrokerId::NONE && self.registration.isr.contains(&id) {
-            let mut next = self.registration.clone();
-            next.leader = id;
-            next.leader_epoch = LeaderEpoch(next.leader_epoch.0 + 1);
-            next.partition_epoch += 1;
-            return self.commit(next);
+        if let Some(led) = self.lead_if_offline(id) {
+            return led;
         }
         Ok(())
     }
@@ -536,7 +599,97 @@ impl Sim {
         Ok(())
     }
 
+    /// An offline partition whose ISR member `id` returns is led by it.
+    fn lead_if_offline(&mut self, id: BrokerId) -> Option<Result<(), ReplicaViolation>> {
+        if self.registration.leader != BrokerId::NONE || !self.registration.isr.contains(&id) {
+            return None;
+        }
+        let mut next = self.registration.clone();
+        next.leader = id;
+        next.leader_epoch = LeaderEpoch(next.leader_epoch.0 + 1);
+        next.partition_epoch += 1;
+        Some(self.commit(next))
+    }
+
+    /// The network cuts the leader off (a live one, when none is cut yet):
+    /// what it was asked to acknowledge now waits on it alone.
+    fn isolate(&mut self) {
+        let Some(leader) = self.leader_index() else {
+            return;
+        };
+        if self.cut.is_some() {
+            return;
+        }
+        self.report.partitions += 1;
+        self.cut = Some(leader);
+        self.cut_fenced = false;
+        self.stranded.append(&mut self.pending);
+    }
+
+    /// The partition heals: the cut-off replica hears the registration it
+    /// missed (re-registering if it was fenced) and follows from then on;
+    /// a partition left without a leader is led by it if it is in the ISR.
+    fn heal(&mut self) -> Result<(), ReplicaViolation> {
+        self.collect_stranded();
+        let Some(cut) = self.cut.take() else {
+            return Ok(());
+        };
+        self.cut_fenced = false;
+        self.stranded.clear();
+        let id = self.nodes[cut].id;
+        if let Some(led) = self.lead_if_offline(id) {
+            return led;
+        }
+        let registration = self.registration.clone();
+        let now = now(self.step);
+        let node = &mut self.nodes[cut];
+        let Some(replication) = node.replication.as_mut() else {
+            return Ok(());
+        };
+        let was = (replication.role(), replication.leader_epoch());
+        let actions = replication.apply_registration(registration.clone(), now);
+        if replication.role() == Role::Leader && was != (Role::Leader, registration.leader_epoch) {
+            let end = node.end();
+            node.epochs.assign(registration.leader_epoch, end);
+        }
+        self.apply(cut, actions)
+    }
+
+    /// A client still reaches the cut-off replica: if it believes it
+    /// leads, it appends (and may never acknowledge).
+    fn produce_to_cut(&mut self, cut: usize) -> Result<(), ReplicaViolation> {
+        let Some(produced) = self.append_produced(cut) else {
+            return Ok(());
+        };
+        self.stranded.push(produced);
+        // Synced at once: only the ISR it cannot reach holds its HW back.
+        let node = &mut self.nodes[cut];
+        node.durable = node.log.len();
+        let end = node.end();
+        let actions = match node.replication.as_mut() {
+            Some(replication) => replication.counted(end, now(self.step)),
+            None => Vec::new(),
+        };
+        self.apply(cut, actions)
+    }
+
+    /// What the cut-off replica acknowledged counts as committed (and so
+    /// must survive the partition).
+    fn collect_stranded(&mut self) {
+        let Some(cut) = self.cut else {
+            return;
+        };
+        let Some(replication) = self.nodes[cut].replication.as_ref() else {
+            return;
+        };
+        for (offset, value) in answered(replication, &mut self.stranded) {
+            self.report.acknowledged += 1;
+            self.committed.entry(offset).or_insert(value);
+        }
+    }
+
     fn collect_acks(&mut self) {
+        self.collect_stranded();
         let Some(leader) = self.leader_index() else {
             self.pending.clear();
             return;
@@ -545,19 +698,7 @@ impl Sim {
             .replication
             .as_ref()
             .expect("a live leader");
-        let mut acknowledged = Vec::new();
-        self.pending.retain(
-            |(end, offset, value)| match replication.ack_progress(*end) {
-                AckProgress::Waiting => true,
-                AckProgress::Done(code) => {
-                    if code == ErrorCode::NONE {
-                        acknowledged.push((*offset, *value));
-                    }
-                    false
-                }
-            },
-        );
-        for (offset, value) in acknowledged {
+        for (offset, value) in answered(replication, &mut self.pending) {
             self.report.acknowledged += 1;
             self.committed.insert(offset, value);
         }
@@ -587,10 +728,15 @@ impl Sim {
         let active: Vec<bool> = (0..REPLICAS)
             .map(|index| {
                 let node = &self.nodes[index];
-                node.alive || self.unfenced_down.contains(&node.id)
+                let fenced_cut = self.cut == Some(index) && self.cut_fenced;
+                (node.alive && !fenced_cut) || self.unfenced_down.contains(&node.id)
             })
             .collect();
         for index in 0..REPLICAS {
+            if self.cut == Some(index) {
+                // It cannot hear the controller.
+                continue;
+            }
             let node = &mut self.nodes[index];
             let Some(replication) = node.replication.as_mut() else {
                 continue;
@@ -644,6 +790,13 @@ impl Sim {
         index: usize,
         proposal: IsrProposal,
     ) -> Result<(), ReplicaViolation> {
+        if self.cut == Some(index) {
+            // The controller is out of reach.
+            if let Some(replication) = self.nodes[index].replication.as_mut() {
+                replication.proposal_failed();
+            }
+            return Ok(());
+        }
         let current = &self.registration;
         let live = proposal
             .isr
