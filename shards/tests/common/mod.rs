@@ -204,3 +204,21 @@ pub fn copy_dir(from: &Path, to: &Path) {
         std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
     }
 }
+
+/// Milliseconds [`settle`] waits for rolled segments to be sealed.
+const SETTLE_WAITS_MAX: usize = 10_000;
+
+/// Waits until everything appended is durable and every rolled segment is
+/// sealed: sealing (trimming and syncing a rolled segment's files, then
+/// reading its index from disk) runs after the roll, so a test that looks
+/// at a sealed segment's files must wait for it.
+pub async fn settle(log: &PartitionLog) {
+    log.flush().await.unwrap();
+    for _ in 0..SETTLE_WAITS_MAX {
+        if log.recovery_point() == log.log_end_offset() {
+            return;
+        }
+        glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    panic!("rolled segments were not sealed");
+}

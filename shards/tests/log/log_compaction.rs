@@ -24,8 +24,6 @@ const MAP_BYTES: usize = 16 << 20;
 const DAY_MS: i64 = 86_400_000;
 /// Full reads a reader makes while it waits for a pass to end.
 const READS_DURING_PASS_MAX: usize = 10_000;
-/// Milliseconds a test waits for rolled segments to be sealed.
-const SETTLE_WAITS_MAX: usize = 10_000;
 
 /// One record as a consumer sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -123,19 +121,6 @@ async fn overwrite(
     }
     settle(log).await;
     written
-}
-
-/// Waits until everything appended is durable and every rolled segment is
-/// sealed (the cleaner only takes sealed segments).
-async fn settle(log: &PartitionLog) {
-    log.flush().await.unwrap();
-    for _ in 0..SETTLE_WAITS_MAX {
-        if log.recovery_point() == log.log_end_offset() {
-            return;
-        }
-        glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
-    }
-    panic!("rolled segments were not sealed");
 }
 
 /// Each key's last record in `written`.

@@ -26,13 +26,14 @@ fn small_indexed_segments() -> LogConfig {
     }
 }
 
-/// Appends `batches` batches of three records with rising timestamps.
+/// Appends `batches` batches of three records with rising timestamps and
+/// waits until the rolled segments are sealed.
 async fn fill(log: &PartitionLog, batches: usize) {
     for i in 0..batches {
         let bytes = batch(3, 40 + i % 7, FIRST_TIMESTAMP + i as i64 * 10);
         log.append(&bytes, EPOCH, now_ms()).await.unwrap();
     }
-    log.flush().await.unwrap();
+    settle(log).await;
 }
 
 fn read_offset(allow_file_range: bool) -> ReadOptions {
