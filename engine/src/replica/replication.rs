@@ -83,6 +83,15 @@ pub struct FollowerFetch {
     pub now_ms: u64,
 }
 
+/// What a follower's fetch asked its leader, to check the answer against
+/// ([`PartitionReplication::takes_answer`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FetchAsked {
+    pub leader: BrokerId,
+    pub leader_epoch: LeaderEpoch,
+    pub fetch_offset: Offset,
+}
+
 /// Whether an `acks=all` produce that ends at some offset may be answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AckProgress {
@@ -308,6 +317,22 @@ impl PartitionReplication {
         self.counted_offset = self.counted_offset.min(offset);
         self.high_watermark = self.high_watermark.min(offset);
         self.leader_high_watermark = self.leader_high_watermark.min(offset);
+    }
+
+    /// Whether a follower whose log ends at `log_end_offset` takes the
+    /// answer to a fetch that asked `asked` (Kafka's fetcher checks the
+    /// same before it processes a partition's data): only while it still
+    /// follows that leader in that epoch and its log still ends where the
+    /// fetch asked from. While a fetch runs, the partition may move to
+    /// another leader whose answers this replica took meanwhile; an old
+    /// leader's records no longer fit the log, and its DivergingEpoch or
+    /// OFFSET_OUT_OF_RANGE would cut what the new leader already counts
+    /// this replica as holding.
+    pub fn takes_answer(&self, asked: &FetchAsked, log_end_offset: Offset) -> bool {
+        self.role() == Role::Follower
+            && self.registration.leader == asked.leader
+            && self.registration.leader_epoch == asked.leader_epoch
+            && log_end_offset == asked.fetch_offset
     }
 
     /// A fetch answer from the leader carried its HW.

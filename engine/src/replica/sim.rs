@@ -8,7 +8,9 @@
 //! controller fences it, and once healed it learns the new registration,
 //! truncates by epoch and follows.
 //! Followers fetch by the engine's divergence rules
-//! ([`super::divergence`]). Every choice comes from one seeded ChaCha
+//! ([`super::divergence`]); an answer sometimes arrives late, after the
+//! follower's leader or log moved, and is then dropped
+//! ([`PartitionReplication::takes_answer`]). Every choice comes from one seeded ChaCha
 //! stream, so a seed replays exactly.
 //!
 //! After every step the checker asserts:
@@ -28,10 +30,12 @@ use rand_chacha::ChaCha8Rng;
 use crate::cluster::records::PartitionRegistration;
 use crate::log::epoch_cache::LeaderEpochCache;
 use crate::protocol::errors::ErrorCode;
-use crate::replica::divergence::{Restart, diverging_epoch, out_of_range_restart, truncation_for};
+use crate::replica::divergence::{
+    EpochEndOffset, Restart, diverging_epoch, out_of_range_restart, truncation_for,
+};
 use crate::replica::replication::{
-    AckProgress, Action, FollowerFetch, IsrProposal, PartitionReplication, ReplicationSettings,
-    Role,
+    AckProgress, Action, FetchAsked, FollowerFetch, IsrProposal, PartitionReplication,
+    ReplicationSettings, Role,
 };
 use crate::types::{BrokerId, LeaderEpoch, Offset};
 
@@ -49,6 +53,11 @@ pub enum ReplicaBug {
     /// above a lagging follower HW is lost if that replica is then elected
     /// (the seeds' first scenario).
     TruncateToHighWatermark,
+    /// A follower takes a fetch answer that no longer applies (sent before
+    /// its leader or its log moved) instead of dropping it: an old
+    /// leader's DivergingEpoch cuts what the new leader already counts
+    /// this replica as holding.
+    TakeStaleFetchAnswers,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -78,6 +87,8 @@ pub struct ReplicaReport {
     pub isr_changes: u64,
     /// Network partitions that cut a leader off.
     pub partitions: u64,
+    /// Fetch answers dropped because they no longer applied.
+    pub stale_answers: u64,
 }
 
 impl std::iter::Sum<ReplicaReport> for ReplicaReport {
@@ -89,6 +100,7 @@ impl std::iter::Sum<ReplicaReport> for ReplicaReport {
             truncations: total.truncations + report.truncations,
             isr_changes: total.isr_changes + report.isr_changes,
             partitions: total.partitions + report.partitions,
+            stale_answers: total.stale_answers + report.stale_answers,
         })
     }
 }
@@ -111,6 +123,26 @@ impl std::fmt::Display for ReplicaViolation {
 struct Entry {
     epoch: LeaderEpoch,
     value: u64,
+}
+
+/// What a leader answered a fetch with.
+#[derive(Clone, Debug)]
+enum Answer {
+    /// OFFSET_OUT_OF_RANGE: the follower truncates to this offset.
+    OutOfRange(Offset),
+    /// The follower's last epoch diverged; it truncates by epoch.
+    Diverged(EpochEndOffset),
+    /// Entries from the fetch offset, and the leader's HW.
+    Records(Vec<Entry>, Offset),
+}
+
+/// A fetch answer on its way back to the follower.
+#[derive(Clone, Debug)]
+struct InFlight {
+    follower: usize,
+    leader: usize,
+    asked: FetchAsked,
+    answer: Answer,
 }
 
 #[derive(Debug)]
@@ -166,6 +198,9 @@ struct Sim {
     pending: Vec<(Offset, usize, u64)>,
     /// Acknowledged or read below a HW: must never change.
     committed: BTreeMap<usize, u64>,
+    /// Fetch answers not yet delivered (a follower may have one from each
+    /// leader it fetched from, as each leader has its own fetcher).
+    in_flight: Vec<InFlight>,
     report: ReplicaReport,
 }
 
@@ -229,6 +264,7 @@ pub fn run(config: ReplicaSimConfig) -> Result<ReplicaReport, ReplicaViolation> 
         next_value: 1,
         pending: Vec::new(),
         committed: BTreeMap::new(),
+        in_flight: Vec::new(),
         report: ReplicaReport::default(),
     };
     for index in 0..REPLICAS {
@@ -301,7 +337,7 @@ impl Sim {
     }
 
     fn act(&mut self) -> Result<(), ReplicaViolation> {
-        let roll = self.rng.gen_range(0..103);
+        let roll = self.rng.gen_range(0..106);
         match roll {
             0..30 => self.produce()?,
             100 => self.isolate(),
@@ -311,6 +347,7 @@ impl Sim {
                 let follower = self.rng.gen_range(0..REPLICAS);
                 self.fetch(follower)?;
             }
+            103..106 => self.deliver_late()?,
             80..86 => self.tick()?,
             86..89 => self.crash(),
             89..93 => self.fence()?,
@@ -391,19 +428,34 @@ impl Sim {
 
     /// One round of a follower's fetcher: the leader's divergence check,
     /// then its record of the fetch, then the copy, synced before the next.
+    /// A follower fetches from the leader, which answers at once; the
+    /// answer arrives now or, sometimes, later (after anything else may
+    /// have happened to the follower): at its next fetch from that leader
+    /// or at any step.
     fn fetch(&mut self, follower: usize) -> Result<(), ReplicaViolation> {
         let Some(leader) = self.leader_index() else {
             return Ok(());
         };
-        let role = self.nodes[follower]
-            .replication
-            .as_ref()
-            .map(PartitionReplication::role);
-        if follower == leader || !self.nodes[follower].alive || role != Some(Role::Follower) {
+        let Some(replication) = self.nodes[follower].replication.as_ref() else {
+            return Ok(());
+        };
+        let leader_epoch = replication.leader_epoch();
+        if follower == leader || !self.nodes[follower].alive || replication.role() != Role::Follower
+        {
             return Ok(());
         }
         if self.cut.is_some_and(|cut| cut == follower || cut == leader) {
             return Ok(());
+        }
+        // One fetcher per leader: nothing new until its answer is back,
+        // which arrives now.
+        if let Some(index) = self
+            .in_flight
+            .iter()
+            .position(|flight| flight.follower == follower && flight.leader == leader)
+        {
+            let flight = self.in_flight.swap_remove(index);
+            return self.deliver(flight);
         }
         let now = now(self.step);
         let fetch_offset = self.nodes[follower].end();
@@ -411,69 +463,128 @@ impl Sim {
             .epochs
             .latest_epoch()
             .unwrap_or(LeaderEpoch::NONE);
+        let asked = FetchAsked {
+            leader: self.nodes[leader].id,
+            leader_epoch,
+            fetch_offset,
+        };
         let (leader_end, leader_epochs) = {
             let node = &self.nodes[leader];
             (node.end(), node.epochs.clone())
         };
-        match diverging_epoch(
+        let answer = match diverging_epoch(
             &leader_epochs,
             Offset(0),
             leader_end,
             fetch_offset,
             last_epoch,
         ) {
-            Err(_) => {
-                let cut = match out_of_range_restart(fetch_offset, Offset(0), leader_end) {
-                    Restart::TruncateTo(offset) => offset,
-                    Restart::StartAt(_) | Restart::Resume(_) => return Ok(()),
+            Err(_) => match out_of_range_restart(fetch_offset, Offset(0), leader_end) {
+                Restart::TruncateTo(offset) => Answer::OutOfRange(offset),
+                Restart::StartAt(_) | Restart::Resume(_) => return Ok(()),
+            },
+            Ok(Some(diverged)) => Answer::Diverged(diverged),
+            Ok(None) => {
+                let replica = self.nodes[follower].id;
+                let fetched = self.nodes[leader]
+                    .replication
+                    .as_mut()
+                    .expect("a live leader")
+                    .follower_fetched(FollowerFetch {
+                        replica,
+                        fetch_offset,
+                        eligible: true,
+                        now_ms: now,
+                    });
+                let Ok(actions) = fetched else {
+                    return Ok(());
                 };
-                self.truncate_follower(follower, cut);
+                self.apply(leader, actions)?;
+                let count = self.rng.gen_range(0..=4usize);
+                let copied: Vec<Entry> = self.nodes[leader]
+                    .log
+                    .iter()
+                    .skip(fetch_offset.0 as usize)
+                    .take(count)
+                    .copied()
+                    .collect();
+                Answer::Records(copied, self.high_watermark(leader))
+            }
+        };
+        let flight = InFlight {
+            follower,
+            leader,
+            asked,
+            answer,
+        };
+        if self.rng.gen_bool(0.9) {
+            self.deliver(flight)
+        } else {
+            self.in_flight.push(flight);
+            Ok(())
+        }
+    }
+
+    /// A fetch answer held back arrives, unless the network between its
+    /// follower and leader is cut.
+    fn deliver_late(&mut self) -> Result<(), ReplicaViolation> {
+        if self.in_flight.is_empty() {
+            return Ok(());
+        }
+        let index = self.rng.gen_range(0..self.in_flight.len());
+        let flight = &self.in_flight[index];
+        if self
+            .cut
+            .is_some_and(|cut| cut == flight.follower || cut == flight.leader)
+        {
+            return Ok(());
+        }
+        let flight = self.in_flight.swap_remove(index);
+        self.deliver(flight)
+    }
+
+    /// The follower takes a fetch answer, if it still applies
+    /// ([`PartitionReplication::takes_answer`]).
+    fn deliver(&mut self, flight: InFlight) -> Result<(), ReplicaViolation> {
+        let follower = flight.follower;
+        let node = &self.nodes[follower];
+        let Some(replication) = node.replication.as_ref() else {
+            return Ok(());
+        };
+        if !replication.takes_answer(&flight.asked, node.end()) {
+            self.report.stale_answers += 1;
+            if self.config.bug != Some(ReplicaBug::TakeStaleFetchAnswers) {
                 return Ok(());
             }
-            Ok(Some(diverged)) => {
+        }
+        match flight.answer {
+            Answer::OutOfRange(offset) => self.truncate_follower(follower, offset),
+            Answer::Diverged(diverged) => {
                 let node = &self.nodes[follower];
                 let truncation = truncation_for(&node.epochs, node.end(), diverged);
                 self.truncate_follower(follower, truncation.offset);
-                return Ok(());
             }
-            Ok(None) => {}
+            Answer::Records(entries, leader_high_watermark) => {
+                let now = now(self.step);
+                let node = &mut self.nodes[follower];
+                // The log refuses records that do not start at its end.
+                if entries.is_empty() || node.end() == flight.asked.fetch_offset {
+                    for entry in entries {
+                        node.append(entry);
+                    }
+                }
+                node.durable = node.log.len();
+                let end = node.end();
+                let Some(replication) = node.replication.as_mut() else {
+                    return Ok(());
+                };
+                replication.appended(end);
+                let mut actions = replication.counted(end, now);
+                actions.extend(replication.leader_high_watermark_is(leader_high_watermark));
+                self.apply(follower, actions)?;
+            }
         }
-        let replica = self.nodes[follower].id;
-        let fetched = self.nodes[leader]
-            .replication
-            .as_mut()
-            .expect("a live leader")
-            .follower_fetched(FollowerFetch {
-                replica,
-                fetch_offset,
-                eligible: true,
-                now_ms: now,
-            });
-        let actions = match fetched {
-            Ok(actions) => actions,
-            Err(_) => return Ok(()),
-        };
-        self.apply(leader, actions)?;
-        let leader_high_watermark = self.high_watermark(leader);
-        let count = self.rng.gen_range(0..=4usize);
-        let copied: Vec<Entry> = self.nodes[leader]
-            .log
-            .iter()
-            .skip(fetch_offset.0 as usize)
-            .take(count)
-            .copied()
-            .collect();
-        let node = &mut self.nodes[follower];
-        for entry in copied {
-            node.append(entry);
-        }
-        node.durable = node.log.len();
-        let end = node.end();
-        let replication = node.replication.as_mut().expect("a live follower");
-        replication.appended(end);
-        let mut actions = replication.counted(end, now);
-        actions.extend(replication.leader_high_watermark_is(leader_high_watermark));
-        self.apply(follower, actions)
+        Ok(())
     }
 
     fn truncate_follower(&mut self, follower: usize, offset: Offset) {
@@ -502,6 +613,8 @@ impl Sim {
         self.report.crashes += 1;
         node.alive = false;
         node.replication = None;
+        // What was on its way to it is lost with its connections.
+        self.in_flight.retain(|flight| flight.follower != index);
         let durable = node.durable;
         node.truncate(durable);
         self.unfenced_down.push(node.id);

@@ -4,8 +4,8 @@
 //! only the partitions whose fetch offset moved, at the next epoch, and their
 //! answers only the partitions with news. If the broker opens no session the
 //! consumer keeps sending full fetches; if it loses the session
-//! (`FETCH_SESSION_ID_NOT_FOUND`, `INVALID_FETCH_SESSION_EPOCH`) the next
-//! fetch is full again.
+//! (`FETCH_SESSION_ID_NOT_FOUND`, `INVALID_FETCH_SESSION_EPOCH`) or the
+//! broker refuses a fetch, the next fetch is full again.
 
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::fetch_session::{INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch};
@@ -121,6 +121,9 @@ impl ClientSession {
             return Ok(false);
         }
         if error.is_error() {
+            // The broker applied none of the request: what `request` took
+            // as sent is not in its session.
+            self.reset();
             return Err(ClientError::Kafka {
                 what: "fetching".to_owned(),
                 code: error_code,
@@ -229,9 +232,17 @@ mod tests {
     }
 
     #[test]
-    fn other_top_level_errors_stop_the_consumer() {
-        let mut session = ClientSession::new(1);
+    fn other_top_level_errors_fail_the_fetch_and_the_next_one_is_full() {
+        let mut session = ClientSession::new(2);
+        session.request(entries(&[0, 0]), LIMITS);
+        session.on_response(0, 42).unwrap();
+        // The broker refuses a fetch that moved partition 0: it applied
+        // nothing, so the next fetch must not take 7 as known to it.
+        session.request(entries(&[7, 0]), LIMITS);
         let error = session.on_response(ErrorCode::UNKNOWN_SERVER_ERROR.0, 0);
         assert!(matches!(error, Err(ClientError::Kafka { code: -1, .. })));
+        let next = session.request(entries(&[7, 0]), LIMITS);
+        assert_eq!((next.session_id, next.session_epoch), (0, 0));
+        assert_eq!(named(&next).len(), 2);
     }
 }

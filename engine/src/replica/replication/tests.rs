@@ -298,17 +298,22 @@ fn a_fenced_follower_out_of_the_isr_does_not_hold_the_hw() {
     assert_eq!(a.high_watermark(), Offset(5));
 }
 
-#[test]
-fn a_new_leader_waits_for_its_isr_to_fetch_before_moving_the_hw() {
-    // B was a follower with 9 records, HW 5, and is elected at epoch 1.
-    let mut b = PartitionReplication::new(
+/// B follows A at epoch 0 (all three in sync) with 9 records, HW 5.
+fn b_following_a() -> PartitionReplication {
+    PartitionReplication::new(
         settings(B, 2),
         registration(&[A, B, C], &[A, B, C], A, 0, 0),
         Offset(9),
         Offset(9),
         Offset(5),
         0,
-    );
+    )
+}
+
+#[test]
+fn a_new_leader_waits_for_its_isr_to_fetch_before_moving_the_hw() {
+    // B was a follower with 9 records, HW 5, and is elected at epoch 1.
+    let mut b = b_following_a();
     assert_eq!(b.role(), Role::Follower);
     let elected = registration(&[A, B, C], &[B, C], B, 1, 1);
     assert_eq!(b.apply_registration(elected, 10), Vec::new());
@@ -364,4 +369,44 @@ fn a_refused_proposal_may_be_made_again() {
     assert_eq!(a.tick(LAG_MS + 2), Vec::new());
     a.proposal_failed();
     assert!(matches!(&a.tick(LAG_MS + 3)[..], [Action::ProposeIsr(_)]));
+}
+
+#[test]
+fn a_follower_takes_only_answers_to_what_it_still_asks() {
+    // B follows A at epoch 0 with 9 records, and asked A from 9.
+    let mut b = b_following_a();
+    let asked = FetchAsked {
+        leader: A,
+        leader_epoch: LeaderEpoch(0),
+        fetch_offset: Offset(9),
+    };
+    assert!(b.takes_answer(&asked, Offset(9)));
+    // The log moved while the fetch ran (another fetcher appended or cut).
+    assert!(!b.takes_answer(&asked, Offset(12)));
+    assert!(!b.takes_answer(&asked, Offset(7)));
+    // A new epoch of the same leader, then another leader.
+    b.apply_registration(registration(&[A, B, C], &[A, B, C], A, 1, 1), 1);
+    assert!(!b.takes_answer(&asked, Offset(9)));
+    b.apply_registration(registration(&[A, B, C], &[B, C], C, 2, 2), 2);
+    let asked_c = FetchAsked {
+        leader: C,
+        leader_epoch: LeaderEpoch(2),
+        ..asked
+    };
+    assert!(b.takes_answer(&asked_c, Offset(9)));
+    assert!(!b.takes_answer(
+        &FetchAsked {
+            leader: A,
+            ..asked_c
+        },
+        Offset(9)
+    ));
+    // Elected itself: it fetches from nobody.
+    b.apply_registration(registration(&[A, B, C], &[B, C], B, 3, 3), 3);
+    let asked_self = FetchAsked {
+        leader: B,
+        leader_epoch: LeaderEpoch(3),
+        ..asked
+    };
+    assert!(!b.takes_answer(&asked_self, Offset(9)));
 }

@@ -18,11 +18,13 @@
 //!
 //! The task ends when the shard follows nothing from this leader.
 
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::replica::divergence::{EpochEndOffset, Restart, out_of_range_restart};
+use brook_engine::replica::replication::FetchAsked;
 use brook_engine::types::{BrokerId, LeaderEpoch, Offset, PartitionId, TopicPartition};
 use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::{ApiKey, FetchResponse};
@@ -32,7 +34,7 @@ use crate::client::Connection;
 use crate::client::cluster::reconnect_backoff;
 use crate::client::fetch_session::{ClientSession, FetchLimits, SessionEntry};
 use crate::server::shard::{Shard, now_ms};
-use crate::storage::{LogCut, PartitionLog};
+use crate::storage::LogCut;
 
 /// Fetch as the follower sends it: v12 names topics, carries the replica id
 /// at the top level, and the divergence fields (KIP-595's DivergingEpoch).
@@ -67,7 +69,16 @@ pub async fn run(shard: Rc<Shard>, leader: BrokerId) {
             }
             return;
         }
-        let set: Vec<TopicPartition> = followed.iter().map(|(tp, _)| tp.clone()).collect();
+        // A partition whose log this shard has not opened yet waits: the
+        // session's entries are exactly the partitions fetched.
+        let followed: Vec<_> = followed
+            .into_iter()
+            .filter_map(|(tp, registration)| {
+                let log = shard.log(&tp)?;
+                Some((tp, registration, log))
+            })
+            .collect();
+        let set: Vec<TopicPartition> = followed.iter().map(|(tp, ..)| tp.clone()).collect();
         if set != session_set {
             session = ClientSession::new(set.len());
             session_set = set;
@@ -91,22 +102,26 @@ pub async fn run(shard: Rc<Shard>, leader: BrokerId) {
             }
         };
         // Each partition's position: its log end, which the last round
-        // waited to count here.
-        let logs: Vec<Option<PartitionLog>> =
-            followed.iter().map(|(tp, _)| shard.log(tp)).collect();
-        let entries = followed
+        // waited to count here. What each was asked at, to check its answer
+        // against (the session's cached offsets are these).
+        let asked: HashMap<TopicPartition, FetchAsked> = followed
             .iter()
-            .zip(&logs)
-            .filter_map(|((tp, registration), log)| {
-                let log = log.as_ref()?;
-                Some(SessionEntry {
-                    topic: &tp.topic,
-                    partition: tp.partition.0,
-                    fetch_offset: log.log_end_offset().0,
-                    current_leader_epoch: registration.leader_epoch.0,
-                    last_fetched_epoch: log.latest_epoch().map_or(-1, |epoch| epoch.0),
-                })
-            });
+            .map(|(tp, registration, log)| {
+                let asked = FetchAsked {
+                    leader,
+                    leader_epoch: registration.leader_epoch,
+                    fetch_offset: log.log_end_offset(),
+                };
+                (tp.clone(), asked)
+            })
+            .collect();
+        let entries = followed.iter().map(|(tp, registration, log)| SessionEntry {
+            topic: &tp.topic,
+            partition: tp.partition.0,
+            fetch_offset: asked[tp].fetch_offset.0,
+            current_leader_epoch: registration.leader_epoch.0,
+            last_fetched_epoch: log.latest_epoch().map_or(-1, |epoch| epoch.0),
+        });
         let mut request = session.request(entries, LIMITS);
         request.replica_id = kafka_protocol::messages::BrokerId(local.0);
         request.replica_state.replica_id = kafka_protocol::messages::BrokerId(local.0);
@@ -141,7 +156,10 @@ pub async fn run(shard: Rc<Shard>, leader: BrokerId) {
                     topic: topic.topic.to_string(),
                     partition: PartitionId(partition.partition_index),
                 };
-                if let Some(wait) = take_answer(&shard, &topic_partition, partition).await {
+                let Some(asked) = asked.get(&topic_partition) else {
+                    continue;
+                };
+                if let Some(wait) = take_answer(&shard, &topic_partition, asked, partition).await {
                     pause = Some(pause.map_or(wait, |longest: Duration| longest.max(wait)));
                 }
             }
@@ -163,17 +181,29 @@ async fn connect(shard: &Shard, leader: BrokerId, client_id: &str) -> Option<Rc<
 }
 
 /// Takes one partition's answer; a pause before the next fetch when it
-/// calls for one.
+/// calls for one. An answer that no longer applies (the partition moved to
+/// another leader or epoch, or its log moved, while the fetch ran) is
+/// dropped: [`PartitionReplication::takes_answer`](brook_engine::replica::replication::PartitionReplication::takes_answer).
 async fn take_answer(
     shard: &Rc<Shard>,
     topic_partition: &TopicPartition,
+    asked: &FetchAsked,
     answer: PartitionData,
 ) -> Option<Duration> {
-    // The partition may have stopped being followed while the fetch ran.
-    if !shard.replication.is_replicated(topic_partition) {
+    let log = shard.log(topic_partition)?;
+    let log_end_offset = log.log_end_offset();
+    if !shard
+        .replication
+        .takes_answer(topic_partition, asked, log_end_offset)
+    {
+        tracing::debug!(
+            partition = %topic_partition,
+            ?asked,
+            log_end = log_end_offset.0,
+            "dropping a replica fetch answer that no longer applies"
+        );
         return None;
     }
-    let log = shard.log(topic_partition)?;
     let error = ErrorCode(answer.error_code);
     if error == ErrorCode::OFFSET_OUT_OF_RANGE {
         let restart = out_of_range_restart(

@@ -30,8 +30,8 @@ use brook_engine::cluster::records::PartitionRegistration;
 use brook_engine::group::records::OFFSETS_TOPIC_NAME;
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::replica::replication::{
-    AckProgress, Action, FollowerFetch, IsrProposal, PartitionReplication, ReplicationSettings,
-    Role,
+    AckProgress, Action, FetchAsked, FollowerFetch, IsrProposal, PartitionReplication,
+    ReplicationSettings, Role,
 };
 use brook_engine::txn::records::TRANSACTION_STATE_TOPIC_NAME;
 use brook_engine::types::{BrokerId, Offset, TopicPartition};
@@ -291,6 +291,21 @@ impl ReplicaHost {
             .collect();
         followed.sort_by(|a, b| a.0.cmp(&b.0));
         followed
+    }
+
+    /// Whether the answer to a replica fetch that asked `asked` still
+    /// applies to `topic_partition`, whose log ends at `log_end_offset`
+    /// ([`PartitionReplication::takes_answer`]).
+    fn takes_answer(
+        &self,
+        topic_partition: &TopicPartition,
+        asked: &FetchAsked,
+        log_end_offset: Offset,
+    ) -> bool {
+        self.partitions
+            .borrow()
+            .get(topic_partition)
+            .is_some_and(|replication| replication.takes_answer(asked, log_end_offset))
     }
 
     /// A follower's log moved or its leader answered with its HW.
