@@ -23,6 +23,8 @@ fn a_sweep_of_seeds_keeps_every_replication_invariant() {
     assert!(total.isr_changes > count, "{total:?}");
     assert!(total.partitions > count / 2, "{total:?}");
     assert!(total.stale_answers > count / 10, "{total:?}");
+    assert!(total.unsynced_kept > count, "{total:?}");
+    assert!(total.torn_writes > count / 2, "{total:?}");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! A deterministic simulator of one partition's replication: three
 //! replicas, each a [`PartitionReplication`] over a simulated log (a crash
-//! loses what was not synced), a controller that commits ISR changes and
+//! keeps what was synced and any prefix of what was not, whose last write
+//! may be torn and is then dropped by recovery), a controller that commits ISR changes and
 //! elects as `cluster::elections` does (the first live ISR member in
 //! replica order, a new leader epoch), and a producer with `acks=all`. A
 //! network partition cuts a live replica off from the others and the
@@ -89,6 +90,10 @@ pub struct ReplicaReport {
     pub partitions: u64,
     /// Fetch answers dropped because they no longer applied.
     pub stale_answers: u64,
+    /// Crashes that left some unsynced writes on disk.
+    pub unsynced_kept: u64,
+    /// Crashes whose last surviving write was torn (and dropped).
+    pub torn_writes: u64,
 }
 
 impl std::iter::Sum<ReplicaReport> for ReplicaReport {
@@ -101,6 +106,8 @@ impl std::iter::Sum<ReplicaReport> for ReplicaReport {
             isr_changes: total.isr_changes + report.isr_changes,
             partitions: total.partitions + report.partitions,
             stale_answers: total.stale_answers + report.stale_answers,
+            unsynced_kept: total.unsynced_kept + report.unsynced_kept,
+            torn_writes: total.torn_writes + report.torn_writes,
         })
     }
 }
@@ -615,8 +622,19 @@ impl Sim {
         node.replication = None;
         // What was on its way to it is lost with its connections.
         self.in_flight.retain(|flight| flight.follower != index);
-        let durable = node.durable;
-        node.truncate(durable);
+        // Writes not yet synced may have reached the disk, some of them:
+        // any prefix of them survives, the last one possibly torn, which
+        // recovery's CRC check drops (so a shorter prefix survives whole).
+        let kept = self.rng.gen_range(node.durable..=node.log.len());
+        if kept > node.durable {
+            self.report.unsynced_kept += 1;
+        }
+        if kept < node.log.len() && self.rng.gen_bool(0.5) {
+            self.report.torn_writes += 1;
+        }
+        node.truncate(kept);
+        // Recovery syncs what it keeps.
+        node.durable = kept;
         self.unfenced_down.push(node.id);
         if led || node.id == self.registration.leader {
             self.pending.clear();
