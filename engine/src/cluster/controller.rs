@@ -43,11 +43,18 @@ impl Refusal {
     }
 }
 
+/// The longest the active controller may go without looking at its
+/// sessions (it looks every tick, 100 ms) before the gap counts as a stall
+/// of its own: [`BrokerSessions::looked`].
+pub const CONTROLLER_STALL_MS: u64 = 1_000;
+
 /// When the active controller last heard from each broker epoch.
 #[derive(Clone, Debug, Default)]
 pub struct BrokerSessions {
     last_heard_ms: BTreeMap<BrokerId, (i64, u64)>,
     session_timeout_ms: u64,
+    /// When the controller last looked ([`BrokerSessions::looked`]).
+    last_look_ms: Option<u64>,
 }
 
 impl BrokerSessions {
@@ -55,12 +62,34 @@ impl BrokerSessions {
         BrokerSessions {
             last_heard_ms: BTreeMap::new(),
             session_timeout_ms,
+            last_look_ms: None,
         }
+    }
+
+    /// The controller looks at its sessions at `now_ms`, as it does every
+    /// tick before fencing. If it could not look for more than
+    /// [`CONTROLLER_STALL_MS`], its own loop was stalled (a metadata-log
+    /// fsync behind a disk full of data writes, a paused process): the
+    /// heartbeats brokers sent meanwhile are still queued behind the
+    /// stall, so the gap counts against no session. Otherwise a controller
+    /// that resumes fences every broker at once, as it did under the
+    /// replication bench. Returns the gap credited, if any.
+    pub fn looked(&mut self, now_ms: u64) -> Option<u64> {
+        let last = self.last_look_ms.replace(now_ms)?;
+        let gap = now_ms.saturating_sub(last);
+        if gap <= CONTROLLER_STALL_MS {
+            return None;
+        }
+        for (_, heard_ms) in self.last_heard_ms.values_mut() {
+            *heard_ms = heard_ms.saturating_add(gap).min(now_ms);
+        }
+        Some(gap)
     }
 
     /// This node just became the active controller: every registered broker
     /// gets a whole session from now.
     pub fn restart_all(&mut self, image: &ClusterImage, now_ms: u64) {
+        self.last_look_ms = Some(now_ms);
         self.last_heard_ms = image
             .brokers
             .values()
@@ -713,6 +742,47 @@ pub(crate) mod tests {
         );
         image.apply(6, &records).unwrap();
         assert!(image.topic_by_name("a").is_none());
+    }
+
+    #[test]
+    fn a_stalled_controller_counts_its_stall_against_no_session() {
+        let image = three_brokers();
+        let mut sessions = BrokerSessions::new(BROKER_SESSION_TIMEOUT_MS_DEFAULT);
+        sessions.restart_all(&image, 1_000);
+        // Ticks every 100 ms: nothing credited.
+        for now in (1_100..=3_000).step_by(100) {
+            assert_eq!(sessions.looked(now), None);
+        }
+        for id in [1, 2] {
+            heartbeat(&image, &mut sessions, beat(id, id as i64, 4), 3_000);
+        }
+        // The loop stalls 12 s: broker 3, last heard at 1,000, and the two
+        // others, heard at 3,000, would all be past the 9 s session.
+        assert_eq!(sessions.looked(15_000), Some(12_000));
+        assert!(sessions.expired(&image, 15_000).is_empty());
+        // Time the controller runs on counts again: broker 3 stays silent,
+        // and its session (heard at 1,000, plus the 12 s stall) ends at
+        // 22,000.
+        for now in (15_100..=22_000).step_by(100) {
+            assert_eq!(sessions.looked(now), None);
+            if now % 2_000 == 0 {
+                for id in [1, 2] {
+                    heartbeat(&image, &mut sessions, beat(id, id as i64, 4), now);
+                }
+            }
+        }
+        assert!(sessions.expired(&image, 22_000).is_empty());
+        let expired = sessions.expired(&image, 22_001);
+        assert!(
+            matches!(
+                &expired[..],
+                [MetadataRecord::FenceBroker {
+                    id: BrokerId(3),
+                    ..
+                }]
+            ),
+            "{expired:?}"
+        );
     }
 
     #[test]

@@ -164,6 +164,8 @@ pub struct ControllerNode {
     sessions: BrokerSessions,
     /// The term in which this node last restarted the sessions.
     sessions_term: u64,
+    /// The stall the last tick credited to every session, if any.
+    stall_ms: Option<u64>,
     bytes_since_snapshot: u64,
     config: QuorumConfig,
     /// What DescribeQuorum reports, while this node leads.
@@ -198,6 +200,7 @@ impl ControllerNode {
             latest: None,
             sessions: BrokerSessions::new(config.session_timeout_ms),
             sessions_term: 0,
+            stall_ms: None,
             bytes_since_snapshot: 0,
             config,
             progress: QuorumProgress::default(),
@@ -242,6 +245,12 @@ impl ControllerNode {
             return self.fence_expired(now_ms);
         }
         Vec::new()
+    }
+
+    /// The stall of its own loop the last tick did not count against
+    /// any broker's session ([`BrokerSessions::looked`]), if any.
+    pub fn last_stall_ms(&self) -> Option<u64> {
+        self.stall_ms
     }
 
     /// A message from a peer voter. Messages from nodes that are not voters
@@ -417,6 +426,7 @@ impl ControllerNode {
         if self.refresh_sessions(now_ms).is_err() {
             return Vec::new();
         }
+        self.stall_ms = self.sessions.looked(now_ms);
         let records = self
             .sessions
             .expired(&self.latest.as_ref().expect("built").1, now_ms);

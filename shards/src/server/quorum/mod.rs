@@ -319,7 +319,16 @@ async fn drive(shard: Rc<Shard>, quorum: Rc<Quorum>, mut inputs: mpsc::Receiver<
             }) => handle_request(&quorum, from, epoch, request, reply),
             None => {
                 let now = quorum.now_ms();
-                let fenced = quorum.node.borrow_mut().tick(now);
+                let (fenced, stall) = {
+                    let mut node = quorum.node.borrow_mut();
+                    (node.tick(now), node.last_stall_ms())
+                };
+                if let Some(stall) = stall {
+                    tracing::warn!(
+                        stall_ms = stall,
+                        "the controller's loop stalled; broker sessions do not count the stall"
+                    );
+                }
                 let moved = fenced
                     .iter()
                     .filter(|record| matches!(record, MetadataRecord::Partition { .. }))
