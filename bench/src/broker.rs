@@ -41,6 +41,9 @@ pub struct BrokerProcess {
     child: Option<Child>,
     /// `127.0.0.1:<port>`.
     pub address: String,
+    /// Where it serves Prometheus metrics (a free port of 127.0.0.1 unless
+    /// `extra` says otherwise), if it does.
+    pub metrics_address: Option<String>,
     /// The namespace file, open while a child may be spawned into it.
     namespace_file: Option<std::fs::File>,
 }
@@ -55,6 +58,7 @@ impl BrokerProcess {
             launch,
             child: None,
             address: String::new(),
+            metrics_address: None,
             namespace_file: None,
         };
         let listen = broker
@@ -89,7 +93,17 @@ impl BrokerProcess {
             .args(["serve", "--listen", listen, "--cores"])
             .arg(self.launch.cores.to_string())
             .arg("--data-dir")
-            .arg(&data_dir)
+            .arg(&data_dir);
+        if !self
+            .launch
+            .extra
+            .iter()
+            .any(|arg| arg == "--metrics-listen")
+        {
+            // Many brokers run on one machine: none takes the default port.
+            command.args(["--metrics-listen", "127.0.0.1:0"]);
+        }
+        command
             .args(&self.launch.extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log));
@@ -145,12 +159,15 @@ impl BrokerProcess {
                 "brook serve did not start; its log:\n{log}"
             )));
         };
-        // "brook listening on <address> (<n> shards)"
+        // "brook listening on <address> (<n> shards[; metrics on <address>])"
         self.address = line
             .split_whitespace()
             .nth(3)
             .ok_or_else(|| BenchError::Broker(format!("unexpected first line {line:?}")))?
             .to_owned();
+        self.metrics_address = line
+            .split_once("metrics on ")
+            .map(|(_, rest)| rest.trim_end_matches(')').to_owned());
         self.child = Some(child);
         Ok(())
     }

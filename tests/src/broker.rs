@@ -76,6 +76,12 @@ impl Broker {
         self.process.data_dir()
     }
 
+    /// Where it serves Prometheus metrics (a free port, new at each
+    /// start), if it does.
+    pub fn metrics_address(&self) -> Option<&str> {
+        self.process.metrics_address.as_deref()
+    }
+
     /// CPU time (user + system) the broker process has used so far.
     pub fn cpu_time(&self) -> Duration {
         self.process.cpu_time().expect("a running broker")

@@ -34,6 +34,9 @@ pub struct ClusterArgs {
     /// The first node's client port; node N listens on this + N.
     #[arg(long, default_value_t = 9092)]
     first_port: u16,
+    /// Node N serves Prometheus metrics on this port + N.
+    #[arg(long, default_value_t = 9644)]
+    first_metrics_port: u16,
     /// Shards (cores) each node runs.
     #[arg(long, default_value_t = 1)]
     cores: usize,
@@ -62,6 +65,8 @@ fn node_arguments(args: &ClusterArgs, id: usize) -> Vec<String> {
         args.dir.join(format!("node-{id}")).display().to_string(),
         "--cores".to_owned(),
         args.cores.to_string(),
+        "--metrics-listen".to_owned(),
+        format!("127.0.0.1:{}", args.first_metrics_port + id as u16),
         "--set".to_owned(),
         format!("node.id={id}"),
         "--set".to_owned(),
@@ -176,11 +181,13 @@ mod tests {
             brokers: 4,
             dir: PathBuf::from("/tmp/c"),
             first_port: 9092,
+            first_metrics_port: 9644,
             cores: 1,
             settings: vec!["num.partitions=3".into()],
         };
         let first = node_arguments(&args, 0).join(" ");
         assert!(first.contains("--listen 127.0.0.1:9092"), "{first}");
+        assert!(first.contains("--metrics-listen 127.0.0.1:9644"), "{first}");
         assert!(
             first.contains(
                 "controller.quorum.voters=0@127.0.0.1:9192,1@127.0.0.1:9193,2@127.0.0.1:9194"

@@ -135,6 +135,23 @@ struct ServeArgs {
     /// `broker.rack`.
     #[arg(long)]
     rack: Option<String>,
+    /// Where to serve Prometheus metrics (`GET /metrics`; port 0: any free
+    /// port), or `none`.
+    #[arg(long, default_value = "127.0.0.1:9644", value_parser = metrics_listen)]
+    metrics_listen: MetricsListen,
+}
+
+/// `--metrics-listen`: an address, or `none`.
+#[derive(Clone, Debug)]
+struct MetricsListen(Option<SocketAddr>);
+
+fn metrics_listen(text: &str) -> Result<MetricsListen, String> {
+    if text == "none" {
+        return Ok(MetricsListen(None));
+    }
+    text.parse()
+        .map(|address| MetricsListen(Some(address)))
+        .map_err(|error| format!("{error} (an address like 127.0.0.1:9644, or none)"))
 }
 
 impl ServeArgs {
@@ -314,9 +331,16 @@ fn serve(args: ServeArgs) -> ExitCode {
         data_dir: args.data_dir,
         cores: args.cores,
         config,
+        metrics_listen: args.metrics_listen.0,
     };
-    let ready = |address: SocketAddr, shards: u16| {
-        println!("brook listening on {address} ({shards} shards)");
+    let ready = |ready: brook_shards::server::Ready| {
+        let (address, shards) = (ready.listen, ready.shards);
+        match ready.metrics {
+            Some(metrics) => {
+                println!("brook listening on {address} ({shards} shards; metrics on {metrics})")
+            }
+            None => println!("brook listening on {address} ({shards} shards)"),
+        }
         let _ = std::io::Write::flush(&mut std::io::stdout());
     };
     match brook_shards::server::run(options, ready) {

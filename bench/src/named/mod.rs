@@ -191,7 +191,7 @@ pub fn run(
 
 /// A broker the workloads run against.
 enum Broker {
-    Own(BrokerProcess),
+    Own(Box<BrokerProcess>),
     External(String),
 }
 
@@ -282,7 +282,7 @@ impl Bench<'_> {
             namespace: None,
             listen: None,
         })?;
-        Ok(Broker::Own(process))
+        Ok(Broker::Own(Box::new(process)))
     }
 
     fn own_broker_needed(&self, name: &str) -> Result<(), BenchError> {

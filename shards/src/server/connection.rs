@@ -5,6 +5,7 @@
 
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
+use std::time::Instant;
 
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::frame::{FrameError, Request, frame_size, parse_request};
@@ -37,6 +38,7 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
         bytes: Semaphore::new(shard.context.config.socket_request_max_bytes as u64),
     });
     let writing = glommio::spawn_local(write_responses(
+        shard.clone(),
         writer,
         socket,
         pending,
@@ -44,6 +46,7 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
         peer.clone(),
     ));
     let client_host = stream_host(&peer);
+    shard.metrics.connection_opened();
     match read_requests(&shard, client_host, socket, reader, queue, in_flight).await {
         Ok(()) => writing.await,
         Err(error) => {
@@ -51,6 +54,7 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
             let _ = writing.cancel().await;
         }
     }
+    shard.metrics.connection_closed();
 }
 
 /// `/ip` from `ip:port`, as Kafka shows a client's host.
@@ -59,8 +63,10 @@ fn stream_host(peer: &str) -> String {
     format!("/{}", host.trim_start_matches('[').trim_end_matches(']'))
 }
 
-/// A request in flight: its frame size and where its response will be.
-type Pending = (u64, oneshot::Receiver<Response>);
+/// A request in flight: its frame size, where its response will be, and
+/// its API and when it was read (for the request metrics; `None`: not
+/// handled, so not counted).
+type Pending = (u64, oneshot::Receiver<Response>, Option<(ApiKey, Instant)>);
 
 /// What a connection may have in flight before it stops reading: a number of
 /// requests, and request bytes (one largest request's worth, so a client
@@ -118,7 +124,14 @@ async fn read_requests<R: AsyncRead + Unpin>(
             Err(error) => return Err(error),
         };
         let (sender, receiver) = oneshot::channel();
-        if queue.unbounded_send((size as u64, receiver)).is_err() {
+        let counted = match &response_slot {
+            Slot::Handle(request) => Some((request.api_key, Instant::now())),
+            Slot::Ready(_) => None,
+        };
+        if queue
+            .unbounded_send((size as u64, receiver, counted))
+            .is_err()
+        {
             return Ok(());
         }
         match response_slot {
@@ -171,13 +184,14 @@ fn unsupported_api_versions(correlation_id: i32, cluster: bool) -> Response {
 }
 
 async fn write_responses<W: AsyncWrite + Unpin>(
+    shard: Rc<Shard>,
     mut writer: W,
     socket: std::os::fd::RawFd,
     mut pending: mpsc::UnboundedReceiver<Pending>,
     in_flight: Rc<InFlight>,
     peer: String,
 ) {
-    while let Some((size, receiver)) = pending.next().await {
+    while let Some((size, receiver, counted)) = pending.next().await {
         let response = receiver
             .await
             .unwrap_or_else(|_| Response::Close("a request handler failed".into()));
@@ -196,6 +210,9 @@ async fn write_responses<W: AsyncWrite + Unpin>(
             tracing::debug!(%peer, %error, "writing a response failed");
             in_flight.close();
             return;
+        }
+        if let Some((api, read_at)) = counted {
+            shard.metrics.request_done(api, read_at.elapsed());
         }
         in_flight.requests.signal(1);
         in_flight.bytes.signal(size);

@@ -22,6 +22,8 @@ pub struct ServerContext {
     pub config: BrokerConfig,
     pub shards: u16,
     pub mesh: Vec<MeshSender>,
+    /// The Prometheus metric families every shard counts into.
+    pub metrics: std::sync::Arc<crate::server::metrics::BrokerMetrics>,
 }
 
 impl ServerContext {

@@ -15,6 +15,7 @@ mod groups;
 mod handlers;
 mod mesh;
 mod meta_properties;
+pub mod metrics;
 mod peers;
 mod producer_ids;
 pub mod quorum;
@@ -50,6 +51,17 @@ pub struct ServerOptions {
     /// Shards to run (default: every available core).
     pub cores: Option<usize>,
     pub config: BrokerConfig,
+    /// Where to serve Prometheus metrics (port 0: a free one); `None`: off.
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+/// What a started broker reports.
+#[derive(Clone, Copy, Debug)]
+pub struct Ready {
+    pub listen: SocketAddr,
+    pub shards: u16,
+    /// The metrics listener's address, if it serves one.
+    pub metrics: Option<SocketAddr>,
 }
 
 #[derive(Debug, Error)]
@@ -72,10 +84,7 @@ pub enum ServerError {
 
 /// Runs the broker until SIGTERM/SIGINT. `on_ready` is called with the
 /// bound address once every shard serves.
-pub fn run(
-    options: ServerOptions,
-    on_ready: impl FnOnce(SocketAddr, u16),
-) -> Result<(), ServerError> {
+pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), ServerError> {
     signals::block_termination_signals();
     raise_open_file_limit();
     std::fs::create_dir_all(&options.data_dir).map_err(|source| {
@@ -93,6 +102,16 @@ pub fn run(
             .as_ref()
             .map(|cluster| cluster.cluster_id.as_str()),
     )?;
+    let metrics_listener = match options.metrics_listen {
+        Some(address) => {
+            Some(metrics::bind(address).map_err(|source| ServerError::Listen { address, source })?)
+        }
+        None => None,
+    };
+    let metrics_address = metrics_listener
+        .as_ref()
+        .and_then(|listener| listener.local_addr().ok());
+    let broker_metrics = Arc::new(metrics::BrokerMetrics::new(options.config.broker_id));
     let cpus = allowed_cpus();
     let shards = options
         .cores
@@ -123,6 +142,7 @@ pub fn run(
         config: options.config.clone(),
         shards,
         mesh: senders,
+        metrics: broker_metrics.clone(),
     });
     for unknown in &context.config.unknown {
         tracing::warn!(setting = %unknown, "ignoring unknown config");
@@ -166,7 +186,14 @@ pub fn run(
             .for_each(|executor| drop(executor.join()));
         return Err(ServerError::Shard { shard: 0, reason });
     }
-    on_ready(listen, shards);
+    if let Some(listener) = metrics_listener {
+        metrics::serve(listener, broker_metrics);
+    }
+    on_ready(Ready {
+        listen,
+        shards,
+        metrics: metrics_address,
+    });
     let stopper = context.clone();
     std::thread::spawn(move || {
         let signal = signals::wait_for_termination();

@@ -25,6 +25,7 @@ use crate::server::connection::serve_connection;
 use crate::server::context::ServerContext;
 use crate::server::groups::{GroupHost, run_timers};
 use crate::server::mesh::{MeshReceiver, ShardGone, job_with_reply};
+use crate::server::metrics::ShardMetrics;
 use crate::server::peers::Peers;
 use crate::server::producer_ids::ProducerIds;
 use crate::server::quorum::{ClusterView, Forward, ShutDown};
@@ -65,6 +66,8 @@ pub struct Shard {
     pub forward: RefCell<Option<Forward>>,
     /// The fetch sessions (KIP-227) of this shard's connections.
     pub fetch_sessions: RefCell<FetchSessionCache>,
+    /// This shard's children of the hot-path metrics.
+    pub metrics: ShardMetrics,
     /// Serialises metadata changes (used on the controller shard).
     pub controller_lock: Semaphore,
     /// Every partition's registration on a one-node broker.
@@ -302,6 +305,9 @@ pub async fn run_shard(
     glommio::spawn_local(run_jobs(shard.clone(), jobs)).detach();
     glommio::spawn_local(run_timers(shard.clone())).detach();
     glommio::spawn_local(transactions::run_timers(shard.clone())).detach();
+    if id.0 == 0 {
+        glommio::spawn_local(crate::server::metrics::run_state_gauges(shard.clone())).detach();
+    }
     if let (0, Some(settings)) = (id.0, shard.context.config.cluster.clone()) {
         crate::server::quorum::start(shard.clone(), settings).await;
     }
@@ -339,6 +345,7 @@ async fn start(
     let fetch_sessions = RefCell::new(fetch_session_cache(&context, id));
     let this = BrokerId(context.broker_id);
     let peers = Peers::new(context.listen, context.broker_id, id.0);
+    let metrics = ShardMetrics::new(context.metrics.clone(), id.0);
     let shard = Rc::new(Shard {
         id,
         context,
@@ -352,6 +359,7 @@ async fn start(
         cluster_view: RefCell::new(None),
         forward: RefCell::new(None),
         fetch_sessions,
+        metrics,
         controller_lock: Semaphore::new(1),
         one_node_registration: PartitionRegistration {
             replicas: vec![this],

@@ -4,7 +4,7 @@
 //! `brook serve` on the same port or the same data directory, which Kafka
 //! refuses to start and so must Brook.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -18,6 +18,8 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 const BROOK: &str = env!("CARGO_BIN_EXE_brook-e2e");
 /// The README's broker address (its defaults).
 const README_ADDRESS: &str = "127.0.0.1:9092";
+/// Where it serves Prometheus metrics by default.
+const README_METRICS: &str = "127.0.0.1:9644";
 
 /// A `brook serve` started by hand; killed when dropped.
 struct Serve {
@@ -98,6 +100,22 @@ fn the_readme_command_starts_a_working_broker_from_an_empty_directory() {
         broker.first_line
     );
     round_trip(README_ADDRESS, "readme", 10);
+    // Prometheus metrics on their default port.
+    assert!(
+        broker
+            .first_line
+            .contains(&format!("metrics on {README_METRICS})")),
+        "{:?}",
+        broker.first_line
+    );
+    let mut scrape = std::net::TcpStream::connect(README_METRICS).expect("metrics listen");
+    scrape
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: brook\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    scrape.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    assert!(answer.contains("brook_produce_records_total{"), "{answer}");
     let data = cwd.path().join("brook-data");
     assert!(data.join("meta.properties").exists());
     assert!(data.join("readme-0").is_dir());
@@ -109,7 +127,14 @@ fn a_relative_data_directory_works() {
     let cwd = tempfile::tempdir().unwrap();
     let broker = serve(
         cwd.path(),
-        &["--listen", "127.0.0.1:0", "--data-dir", "rel/data"],
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            "rel/data",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
     );
     let address = broker
         .first_line

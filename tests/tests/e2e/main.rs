@@ -42,6 +42,7 @@ mod java_transactions;
 mod kafka_log_format;
 mod kafka_tools;
 mod kcat_quickstart;
+mod metrics;
 mod old_clients;
 mod transactions;
 mod transactions_protocol;

@@ -248,6 +248,12 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request) -> Result<Response, Fr
                 wanted,
                 pass.fetched,
             );
+            let to_replica = matches!(isolation, Isolation::Replica(_));
+            for (wanted, fetched) in &answered {
+                shard
+                    .metrics
+                    .fetched(&wanted.topic, fetched_len(fetched), to_replica);
+            }
             let data = FetchResponseData {
                 session_id,
                 topics,

@@ -193,6 +193,12 @@ async fn append_on_owner(
         }
         Err(error) => return Produced::failed(storage_error_code(&error), error.to_string()),
     };
+    if !info.duplicate {
+        let records_count = (info.last_offset.0 - info.base_offset.0 + 1).max(0) as u64;
+        shard
+            .metrics
+            .produced(&topic_partition.topic, records.len(), records_count);
+    }
     let started = std::time::Instant::now();
     let mut waited = match acks {
         0 => Ok(Ok(())),

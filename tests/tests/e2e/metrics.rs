@@ -1,0 +1,236 @@
+//! Prometheus metrics as an operator meets them: a real Prometheus
+//! (Debian's `prometheus`, which `tests/run` installs) scrapes a running
+//! broker, and a query over its HTTP API returns what a real client
+//! produced; `promtool check metrics` passes on the broker's output; the
+//! listener answers only `GET /metrics`.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use brook_tests::broker::Broker;
+use rdkafka::ClientConfig;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+const BROOK: &str = env!("CARGO_BIN_EXE_brook-e2e");
+const RECORDS: usize = 500;
+const VALUE_BYTES: usize = 200;
+/// How long Prometheus may take to start, scrape and answer.
+const PROMETHEUS_WAIT: Duration = Duration::from_secs(60);
+
+/// One HTTP/1.1 request to `address`: the status code and the body, or
+/// `None` if nothing answered.
+fn try_http(address: &str, request_line: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(address).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    write!(
+        stream,
+        "{request_line} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body.to_owned()))
+}
+
+fn http(address: &str, request_line: &str) -> (u16, String) {
+    try_http(address, request_line)
+        .unwrap_or_else(|| panic!("{address} did not answer {request_line}"))
+}
+
+fn produce(address: &str, topic: &str) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", address)
+        .set("linger.ms", "5")
+        .create()
+        .expect("a producer");
+    let value = vec![b'v'; VALUE_BYTES];
+    for _ in 0..RECORDS {
+        producer
+            .send(BaseRecord::<(), _>::to(topic).payload(&value))
+            .expect("queued");
+    }
+    producer.flush(Duration::from_secs(30)).expect("delivered");
+}
+
+/// The sum of a metric's samples whose line contains `matching`.
+fn summed(text: &str, metric: &str, matching: &str) -> f64 {
+    text.lines()
+        .filter(|line| line.starts_with(&format!("{metric}{{")) && line.contains(matching))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Percent-encodes a query string value.
+fn encoded(text: &str) -> String {
+    text.bytes()
+        .map(|byte| match byte {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'-' | b'.' => {
+                (byte as char).to_string()
+            }
+            _ => format!("%{byte:02X}"),
+        })
+        .collect()
+}
+
+/// A free port of 127.0.0.1 (for Prometheus's own web listener).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Prometheus(Child);
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_prometheus(dir: &Path, target: &str, web: &str) -> Prometheus {
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: brook\n    static_configs:\n      - targets: ['{target}']\n"
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+    let child = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address={web}"))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("prometheus runs (tests/run installs it)");
+    Prometheus(child)
+}
+
+/// The value Prometheus answers for an instant `query`, once it has one.
+fn query_until(web: &str, query: &str, wanted: f64, log: &Path) -> f64 {
+    let deadline = Instant::now() + PROMETHEUS_WAIT;
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        let line = format!("GET /api/v1/query?query={}", encoded(query));
+        if let Some((status, body)) = try_http(web, &line) {
+            if status == 200 {
+                let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+                let value = answer["data"]["result"][0]["value"][1]
+                    .as_str()
+                    .and_then(|value| value.parse::<f64>().ok());
+                if let Some(value) = value {
+                    if value == wanted {
+                        return value;
+                    }
+                }
+                last = body;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    panic!("Prometheus never answered {query} = {wanted}; last answer {last}; its log:\n{log}");
+}
+
+#[test]
+fn prometheus_scrapes_the_produced_bytes_and_promtool_accepts_the_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(BROOK, &dir.path().join("broker"), 2, &[]);
+    let metrics = broker
+        .metrics_address()
+        .expect("the broker serves metrics")
+        .to_owned();
+    produce(&broker.address, "scraped");
+
+    // The broker's own account: every record, and at least its value bytes.
+    let (status, text) = http(&metrics, "GET /metrics");
+    assert_eq!(status, 200);
+    let records = r#"sum(brook_produce_records_total{topic="scraped"})"#;
+    let bytes = r#"sum(brook_produce_bytes_total{topic="scraped"})"#;
+    let counted = summed(&text, "brook_produce_bytes_total", r#"topic="scraped""#);
+    assert!(
+        counted >= (RECORDS * VALUE_BYTES) as f64,
+        "{counted}\n{text}"
+    );
+    assert!(
+        text.contains(r#"brook_requests_total{api="Produce""#),
+        "{text}"
+    );
+    // The state gauges follow the image within a second.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while summed(
+        &http(&metrics, "GET /metrics").1,
+        "brook_partition_leaders",
+        "",
+    ) != 1.0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the topic's partition is not counted as led"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // promtool's lint: names, types, help, units.
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool runs (tests/run installs it)");
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let checked = promtool.wait_with_output().unwrap();
+    assert!(
+        checked.status.success() && checked.stdout.is_empty() && checked.stderr.is_empty(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+
+    // A real Prometheus scrapes it and answers queries over its API.
+    let web = format!("127.0.0.1:{}", free_port());
+    let prometheus_dir = dir.path().join("prometheus");
+    std::fs::create_dir_all(&prometheus_dir).unwrap();
+    let _prometheus = start_prometheus(&prometheus_dir, &metrics, &web);
+    let log = prometheus_dir.join("prometheus.log");
+    assert_eq!(
+        query_until(&web, records, RECORDS as f64, &log),
+        RECORDS as f64
+    );
+    assert_eq!(query_until(&web, bytes, counted, &log), counted);
+
+    // Only GET /metrics is served; anything else is refused, and the
+    // listener goes on.
+    assert_eq!(http(&metrics, "GET /").0, 404);
+    assert_eq!(http(&metrics, "POST /metrics").0, 405);
+    let mut garbage = TcpStream::connect(&metrics).unwrap();
+    garbage.write_all(b"\x00\x01not http\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    garbage
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let _ = garbage.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer:?}");
+    assert_eq!(http(&metrics, "GET /metrics").0, 200);
+}
