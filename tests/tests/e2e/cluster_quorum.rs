@@ -259,17 +259,25 @@ fn malformed_cluster_settings_stop_the_node_with_a_reason() {
     }
 }
 
-/// A base port whose client and controller ports (base.., base + 100..) are
-/// all free now.
+/// Where the dev cluster's metrics ports start, from its first client port
+/// (its default, 9644, may be taken by another test's broker).
+const METRICS_PORT_OFFSET: u16 = 200;
+
+/// A base port whose client, controller and metrics ports (base..,
+/// base + 100.., base + 200..) are all free now.
 fn free_port_range(nodes: u16) -> u16 {
     let pid = std::process::id() as u16;
     (0..200u16)
         .map(|attempt| 20_000 + (pid.wrapping_mul(7) + attempt * 211) % 20_000)
         .find(|base| {
             (0..nodes).all(|node| {
-                [base + node, base + 100 + node]
-                    .iter()
-                    .all(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
+                [
+                    base + node,
+                    base + 100 + node,
+                    base + METRICS_PORT_OFFSET + node,
+                ]
+                .iter()
+                .all(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
             })
         })
         .expect("a free port range")
@@ -289,6 +297,8 @@ fn brook_dev_cluster_starts_three_nodes_and_stops_them_on_ctrl_c() {
             "3",
             "--first-port",
             &base.to_string(),
+            "--first-metrics-port",
+            &(base + METRICS_PORT_OFFSET).to_string(),
             "--dir",
         ])
         .arg(root.path())
