@@ -10,6 +10,7 @@ pub mod kafka;
 pub mod librdkafka;
 pub mod netns;
 pub mod raw;
+pub mod scrape;
 
 pub mod crash {
     //! The kill -9 test's appender process and its checker agree on these.

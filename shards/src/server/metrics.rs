@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use crate::server::shard::Shard;
 use brook_engine::protocol::versions::SUPPORTED;
-use brook_engine::types::BrokerId;
+use brook_engine::types::{BrokerId, TopicPartition};
 use kafka_protocol::messages::ApiKey;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -51,6 +51,10 @@ pub struct BrokerMetrics {
     produce_records: IntCounterVec,
     fetch_bytes: IntCounterVec,
     replication_bytes_out: IntCounterVec,
+    isr_shrinks: IntCounterVec,
+    isr_expands: IntCounterVec,
+    log_size: IntGaugeVec,
+    log_segments: IntGaugeVec,
     pub partitions: IntGauge,
     pub leaders: IntGauge,
     pub under_replicated: IntGauge,
@@ -129,6 +133,30 @@ impl BrokerMetrics {
                 "Record bytes sent to follower replicas, by topic.",
                 &["topic", "shard"],
             ),
+            isr_shrinks: counter(
+                "isr_shrinks_total",
+                "ISR shrinks committed for partitions led here.",
+                &["shard"],
+            ),
+            isr_expands: counter(
+                "isr_expands_total",
+                "ISR expansions committed for partitions led here.",
+                &["shard"],
+            ),
+            log_size: registered(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new("log_size_bytes", "A partition log's size on disk."),
+                    &["topic", "partition"],
+                ),
+            ),
+            log_segments: registered(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new("log_segments", "A partition log's segment count."),
+                    &["topic", "partition"],
+                ),
+            ),
             partitions: gauge("partitions", "Partitions this broker holds a replica of."),
             leaders: gauge("partition_leaders", "Partitions this broker leads."),
             under_replicated: gauge(
@@ -183,6 +211,8 @@ pub struct ShardMetrics {
     requests: RefCell<Vec<Option<(IntCounter, Histogram)>>>,
     connections_active: IntGauge,
     connections: IntCounter,
+    isr_shrinks: IntCounter,
+    isr_expands: IntCounter,
     topics: RefCell<HashMap<String, TopicCounters>>,
     families: std::sync::Arc<BrokerMetrics>,
 }
@@ -198,6 +228,8 @@ impl ShardMetrics {
         ShardMetrics {
             connections_active: families.connections_active.with_label_values(&[&shard]),
             connections: families.connections.with_label_values(&[&shard]),
+            isr_shrinks: families.isr_shrinks.with_label_values(&[&shard]),
+            isr_expands: families.isr_expands.with_label_values(&[&shard]),
             requests: RefCell::new(vec![None; slots]),
             topics: RefCell::new(HashMap::new()),
             families,
@@ -237,6 +269,16 @@ impl ShardMetrics {
         self.connections_active.dec();
     }
 
+    /// The controller committed a smaller or larger ISR for a partition this
+    /// shard leads (in the same leader epoch).
+    pub fn isr_changed(&self, before: usize, after: usize) {
+        if after < before {
+            self.isr_shrinks.inc();
+        } else if after > before {
+            self.isr_expands.inc();
+        }
+    }
+
     pub fn produced(&self, topic: &str, bytes: usize, records: u64) {
         self.with_topic(topic, |counters| {
             counters.produce_bytes.inc_by(bytes as u64);
@@ -273,6 +315,15 @@ impl ShardMetrics {
         };
         count(&counters);
         self.topics.borrow_mut().insert(topic.to_owned(), counters);
+    }
+
+    /// A partition log of this shard was deleted: its series go.
+    pub fn forget_partition(&self, topic_partition: &TopicPartition) {
+        let partition = topic_partition.partition.0.to_string();
+        let labels = [topic_partition.topic.as_str(), partition.as_str()];
+        let _ = self.families.log_size.remove_label_values(&labels);
+        let _ = self.families.log_segments.remove_label_values(&labels);
+        self.forget_topic(&topic_partition.topic);
     }
 
     /// A topic was deleted: its series go.
@@ -363,13 +414,31 @@ fn answer(mut stream: TcpStream, metrics: &BrokerMetrics) -> std::io::Result<()>
 /// How often shard 0 sets the state gauges from its image.
 const STATE_GAUGES_INTERVAL: Duration = Duration::from_secs(1);
 
-/// The broker's state as gauges (partitions, leaders, under-replicated,
-/// under-min-ISR, offline, the controller), set by shard 0 from its image
-/// every [`STATE_GAUGES_INTERVAL`] until the shard stops.
+/// The broker's state as gauges, every [`STATE_GAUGES_INTERVAL`] until
+/// the shard stops: each shard sets its own logs' size and segment count;
+/// shard 0 also the partition counts and the controller's, from its image.
 pub async fn run_state_gauges(shard: std::rc::Rc<Shard>) {
     while !shard.is_stopping() {
-        set_state_gauges(&shard);
+        if shard.id.0 == 0 {
+            set_state_gauges(&shard);
+        }
+        set_log_gauges(&shard);
         glommio::timer::sleep(STATE_GAUGES_INTERVAL).await;
+    }
+}
+
+fn set_log_gauges(shard: &Shard) {
+    let metrics = &shard.context.metrics;
+    for (topic_partition, log) in shard.store.partitions() {
+        let partition = topic_partition.partition.0.to_string();
+        let labels = [topic_partition.topic.as_str(), partition.as_str()];
+        let size = i64::try_from(log.size_bytes()).unwrap_or(i64::MAX);
+        metrics.log_size.with_label_values(&labels).set(size);
+        let segments = i64::try_from(log.segment_count()).unwrap_or(i64::MAX);
+        metrics
+            .log_segments
+            .with_label_values(&labels)
+            .set(segments);
     }
 }
 
@@ -476,7 +545,21 @@ mod tests {
         assert!(text.contains(
             r#"brook_request_duration_seconds_bucket{api="Produce",shard="1",broker="7",le="0.005"} 1"#
         ));
-        shard.forget_topic("orders");
+        shard.isr_changed(3, 2);
+        shard.isr_changed(2, 3);
+        shard.isr_changed(2, 3);
+        shard.isr_changed(3, 3);
+        let text = String::from_utf8(families.encode()).unwrap();
+        assert!(text.contains(r#"brook_isr_shrinks_total{shard="1",broker="7"} 1"#));
+        assert!(text.contains(r#"brook_isr_expands_total{shard="1",broker="7"} 2"#));
+        families
+            .log_size
+            .with_label_values(&["orders", "0"])
+            .set(4096);
+        shard.forget_partition(&TopicPartition {
+            topic: "orders".to_owned(),
+            partition: brook_engine::types::PartitionId(0),
+        });
         let text = String::from_utf8(families.encode()).unwrap();
         assert!(!text.contains(r#"topic="orders""#), "{text}");
     }

@@ -250,6 +250,7 @@ impl Shard {
             if topic_partition.topic == brook_engine::group::records::OFFSETS_TOPIC_NAME {
                 self.groups.unload(topic_partition.partition.0);
             }
+            self.metrics.forget_partition(&topic_partition);
             if let Some(log) = self.store.remove_partition(&topic_partition) {
                 if let Err(error) = log.delete().await {
                     tracing::error!(partition = %topic_partition, %error, "deleting partition log failed");
@@ -305,9 +306,7 @@ pub async fn run_shard(
     glommio::spawn_local(run_jobs(shard.clone(), jobs)).detach();
     glommio::spawn_local(run_timers(shard.clone())).detach();
     glommio::spawn_local(transactions::run_timers(shard.clone())).detach();
-    if id.0 == 0 {
-        glommio::spawn_local(crate::server::metrics::run_state_gauges(shard.clone())).detach();
-    }
+    glommio::spawn_local(crate::server::metrics::run_state_gauges(shard.clone())).detach();
     if let (0, Some(settings)) = (id.0, shard.context.config.cluster.clone()) {
         crate::server::quorum::start(shard.clone(), settings).await;
     }

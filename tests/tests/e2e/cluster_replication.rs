@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use brook_tests::cluster::Cluster;
+use brook_tests::scrape::{summed, wait_for};
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
@@ -393,6 +394,18 @@ fn min_insync_replicas_refuses_acks_all_and_a_dead_isr_leaves_the_partition_offl
     wait_for_placement(&cluster, 0, "guarded", (0, vec![0]));
     let answer = brook_tests::raw::produce_batch(&mut leader, "guarded", 0, -1, one_record("b"));
     assert_eq!(answer.error_code, 19, "NOT_ENOUGH_REPLICAS: {answer:?}");
+    // An operator sees it in the leader's metrics: a shrink, and the
+    // partition under-replicated and under min.insync.replicas.
+    let metrics = cluster.nodes[0]
+        .metrics_address()
+        .expect("metrics served")
+        .to_owned();
+    let shrunk = |text: &str| {
+        summed(text, "brook_isr_shrinks_total", "") >= 1.0
+            && summed(text, "brook_under_replicated_partitions", "") >= 1.0
+            && summed(text, "brook_under_min_isr_partitions", "") >= 1.0
+    };
+    wait_for(&metrics, Duration::from_secs(10), "the shrunk ISR", shrunk);
     let answer = brook_tests::raw::produce_batch(&mut leader, "guarded", 0, 1, one_record("c"));
     assert_eq!((answer.error_code, answer.base_offset), (0, 1), "acks=1");
 

@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use brook_tests::broker::Broker;
+use brook_tests::scrape::{self, summed, wait_for};
 use rdkafka::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
@@ -20,27 +21,8 @@ const VALUE_BYTES: usize = 200;
 /// How long Prometheus may take to start, scrape and answer.
 const PROMETHEUS_WAIT: Duration = Duration::from_secs(60);
 
-/// One HTTP/1.1 request to `address`: the status code and the body, or
-/// `None` if nothing answered.
-fn try_http(address: &str, request_line: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(address).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .ok()?;
-    write!(
-        stream,
-        "{request_line} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    let status = head.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, body.to_owned()))
-}
-
 fn http(address: &str, request_line: &str) -> (u16, String) {
-    try_http(address, request_line)
+    scrape::http(address, request_line)
         .unwrap_or_else(|| panic!("{address} did not answer {request_line}"))
 }
 
@@ -57,14 +39,6 @@ fn produce(address: &str, topic: &str) {
             .expect("queued");
     }
     producer.flush(Duration::from_secs(30)).expect("delivered");
-}
-
-/// The sum of a metric's samples whose line contains `matching`.
-fn summed(text: &str, metric: &str, matching: &str) -> f64 {
-    text.lines()
-        .filter(|line| line.starts_with(&format!("{metric}{{")) && line.contains(matching))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// Percent-encodes a query string value.
@@ -127,7 +101,7 @@ fn query_until(web: &str, query: &str, wanted: f64, log: &Path) -> f64 {
     let mut last = String::new();
     while Instant::now() < deadline {
         let line = format!("GET /api/v1/query?query={}", encoded(query));
-        if let Some((status, body)) = try_http(web, &line) {
+        if let Some((status, body)) = scrape::http(web, &line) {
             if status == 200 {
                 let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
                 let value = answer["data"]["result"][0]["value"][1]
@@ -171,20 +145,18 @@ fn prometheus_scrapes_the_produced_bytes_and_promtool_accepts_the_output() {
         text.contains(r#"brook_requests_total{api="Produce""#),
         "{text}"
     );
-    // The state gauges follow the image within a second.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while summed(
-        &http(&metrics, "GET /metrics").1,
-        "brook_partition_leaders",
-        "",
-    ) != 1.0
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the topic's partition is not counted as led"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // The state gauges follow the image and the logs within a second.
+    let scraped = r#"partition="0",topic="scraped""#;
+    wait_for(
+        &metrics,
+        Duration::from_secs(10),
+        "the led partition's log",
+        |text| {
+            summed(text, "brook_partition_leaders", "") == 1.0
+                && summed(text, "brook_log_size_bytes", scraped) >= counted
+                && summed(text, "brook_log_segments", scraped) >= 1.0
+        },
+    );
 
     // promtool's lint: names, types, help, units.
     let mut promtool = Command::new("promtool")

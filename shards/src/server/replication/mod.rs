@@ -115,6 +115,9 @@ impl ReplicaHost {
                 let known = partitions
                     .get(&topic_partition)
                     .map(|replication| (replication.role(), replication.leader_epoch()));
+                let isr_before = partitions
+                    .get(&topic_partition)
+                    .map(|replication| replication.registration().isr.len());
                 let replication = partitions
                     .entry(topic_partition.clone())
                     .or_insert_with(|| {
@@ -138,6 +141,13 @@ impl ReplicaHost {
                     replication.rule_out_inactive(|broker| view.image.is_active(broker), now()),
                 );
                 let now_at = (replication.role(), replication.leader_epoch());
+                if let Some(before) =
+                    isr_before.filter(|_| now_at.0 == Role::Leader && known == Some(now_at))
+                {
+                    shard
+                        .metrics
+                        .isr_changed(before, replication.registration().isr.len());
+                }
                 // A log serves the HW from its first registration on.
                 log.set_high_watermark(replication.high_watermark());
                 let changed = known != Some(now_at);
