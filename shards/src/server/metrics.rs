@@ -179,7 +179,12 @@ impl BrokerMetrics {
                 "metadata_log_offset",
                 "The last metadata log offset this broker applied.",
             ),
-            registry,
+            registry: {
+                registry
+                    .register(Box::new(crate::storage::SYNC_SECONDS.clone()))
+                    .expect("registered once per registry");
+                registry
+            },
         }
     }
 

@@ -43,3 +43,4 @@ pub use read::{FileRange, LogData, ReadOptions, ReadOutcome};
 pub use state::{AppendInfo, LogStats};
 pub use store::{MaintenanceSchedule, Store, StoreOptions};
 pub use transactions::{ABORTED_TRANSACTIONS_PER_FETCH_MAX, ActiveProducer};
+pub use writer::SYNC_SECONDS;

@@ -155,6 +155,7 @@ fn prometheus_scrapes_the_produced_bytes_and_promtool_accepts_the_output() {
             summed(text, "brook_partition_leaders", "") == 1.0
                 && summed(text, "brook_log_size_bytes", scraped) >= counted
                 && summed(text, "brook_log_segments", scraped) >= 1.0
+                && summed(text, "brook_log_fsync_duration_seconds_count", "") >= 1.0
         },
     );
 
