@@ -276,19 +276,32 @@ fn bad_replica_fetches_and_isr_changes_get_kafkas_errors() {
             .with_replication_factor(3),
     );
     let cluster_id = cluster_id(&cluster.nodes[0]);
-    let controller_port = |cluster: &Cluster| {
-        let controller = (0..3)
-            .find_map(|index| cluster.seen_by(index).filter(|seen| seen.controller >= 0))
-            .expect("a node that knows the controller")
-            .controller as usize;
-        cluster.controller_port(controller)
+    // The active controller as a live node knows it; once `stopped` is
+    // down, another node may still name it until the election lands.
+    let controller_port = |cluster: &Cluster, stopped: Option<usize>| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let known = (0..3)
+                .filter(|index| Some(*index) != stopped)
+                .filter_map(|index| cluster.seen_by(index))
+                .map(|seen| seen.controller)
+                .find(|controller| *controller >= 0 && Some(*controller as usize) != stopped);
+            if let Some(controller) = known {
+                return cluster.controller_port(controller as usize);
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no live node knows a live controller"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     };
-    let registration = |cluster: &Cluster| {
-        let image = metadata_image(controller_port(cluster), &cluster_id);
+    let registration = |cluster: &Cluster, stopped: Option<usize>| {
+        let image = metadata_image(controller_port(cluster, stopped), &cluster_id);
         let topic = image.topic_by_name("fenced").unwrap().clone();
         (image, topic.id, topic.partitions[0].clone())
     };
-    let (_, _, first) = registration(&cluster);
+    let (_, _, first) = registration(&cluster, None);
     let leader = first.leader.0 as usize;
     let mut to_leader = brook_tests::raw::connect(&cluster.nodes[leader]);
     // The leader serves the topic once the metadata reaches it.
@@ -345,7 +358,7 @@ fn bad_replica_fetches_and_isr_changes_get_kafkas_errors() {
     assert!(cluster.nodes[leader].stop());
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let (image, topic_id, moved) = loop {
-        let (image, id, now) = registration(&cluster);
+        let (image, id, now) = registration(&cluster, Some(leader));
         if now.leader_epoch.0 > 0 && now.leader.0 >= 0 {
             break (image, id, now);
         }
@@ -390,7 +403,7 @@ fn bad_replica_fetches_and_isr_changes_get_kafkas_errors() {
             new_isr: vec![moved.leader],
         })
     };
-    let mut peer = Peer::connect(controller_port(&cluster), &cluster_id);
+    let mut peer = Peer::connect(controller_port(&cluster, Some(leader)), &cluster_id);
     for (request, wanted) in [
         (
             change(moved.partition_epoch - 1, broker_epoch),
