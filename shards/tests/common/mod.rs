@@ -9,7 +9,9 @@ use std::path::Path;
 use brook_engine::log::builder::{BatchOptions, NewRecord, encode_batch};
 use brook_engine::log::config::LogConfig;
 use brook_engine::types::{LeaderEpoch, Offset, TimestampMs};
-use brook_shards::storage::{LogData, PartitionLog, ReadOptions, RecoveryHints, StorageError};
+use brook_shards::storage::{
+    LogData, PartitionLog, ReadOptions, RecoveryHints, StorageError, Store, StoreOptions,
+};
 
 pub const EPOCH: LeaderEpoch = LeaderEpoch(0);
 
@@ -221,4 +223,15 @@ pub async fn settle(log: &PartitionLog) {
         glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
     }
     panic!("rolled segments were not sealed");
+}
+
+/// Opens shard `shard`'s store under `root`; also the options that open it
+/// again (a restart).
+pub async fn open_store(root: &Path, shard: u16) -> (StoreOptions, Store) {
+    let options = StoreOptions {
+        root: root.to_owned(),
+        shard,
+    };
+    let store = Store::open(options.clone()).await.unwrap();
+    (options, store)
 }

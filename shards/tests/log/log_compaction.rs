@@ -12,9 +12,7 @@ use brook_engine::log::builder::{BatchOptions, NewRecord, encode_batch};
 use brook_engine::log::config::{CleanupPolicy, DirtyRatio, LogConfig};
 use brook_engine::types::{Offset, TimestampMs, TopicPartition};
 use brook_shards::runtime::block_on;
-use brook_shards::storage::{
-    CleanOutcome, PartitionLog, ReadOptions, StorageError, Store, StoreOptions,
-};
+use brook_shards::storage::{CleanOutcome, PartitionLog, ReadOptions, StorageError, Store};
 use bytes::Bytes;
 use kafka_protocol::records::RecordBatchDecoder;
 
@@ -436,11 +434,7 @@ fn the_store_keeps_the_cleaner_checkpoint_across_restarts() {
     let root = tempfile::tempdir().unwrap();
     let root = root.path().to_owned();
     block_on(async move {
-        let options = StoreOptions {
-            root: root.clone(),
-            shard: 3,
-        };
-        let store = Store::open(options.clone()).await.unwrap();
+        let (options, store) = open_store(&root, 3).await;
         let tp = TopicPartition::new("__consumer_offsets", 7);
         let log = store
             .open_partition(&tp, compacted(8 << 10), now_ms())
@@ -638,12 +632,8 @@ fn a_compacted_log_reopened_under_the_delete_policy_loses_nothing() {
     let root = tempfile::tempdir().unwrap();
     let root = root.path().to_owned();
     block_on(async move {
-        let options = StoreOptions {
-            root: root.clone(),
-            shard: 0,
-        };
+        let (options, store) = open_store(&root, 0).await;
         let tp = TopicPartition::new("switched", 0);
-        let store = Store::open(options.clone()).await.unwrap();
         let log = store
             .open_partition(&tp, compacted(8 << 10), now_ms())
             .await

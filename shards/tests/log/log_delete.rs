@@ -5,7 +5,7 @@
 use brook_engine::log::config::LogConfig;
 use brook_engine::types::{LeaderEpoch, TopicPartition};
 use brook_shards::runtime::block_on;
-use brook_shards::storage::{Store, StoreOptions};
+use brook_shards::storage::Store;
 
 use crate::common::*;
 
@@ -24,11 +24,7 @@ fn a_deleted_partition_leaves_nothing_and_a_crash_mid_delete_is_finished_on_open
     let root = tempfile::tempdir().unwrap();
     let root = root.path().to_owned();
     block_on(async move {
-        let options = StoreOptions {
-            root: root.clone(),
-            shard: 0,
-        };
-        let store = Store::open(options.clone()).await.unwrap();
+        let (options, store) = open_store(&root, 0).await;
         let doomed = TopicPartition::new("doomed", 0);
         let log = store
             .open_partition(&doomed, LogConfig::default(), now_ms())

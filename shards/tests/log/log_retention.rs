@@ -164,12 +164,8 @@ fn a_store_checkpoints_in_kafkas_format_and_marks_a_clean_shutdown() {
     let root = tempfile::tempdir().unwrap();
     let root = root.path().to_owned();
     block_on(async move {
-        let options = StoreOptions {
-            root: root.clone(),
-            shard: 3,
-        };
+        let (options, store) = open_store(&root, 3).await;
         let orders = TopicPartition::new("orders", 0);
-        let store = Store::open(options.clone()).await.unwrap();
         assert!(!store.was_clean());
         let log = store
             .open_partition(&orders, LogConfig::default(), now_ms())
