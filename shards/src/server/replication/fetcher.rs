@@ -18,7 +18,6 @@
 //!
 //! The task ends when the shard follows nothing from this leader.
 
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -102,26 +101,27 @@ pub async fn run(shard: Rc<Shard>, leader: BrokerId) {
             }
         };
         // Each partition's position: its log end, which the last round
-        // waited to count here. What each was asked at, to check its answer
-        // against (the session's cached offsets are these).
-        let asked: HashMap<TopicPartition, FetchAsked> = followed
+        // waited to count here. What each was asked at (by position in
+        // `followed`, which is sorted), to check its answer against (the
+        // session's cached offsets are these).
+        let asked: Vec<FetchAsked> = followed
             .iter()
-            .map(|(tp, registration, log)| {
-                let asked = FetchAsked {
-                    leader,
-                    leader_epoch: registration.leader_epoch,
-                    fetch_offset: log.log_end_offset(),
-                };
-                (tp.clone(), asked)
+            .map(|(_, registration, log)| FetchAsked {
+                leader,
+                leader_epoch: registration.leader_epoch,
+                fetch_offset: log.log_end_offset(),
             })
             .collect();
-        let entries = followed.iter().map(|(tp, registration, log)| SessionEntry {
-            topic: &tp.topic,
-            partition: tp.partition.0,
-            fetch_offset: asked[tp].fetch_offset.0,
-            current_leader_epoch: registration.leader_epoch.0,
-            last_fetched_epoch: log.latest_epoch().map_or(-1, |epoch| epoch.0),
-        });
+        let entries = followed
+            .iter()
+            .zip(&asked)
+            .map(|((tp, registration, log), asked)| SessionEntry {
+                topic: &tp.topic,
+                partition: tp.partition.0,
+                fetch_offset: asked.fetch_offset.0,
+                current_leader_epoch: registration.leader_epoch.0,
+                last_fetched_epoch: log.latest_epoch().map_or(-1, |epoch| epoch.0),
+            });
         let mut request = session.request(entries, LIMITS);
         request.replica_id = kafka_protocol::messages::BrokerId(local.0);
         request.replica_state.replica_id = kafka_protocol::messages::BrokerId(local.0);
@@ -156,9 +156,11 @@ pub async fn run(shard: Rc<Shard>, leader: BrokerId) {
                     topic: topic.topic.to_string(),
                     partition: PartitionId(partition.partition_index),
                 };
-                let Some(asked) = asked.get(&topic_partition) else {
+                let Ok(slot) = followed.binary_search_by(|(tp, ..)| tp.cmp(&topic_partition))
+                else {
                     continue;
                 };
+                let asked = &asked[slot];
                 if let Some(wait) = take_answer(&shard, &topic_partition, asked, partition).await {
                     pause = Some(pause.map_or(wait, |longest: Duration| longest.max(wait)));
                 }
