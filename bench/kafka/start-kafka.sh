@@ -61,8 +61,13 @@ java_options=(
     -cp "$lib/*"
 )
 if [ ! -f "$data/logs/meta.properties" ]; then
-    # A cluster id is 16 random bytes in URL-safe base64 without padding.
-    cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+    # A cluster id is 16 random bytes in URL-safe base64 without padding;
+    # like Kafka's Uuid.randomUuid, draw again when it starts with '-', which
+    # the tool's argument parser would take for an option (1 start in 64).
+    cluster_id=-
+    while [ "${cluster_id:0:1}" = - ]; do
+        cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+    done
     java "${java_options[@]}" kafka.tools.StorageTool format \
         --cluster-id "$cluster_id" --config "$properties" --ignore-formatted
 fi
