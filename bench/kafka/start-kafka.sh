@@ -14,6 +14,15 @@
 # (later ones win). Kafka logs to stdout; "Kafka Server started" says it is
 # ready. SIGTERM stops it cleanly. KAFKA_HEAP sets the heap (default 512m),
 # KAFKA_LIB another directory of jars.
+#
+# A node of a larger cluster: KAFKA_NODE_ID (default 1) and KAFKA_VOTERS
+# (every voter as id@host:port, comma-separated; default this node alone),
+# with the same KAFKA_CLUSTER_ID on every node (default: a new one), and
+# the internal topics' replication factors given as key=value.
+#
+# Brook's benchmark (`brook bench run ... --kafka`) starts it pinned like
+# `brook serve` and with KAFKA_HEAP=1g, the heap of Kafka's own
+# kafka-server-start.sh.
 set -euo pipefail
 
 if [ $# -lt 3 ]; then
@@ -34,8 +43,8 @@ shift 3
 properties=$data/server.properties
 cat >"$properties" <<PROPERTIES
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:$controller_port
+node.id=${KAFKA_NODE_ID:-1}
+controller.quorum.voters=${KAFKA_VOTERS:-${KAFKA_NODE_ID:-1}@127.0.0.1:$controller_port}
 listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port
 advertised.listeners=PLAINTEXT://127.0.0.1:$port
 controller.listener.names=CONTROLLER
@@ -56,7 +65,9 @@ done
 
 java_options=(
     "-Xmx${KAFKA_HEAP:-512m}" "-Xms${KAFKA_HEAP:-512m}"
-    -XX:+UseG1GC -Djava.awt.headless=true
+    # The garbage collector settings of Kafka's kafka-run-class.sh.
+    -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35
+    -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true
     "-Dlog4j2.configurationFile=$here/log4j2.properties"
     -cp "$lib/*"
 )
@@ -64,7 +75,7 @@ if [ ! -f "$data/logs/meta.properties" ]; then
     # A cluster id is 16 random bytes in URL-safe base64 without padding;
     # like Kafka's Uuid.randomUuid, draw again when it starts with '-', which
     # the tool's argument parser would take for an option (1 start in 64).
-    cluster_id=-
+    cluster_id=${KAFKA_CLUSTER_ID:--}
     while [ "${cluster_id:0:1}" = - ]; do
         cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
     done

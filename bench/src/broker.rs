@@ -35,9 +35,61 @@ pub struct BrokerLaunch {
     pub listen: Option<String>,
 }
 
+/// How to start an Apache Kafka broker instead (`bench/kafka/start-kafka.sh`:
+/// one KRaft node, broker and controller in one process), to measure Kafka
+/// beside Brook on the same machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KafkaLaunch {
+    /// `start-kafka.sh`.
+    pub script: PathBuf,
+    /// The client port and the KRaft controller port on 127.0.0.1.
+    pub port: u16,
+    pub controller_port: u16,
+    /// `node.id`, and every voter as `id@host:port` (empty: this node alone).
+    pub node_id: u32,
+    pub voters: String,
+    /// The same on every node of one cluster (empty: the script draws one).
+    pub cluster_id: String,
+    /// Broker properties (`key=value`) after the script's own.
+    pub settings: Vec<String>,
+    /// `-Xmx`/`-Xms`.
+    pub heap: String,
+}
+
+impl KafkaLaunch {
+    /// One node on two free ports, Kafka's start script's heap (1 GiB) and
+    /// otherwise Kafka's defaults.
+    pub fn single(script: PathBuf) -> Result<KafkaLaunch, BenchError> {
+        Ok(KafkaLaunch {
+            script,
+            port: free_port()?,
+            controller_port: free_port()?,
+            node_id: 1,
+            voters: String::new(),
+            cluster_id: String::new(),
+            settings: Vec::new(),
+            heap: "1g".into(),
+        })
+    }
+}
+
+/// A port of 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> Result<u16, BenchError> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .map_err(|error| BenchError::Broker(format!("finding a free port: {error}")))
+}
+
+/// The line Kafka logs once it serves clients.
+const KAFKA_STARTED: &str = "Kafka Server started";
+
 #[derive(Debug)]
 pub struct BrokerProcess {
     launch: BrokerLaunch,
+    /// Apache Kafka rather than `brook serve` (`launch` then gives only the
+    /// data directory and the CPUs).
+    kafka: Option<KafkaLaunch>,
     child: Option<Child>,
     /// `127.0.0.1:<port>`.
     pub address: String,
@@ -56,6 +108,7 @@ impl BrokerProcess {
     pub fn start(launch: BrokerLaunch) -> Result<BrokerProcess, BenchError> {
         let mut broker = BrokerProcess {
             launch,
+            kafka: None,
             child: None,
             address: String::new(),
             metrics_address: None,
@@ -68,6 +121,97 @@ impl BrokerProcess {
             .unwrap_or_else(|| "127.0.0.1:0".to_owned());
         broker.launch(&listen)?;
         Ok(broker)
+    }
+
+    /// Starts Apache Kafka in `data_dir` (formatted on its first start),
+    /// on `cpus` (empty: any), and waits until it serves clients.
+    pub fn start_kafka(
+        kafka: KafkaLaunch,
+        data_dir: PathBuf,
+        cpus: Vec<usize>,
+    ) -> Result<BrokerProcess, BenchError> {
+        let mut broker = BrokerProcess {
+            launch: BrokerLaunch {
+                binary: kafka.script.clone(),
+                data_dir,
+                cores: 0,
+                cpus,
+                extra: Vec::new(),
+                namespace: None,
+                listen: None,
+            },
+            address: format!("127.0.0.1:{}", kafka.port),
+            kafka: Some(kafka),
+            child: None,
+            metrics_address: None,
+            namespace_file: None,
+        };
+        broker.launch_kafka()?;
+        Ok(broker)
+    }
+
+    /// Whether this is Apache Kafka rather than `brook serve`.
+    pub fn is_kafka(&self) -> bool {
+        self.kafka.is_some()
+    }
+
+    fn launch_kafka(&mut self) -> Result<(), BenchError> {
+        let kafka = self.kafka.clone().expect("a Kafka launch");
+        let data_dir = self.launch.data_dir.clone();
+        std::fs::create_dir_all(&data_dir).map_err(io("creating", &data_dir))?;
+        let log_path = self.log_path();
+        let open_log = || {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log_path)
+                .map_err(io("opening", &log_path))
+        };
+        let mut log = open_log()?;
+        let mut command = Command::new("bash");
+        command
+            .arg(&kafka.script)
+            .arg(&data_dir)
+            .args([kafka.port.to_string(), kafka.controller_port.to_string()])
+            .args(&kafka.settings)
+            .env("KAFKA_HEAP", &kafka.heap)
+            .env("KAFKA_NODE_ID", kafka.node_id.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(open_log()?));
+        for (name, value) in [
+            ("KAFKA_VOTERS", &kafka.voters),
+            ("KAFKA_CLUSTER_ID", &kafka.cluster_id),
+        ] {
+            if !value.is_empty() {
+                command.env(name, value);
+            }
+        }
+        pin(&mut command, self.launch.cpus.clone());
+        let mut child = command.spawn().map_err(io("starting", &kafka.script))?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (sender, receiver) = mpsc::channel();
+        // Kafka logs to stdout: every line goes to the log file, and the
+        // first "started" line says it serves clients.
+        std::thread::spawn(move || {
+            use std::io::Write;
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if line.contains(KAFKA_STARTED) {
+                    let _ = sender.send(());
+                }
+                let _ = writeln!(log, "{line}");
+            }
+        });
+        if receiver.recv_timeout(START_TIMEOUT).is_err() {
+            let _ = child.kill();
+            let _ = child.wait();
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            return Err(BenchError::Broker(format!(
+                "Kafka did not start; its log:\n{log}"
+            )));
+        }
+        self.child = Some(child);
+        Ok(())
     }
 
     /// The file the broker's log (stderr) goes to.
@@ -122,24 +266,7 @@ impl BrokerProcess {
             }
             self.namespace_file = Some(file);
         }
-        let cpus = self.launch.cpus.clone();
-        if !cpus.is_empty() {
-            // SAFETY: sched_setaffinity on the child between fork and exec
-            // (async-signal-safe; no allocation: `set` lives on the stack).
-            unsafe {
-                command.pre_exec(move || {
-                    let mut set: libc::cpu_set_t = std::mem::zeroed();
-                    for cpu in &cpus {
-                        libc::CPU_SET(*cpu, &mut set);
-                    }
-                    if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0
-                    {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
-        }
+        pin(&mut command, self.launch.cpus.clone());
         let binary = self.launch.binary.clone();
         let mut child = command.spawn().map_err(io("starting", &binary))?;
         let stdout = child.stdout.take().expect("piped stdout");
@@ -246,7 +373,12 @@ impl BrokerProcess {
         let deadline = std::time::Instant::now() + RESTART_PORT_WAIT;
         loop {
             let logged_before = std::fs::metadata(self.log_path()).map_or(0, |meta| meta.len());
-            match self.launch(&listen) {
+            let launched = if self.is_kafka() {
+                self.launch_kafka()
+            } else {
+                self.launch(&listen)
+            };
+            match launched {
                 Err(BenchError::Broker(_))
                     if self
                         .log_since(logged_before)
@@ -297,6 +429,28 @@ impl BrokerProcess {
         Some(Duration::from_millis(
             (user + system) * 1000 / ticks_per_second,
         ))
+    }
+}
+
+/// Runs the child `command` starts (and what it execs) on `cpus` only
+/// (empty: anywhere).
+fn pin(command: &mut Command, cpus: Vec<usize>) {
+    if cpus.is_empty() {
+        return;
+    }
+    // SAFETY: sched_setaffinity on the child between fork and exec
+    // (async-signal-safe; no allocation: `set` lives on the stack).
+    unsafe {
+        command.pre_exec(move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            for cpu in &cpus {
+                libc::CPU_SET(*cpu, &mut set);
+            }
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
 }
 

@@ -13,7 +13,7 @@ use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse};
 
 use super::report::{Figure, NamedRun, Target};
 use super::{Bench, BenchError};
-use crate::broker::{BrokerLaunch, BrokerProcess};
+use crate::broker::{BrokerLaunch, BrokerProcess, KafkaLaunch, free_port};
 use crate::log::json::JsonObject;
 use brook_shards::client::cluster::{resolve, topic_name};
 use brook_shards::client::{ClientError, Cluster};
@@ -28,12 +28,16 @@ const POLL: Duration = Duration::from_millis(5);
 impl Bench<'_> {
     /// Three fresh voters (each a broker and a controller, `--cores 1`,
     /// unpinned) in `<dir>/<name>-<id>`, with `extra` arguments each, and
-    /// their client addresses.
+    /// their client addresses; Kafka nodes (and no `extra`) while the
+    /// workloads run against Kafka.
     pub(super) fn start_voters(
         &self,
         name: &str,
         extra: &[String],
     ) -> Result<(Vec<BrokerProcess>, Vec<SocketAddr>), BenchError> {
+        if let Some(script) = &self.kafka {
+            return self.start_kafka_voters(name, script);
+        }
         let binary = match &self.options.binary {
             Some(binary) => binary.clone(),
             None => std::env::current_exe().map_err(|error| {
@@ -70,12 +74,59 @@ impl Bench<'_> {
                 listen: None,
             })?);
         }
-        let addresses: Vec<SocketAddr> = nodes
+        with_addresses(nodes)
+    }
+
+    /// Three Kafka nodes, each a broker and a controller (as Brook's
+    /// voters), with the internal topics' replication at Kafka's defaults.
+    fn start_kafka_voters(
+        &self,
+        name: &str,
+        script: &std::path::Path,
+    ) -> Result<(Vec<BrokerProcess>, Vec<SocketAddr>), BenchError> {
+        let mut launches = Vec::new();
+        for id in 0..NODES {
+            let mut launch = KafkaLaunch::single(script.to_owned())?;
+            launch.node_id = id as u32;
+            // 16 bytes in URL-safe base64 ("brook-bench-kafk"): every
+            // node's data directory is fresh, so one id serves every run.
+            launch.cluster_id = "YnJvb2stYmVuY2gta2Fmaw".into();
+            launch.settings = [
+                "offsets.topic.replication.factor=3",
+                "transaction.state.log.replication.factor=3",
+                "transaction.state.log.min.isr=2",
+                "share.coordinator.state.topic.replication.factor=3",
+                "share.coordinator.state.topic.min.isr=2",
+            ]
+            .map(String::from)
+            .to_vec();
+            launches.push(launch);
+        }
+        let voters = launches
             .iter()
-            .map(|node| resolve(&node.address))
-            .collect::<Result<_, _>>()
-            .map_err(crate::workload::client_error)?;
-        Ok((nodes, addresses))
+            .map(|launch| format!("{}@127.0.0.1:{}", launch.node_id, launch.controller_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        // Each node waits for a quorum to start serving: start them all,
+        // then wait for each.
+        let started: Vec<_> = launches
+            .into_iter()
+            .enumerate()
+            .map(|(id, mut launch)| {
+                launch.voters = voters.clone();
+                let data_dir = self.options.dir.join(format!("kafka-{name}-{id}"));
+                let _ = std::fs::remove_dir_all(&data_dir);
+                std::thread::spawn(move || BrokerProcess::start_kafka(launch, data_dir, Vec::new()))
+            })
+            .collect();
+        let mut nodes = Vec::new();
+        for node in started {
+            let node = node
+                .join()
+                .map_err(|_| BenchError::Broker("starting a Kafka node panicked".into()))?;
+            nodes.push(node?);
+        }
+        with_addresses(nodes)
     }
 
     pub(super) fn controller_failover(&mut self) -> Result<NamedRun, BenchError> {
@@ -132,13 +183,6 @@ impl Bench<'_> {
     }
 }
 
-fn free_port() -> Result<u16, BenchError> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|address| address.port())
-        .map_err(|error| BenchError::Broker(format!("finding a free port: {error}")))
-}
-
 /// A figure in milliseconds: the `quantile` of `samples`.
 pub(super) fn duration_figure(
     key: &'static str,
@@ -169,6 +213,18 @@ fn percentile(samples: &[Duration], quantile: f64) -> Duration {
     let index =
         ((sorted.len() as f64 * quantile).ceil() as usize).clamp(1, sorted.len().max(1)) - 1;
     sorted.get(index).copied().unwrap_or_default()
+}
+
+/// `nodes` beside their client addresses.
+fn with_addresses(
+    nodes: Vec<BrokerProcess>,
+) -> Result<(Vec<BrokerProcess>, Vec<SocketAddr>), BenchError> {
+    let addresses = nodes
+        .iter()
+        .map(|node| resolve(&node.address))
+        .collect::<Result<_, _>>()
+        .map_err(crate::workload::client_error)?;
+    Ok((nodes, addresses))
 }
 
 /// What `address` answers to Metadata for `topic` (none: brokers only):
@@ -224,6 +280,16 @@ pub(super) async fn until_within<T>(
 }
 
 pub(super) async fn all_formed(addresses: &[SocketAddr]) -> Result<i32, BenchError> {
+    until_formed(addresses, true).await
+}
+
+/// Every node of `addresses` names three brokers, and (`one_controller`)
+/// the same controller: Kafka's KRaft brokers name a random live broker as
+/// the controller in Metadata, so only its brokers count. The controller.
+pub(super) async fn until_formed(
+    addresses: &[SocketAddr],
+    one_controller: bool,
+) -> Result<i32, BenchError> {
     until("three brokers and one controller", async || {
         let mut controllers = Vec::new();
         for address in addresses {
@@ -236,7 +302,7 @@ pub(super) async fn all_formed(addresses: &[SocketAddr]) -> Result<i32, BenchErr
         }
         controllers
             .iter()
-            .all(|controller| *controller == controllers[0])
+            .all(|controller| !one_controller || *controller == controllers[0])
             .then(|| controllers[0])
     })
     .await

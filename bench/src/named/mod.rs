@@ -8,6 +8,11 @@
 //! Before the workloads, the machine's ceiling is measured in the same run
 //! ([`crate::ceiling`]) and every figure is printed beside the ceiling it is
 //! judged against.
+//!
+//! With `--kafka`, each workload that can also runs against Apache Kafka
+//! (`bench/kafka/start-kafka.sh`: one KRaft node from the jars `tests/run`
+//! installs, Kafka's defaults, pinned like Brook), right after Brook with
+//! the same client and shape, and the report ends with both side by side.
 
 mod failover;
 mod replication;
@@ -19,7 +24,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use glommio::Placement;
 
-use crate::broker::{BrokerLaunch, BrokerProcess};
+use crate::broker::{BrokerLaunch, BrokerProcess, KafkaLaunch};
 use crate::ceiling::{CeilingOptions, CeilingReport};
 use crate::log::error::BenchError;
 use crate::log::json::JsonObject;
@@ -65,6 +70,10 @@ pub enum Named {
     All,
 }
 
+/// Where the Kafka launcher is looked for when `--kafka-script` is not
+/// given: in the current directory's checkout, then above the binary.
+const KAFKA_SCRIPT: &str = "bench/kafka/start-kafka.sh";
+
 impl Named {
     /// The name on the command line.
     pub fn name(self) -> &'static str {
@@ -93,6 +102,13 @@ impl Named {
             ],
             one => vec![one],
         }
+    }
+
+    /// Whether `--kafka` runs it against Kafka too: scaling is Brook's
+    /// `--cores`, and controller failover reads Brook's controller id from
+    /// Metadata (Kafka's KRaft brokers name a random broker there).
+    fn runs_on_kafka(self) -> bool {
+        !matches!(self, Named::Scaling | Named::ControllerFailover)
     }
 }
 
@@ -146,6 +162,15 @@ pub struct NamedOptions {
     /// The `brook` binary to start brokers from (default: this one).
     #[arg(long)]
     pub binary: Option<PathBuf>,
+    /// Also run each workload against Apache Kafka, right after Brook, with
+    /// the same client, shape and CPUs (not scaling and the three-voter
+    /// workloads); the report ends with both side by side.
+    #[arg(long)]
+    pub kafka: bool,
+    /// The Kafka launcher (default: bench/kafka/start-kafka.sh of the
+    /// checkout this is run in, or the binary is in).
+    #[arg(long)]
+    pub kafka_script: Option<PathBuf>,
 }
 
 /// Runs `options.workload` (every workload for `all`); `progress` gets the
@@ -162,31 +187,64 @@ pub fn run(
         ceiling_options.bytes = options.ceiling_bytes;
         Some(crate::ceiling::run(ceiling_options)?)
     };
+    let kafka_script = if options.kafka {
+        if options.brokers.is_some() {
+            return Err(BenchError::InvalidOption {
+                name: "kafka",
+                reason: "--kafka starts its own Kafka brokers; --brokers drives one broker".into(),
+            });
+        }
+        Some(kafka_script(options)?)
+    } else {
+        None
+    };
     let mut bench = Bench {
         options,
         progress,
         ceiling: ceiling.as_ref(),
         throughput_rate: None,
+        kafka: None,
     };
     let mut runs = Vec::new();
+    let mut kafka_runs = Vec::new();
     for workload in options.workload.each() {
-        let outcome = match workload {
-            Named::Throughput => bench.throughput(),
-            Named::Latency => bench.latency(),
-            Named::Catchup => bench.catchup(),
-            Named::ManyPartitions => bench.many_partitions(),
-            Named::Recovery => bench.recovery(),
-            Named::Scaling => bench.scaling(),
-            Named::ControllerFailover => bench.controller_failover(),
-            Named::Replication => bench.replication(),
-            Named::All => unreachable!("each() expands all"),
-        };
-        // One workload failing must not cost the figures of the others.
-        let run = outcome.unwrap_or_else(|error| NamedRun::failed(workload.name(), &error));
-        (bench.progress)(&format!("{} done", run.name));
-        runs.push(run);
+        runs.push(bench.named(workload));
+        if let Some(script) = kafka_script.as_ref().filter(|_| workload.runs_on_kafka()) {
+            bench.kafka = Some(script.clone());
+            let mut run = bench.named(workload);
+            bench.kafka = None;
+            // The targets are Brook's performance bar: Kafka's figures are
+            // compared with Brook's, not judged.
+            for figure in &mut run.figures {
+                figure.target = None;
+            }
+            kafka_runs.push(run);
+        }
     }
-    Ok(NamedReport { ceiling, runs })
+    Ok(NamedReport {
+        ceiling,
+        runs,
+        kafka: kafka_runs,
+    })
+}
+
+/// The Kafka launcher `--kafka` uses.
+fn kafka_script(options: &NamedOptions) -> Result<PathBuf, BenchError> {
+    if let Some(script) = &options.kafka_script {
+        return Ok(script.clone());
+    }
+    let here = std::env::current_dir().ok();
+    let binary = std::env::current_exe().ok();
+    let mut places = here.iter().map(|dir| dir.as_path()).collect::<Vec<_>>();
+    places.extend(binary.iter().flat_map(|binary| binary.ancestors().skip(1)));
+    places
+        .into_iter()
+        .map(|dir| dir.join(KAFKA_SCRIPT))
+        .find(|script| script.is_file())
+        .ok_or_else(|| BenchError::InvalidOption {
+            name: "kafka-script",
+            reason: format!("{KAFKA_SCRIPT} is not here nor above the brook binary: give its path"),
+        })
 }
 
 /// A broker the workloads run against.
@@ -247,21 +305,64 @@ struct Bench<'a> {
     options: &'a NamedOptions,
     progress: &'a mut dyn FnMut(&str),
     ceiling: Option<&'a CeilingReport>,
-    /// Records per second the throughput workload reached in this run.
+    /// Records per second the throughput workload reached on Brook in this
+    /// run (the latency workload's rate on both brokers).
     throughput_rate: Option<f64>,
+    /// While the workloads run against Apache Kafka: its launcher.
+    kafka: Option<PathBuf>,
 }
 
 impl Bench<'_> {
-    /// A fresh broker for `name` (or the external one).
+    /// Runs `workload` against Brook, or Kafka while `self.kafka` is set.
+    fn named(&mut self, workload: Named) -> NamedRun {
+        let outcome = match workload {
+            Named::Throughput => self.throughput(),
+            Named::Latency => self.latency(),
+            Named::Catchup => self.catchup(),
+            Named::ManyPartitions => self.many_partitions(),
+            Named::Recovery => self.recovery(),
+            Named::Scaling => self.scaling(),
+            Named::ControllerFailover => self.controller_failover(),
+            Named::Replication => self.replication(),
+            Named::All => unreachable!("each() expands all"),
+        };
+        // One workload failing must not cost the figures of the others.
+        let run = outcome.unwrap_or_else(|error| NamedRun::failed(workload.name(), &error));
+        let on = if self.kafka.is_some() {
+            " on Kafka"
+        } else {
+            ""
+        };
+        (self.progress)(&format!("{}{on} done", run.name));
+        run
+    }
+
+    /// A fresh broker for `name` (or the external one): `brook serve`, or
+    /// Apache Kafka while the workloads run against it.
     fn broker(&self, name: &str, cores: usize, pinned: bool) -> Result<Broker, BenchError> {
         if let Some(address) = &self.options.brokers {
             return Ok(Broker::External(address.clone()));
         }
-        let data_dir = self.options.dir.join(format!("broker-{name}"));
+        let prefix = if self.kafka.is_some() {
+            "kafka"
+        } else {
+            "broker"
+        };
+        let data_dir = self.options.dir.join(format!("{prefix}-{name}"));
         if data_dir.exists() {
             std::fs::remove_dir_all(&data_dir).map_err(|error| {
                 BenchError::Broker(format!("clearing {}: {error}", data_dir.display()))
             })?;
+        }
+        let cpus = if pinned {
+            vec![self.options.broker_cpu]
+        } else {
+            Vec::new()
+        };
+        if let Some(script) = &self.kafka {
+            let launch = KafkaLaunch::single(script.clone())?;
+            let process = BrokerProcess::start_kafka(launch, data_dir, cpus)?;
+            return Ok(Broker::Own(Box::new(process)));
         }
         let binary = match &self.options.binary {
             Some(binary) => binary.clone(),
@@ -273,11 +374,7 @@ impl Bench<'_> {
             binary,
             data_dir,
             cores,
-            cpus: if pinned {
-                vec![self.options.broker_cpu]
-            } else {
-                Vec::new()
-            },
+            cpus,
             extra: Vec::new(),
             namespace: None,
             listen: None,
@@ -341,7 +438,9 @@ impl Bench<'_> {
     fn throughput(&mut self) -> Result<NamedRun, BenchError> {
         let broker = self.broker("throughput", 1, true)?;
         let report = self.workload(self.throughput_workload(broker.address(), "throughput"))?;
-        self.throughput_rate = Some(report.produce_records_per_second());
+        if self.kafka.is_none() {
+            self.throughput_rate = Some(report.produce_records_per_second());
+        }
         let mut figure = Figure::new(
             "produce_mb_per_s",
             "produce throughput",
@@ -354,15 +453,36 @@ impl Bench<'_> {
         if let Some(limit) = self.limit() {
             figure = figure.against("min(disk write, loopback TCP)", limit);
         }
+        let mut figures = vec![figure];
+        let mut details = report.to_text();
+        let mut details_json = JsonObject::new().object("produce", report.to_json_object());
+        if self.kafka.is_some() {
+            // Brook acknowledges acks=1 once the record is on disk; Kafka by
+            // default once it is in the page cache. Its flush.messages=1
+            // makes it pay for the same durability.
+            let durable = WorkloadOptions {
+                topic_configs: vec![("flush.messages".into(), "1".into())],
+                ..self.throughput_workload(broker.address(), "throughput-flush")
+            };
+            let durable = self.workload(durable)?;
+            figures.push(Figure::new(
+                "produce_flush_mb_per_s",
+                "produce throughput, flush.messages=1",
+                durable.produce_mb_per_second(),
+                "MB/s",
+            ));
+            details += &format!("flush.messages=1:\n{}", durable.to_text());
+            details_json = details_json.object("produce_flush", durable.to_json_object());
+        }
         Ok(NamedRun {
             name: "throughput",
             setup: self.setup(
                 "--cores 1",
                 "2 producers, up to 16 × 1 MiB batches in flight each",
             ),
-            figures: vec![figure],
-            details: report.to_text(),
-            details_json: JsonObject::new().object("produce", report.to_json_object()),
+            figures,
+            details,
+            details_json,
             error: None,
         })
     }
@@ -431,7 +551,7 @@ impl Bench<'_> {
             figures[0] = figures[0].clone().against("disk fsync p99", p99);
             figures[1] = figures[1].clone().against("disk fsync p99.9", p999);
         }
-        if self.ceiling.is_some() {
+        if self.ceiling.is_some() && self.kafka.is_none() {
             // The disk alone at the rate asked: one file per partition, one
             // batch-sized write + fdatasync at a time each, from the broker's
             // core. What no broker acknowledging after an fsync can beat.
@@ -821,9 +941,13 @@ impl Bench<'_> {
     /// How the run was set up: the broker (its flags when started here),
     /// the CPUs, and what the workload did.
     fn setup(&self, flags: &str, workload: &str) -> String {
-        let broker = match &self.options.brokers {
-            Some(address) => format!("broker {address}"),
-            None => format!("brook serve {flags} on cpu {}", self.options.broker_cpu),
+        let broker = match (&self.options.brokers, &self.kafka) {
+            (Some(address), _) => format!("broker {address}"),
+            (None, Some(_)) => format!(
+                "Apache Kafka 4.1.2 (one KRaft node, 1 GiB heap) on cpu {}",
+                self.options.broker_cpu
+            ),
+            (None, None) => format!("brook serve {flags} on cpu {}", self.options.broker_cpu),
         };
         format!(
             "{broker}; load generator on cpu {}; {workload}",
@@ -840,14 +964,27 @@ fn drop_page_cache() -> bool {
     std::fs::write("/proc/sys/vm/drop_caches", "3\n").is_ok()
 }
 
-/// Each partition's latest offset, in partition order.
+/// How long a restarted broker may take to serve its partitions' offsets.
+const SERVED_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Each partition's latest offset, in partition order, asked again until
+/// every partition answers: a broker may listen before it serves a
+/// partition it is still loading (Kafka answers LEADER_NOT_AVAILABLE or
+/// NOT_LEADER_OR_FOLLOWER until its log manager has recovered the log).
 fn end_offsets(address: std::net::SocketAddr, topic: &str) -> Result<Vec<i64>, BenchError> {
-    let topic = topic.to_owned();
-    with_cluster(address, move |cluster| async move {
-        let leaders = cluster.leaders(&topic).await?;
-        let ends = cluster.offsets(&topic, &leaders, -1).await?;
-        Ok(ends.into_values().collect())
-    })
+    let deadline = Instant::now() + SERVED_TIMEOUT;
+    loop {
+        let asked = topic.to_owned();
+        let answer = with_cluster(address, move |cluster| async move {
+            let leaders = cluster.leaders(&asked).await?;
+            let ends = cluster.offsets(&asked, &leaders, -1).await?;
+            Ok(ends.into_values().collect::<Vec<i64>>())
+        });
+        match answer {
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            answer => return answer,
+        }
+    }
 }
 
 /// Runs the future `make` builds on a short-lived, unpinned executor

@@ -24,7 +24,7 @@ use kafka_protocol::messages::{
     ApiKey, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse,
 };
 
-use super::failover::{NODES, all_formed, duration_figure, samples_ms, until_within};
+use super::failover::{NODES, duration_figure, samples_ms, until_formed, until_within};
 use super::report::{Figure, NamedRun, Target};
 use super::{Bench, BenchError};
 use crate::broker::BrokerProcess;
@@ -51,8 +51,9 @@ impl Bench<'_> {
         self.own_broker_needed("replication")?;
         let (nodes, addresses) = self.start_voters("replication", &[])?;
         let formed = addresses.clone();
+        let one_controller = self.kafka.is_none();
         super::on_own_executor("brook-bench-replication", move || async move {
-            all_formed(&formed).await
+            until_formed(&formed, one_controller).await
         })??;
         (self.progress)("replication: three voters started");
         let bootstrap = addresses[0].to_string();
@@ -177,9 +178,14 @@ impl Bench<'_> {
         Ok(NamedRun {
             name: "replication",
             setup: format!(
-                "3 voters (broker+controller), --cores 1 each, unpinned; load generator on cpu {}; \
+                "3 {} (broker+controller), unpinned; load generator on cpu {}; \
                  acks=all, 8 partitions, 2 producers unthrottled, then 1 producer at {rate} rec/s; \
                  min.insync.replicas=2; session timeout 9 s; {KILLS} kills, {STOPS} SIGTERMs",
+                if self.kafka.is_some() {
+                    "Apache Kafka 4.1.2 nodes (1 GiB heap each)"
+                } else {
+                    "Brook voters (--cores 1 each)"
+                },
                 self.options.load_cpu
             ),
             figures,

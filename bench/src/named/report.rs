@@ -150,12 +150,33 @@ pub struct NamedReport {
     /// external broker was measured and `--no-ceiling` was given).
     pub ceiling: Option<CeilingReport>,
     pub runs: Vec<NamedRun>,
+    /// The same workloads against Apache Kafka (`--kafka`), in order.
+    pub kafka: Vec<NamedRun>,
+}
+
+/// Kafka figures compared with a Brook figure of another key: Kafka with
+/// flush.messages=1 acknowledges after an fsync, as Brook always does.
+const COMPARED_WITH: &[(&str, &str)] = &[("produce_flush_mb_per_s", "produce_mb_per_s")];
+
+/// Figures that describe the run (the rate asked, what was read) rather
+/// than how well a broker did.
+const CONTEXT: &[&str] = &[
+    "rate_records_per_s",
+    "read_gib",
+    "partitions",
+    "retained_gib",
+];
+
+/// Whether more of `unit` is better (throughput, counts) or less (time,
+/// memory).
+fn more_is_better(unit: &str) -> bool {
+    !matches!(unit, "ms" | "s" | "MiB")
 }
 
 impl NamedReport {
     /// Whether any workload failed to run.
     pub fn any_failed(&self) -> bool {
-        self.runs.iter().any(NamedRun::is_failed)
+        self.runs.iter().chain(&self.kafka).any(NamedRun::is_failed)
     }
 
     pub fn to_text(&self) -> String {
@@ -165,37 +186,77 @@ impl NamedReport {
             text.push('\n');
         }
         for run in &self.runs {
-            let _ = writeln!(text, "== {} ({})", run.name, run.setup);
-            text += &run.details;
-            for figure in &run.figures {
-                let _ = write!(
-                    text,
-                    "  {:<38} {:>12} {:<6}",
-                    figure.label,
-                    number(figure.value),
-                    figure.unit
-                );
-                if let Some((reference, value)) = &figure.reference {
-                    let _ = write!(
-                        text,
-                        " | {reference} {} → {:.2}×",
-                        number(*value),
-                        figure.ratio().unwrap_or(f64::NAN)
-                    );
-                }
-                if figure.target.is_some() {
-                    let verdict = match figure.met() {
-                        Some(true) => "met",
-                        Some(false) => "MISSED",
-                        None => "unknown",
-                    };
-                    let _ = write!(text, " | target {}: {verdict}", figure.target_text());
-                }
-                text.push('\n');
-            }
-            text.push('\n');
+            run_text(&mut text, run, "");
+        }
+        for run in &self.kafka {
+            run_text(&mut text, run, " on Apache Kafka");
+        }
+        if !self.kafka.is_empty() {
+            text += "== Brook and Apache Kafka, this run\n";
+            text += &self.comparison();
         }
         text
+    }
+
+    /// Every figure measured on both brokers, as a Markdown table: each
+    /// broker's value, Brook's over Kafka's, and which one did better.
+    pub fn comparison(&self) -> String {
+        let mut table = String::from(
+            "| workload | figure | Brook | Apache Kafka | Brook ÷ Kafka | better |\n\
+             | --- | --- | --- | --- | --- | --- |\n",
+        );
+        for kafka in &self.kafka {
+            let brook = self.runs.iter().find(|run| run.name == kafka.name);
+            if kafka.is_failed() || brook.is_none_or(NamedRun::is_failed) {
+                let failed = |run: Option<&NamedRun>| {
+                    run.and_then(|run| run.error.clone())
+                        .map_or("ran".to_owned(), |error| format!("FAILED: {error}"))
+                };
+                let _ = writeln!(
+                    table,
+                    "| {} | — | {} | {} | — | — |",
+                    kafka.name,
+                    failed(brook),
+                    failed(Some(kafka))
+                );
+                continue;
+            }
+            let brook = brook.expect("checked above");
+            for figure in &kafka.figures {
+                let key = COMPARED_WITH
+                    .iter()
+                    .find(|(kafka_key, _)| *kafka_key == figure.key)
+                    .map_or(figure.key, |(_, brook_key)| brook_key);
+                let Some(ours) = brook.figures.iter().find(|ours| ours.key == key) else {
+                    continue;
+                };
+                let ratio = ours.value / figure.value;
+                let better = if CONTEXT.contains(&figure.key) || !ratio.is_finite() {
+                    "—"
+                } else if ours.value == figure.value {
+                    "same"
+                } else if (ours.value > figure.value) == more_is_better(figure.unit) {
+                    "Brook"
+                } else {
+                    "Kafka"
+                };
+                let unit = |value: f64| format!("{} {}", number(value), figure.unit);
+                let _ = writeln!(
+                    table,
+                    "| {} | {} | {} | {} | {} | {better} |",
+                    kafka.name,
+                    figure.label,
+                    unit(ours.value).trim_end(),
+                    unit(figure.value).trim_end(),
+                    if ratio.is_finite() {
+                        format!("{ratio:.2}")
+                    } else {
+                        "—".into()
+                    },
+                );
+            }
+        }
+        table
     }
 
     pub fn to_json(&self) -> String {
@@ -203,21 +264,63 @@ impl NamedReport {
         if let Some(ceiling) = &self.ceiling {
             json = json.object("ceiling", ceiling.to_json_object());
         }
-        for run in &self.runs {
-            let mut figures = JsonObject::new();
-            for figure in &run.figures {
-                figures = figures.object(figure.key, figure.to_json());
-            }
-            json = json.object(
-                run.name,
-                JsonObject::new()
-                    .string("setup", &run.setup)
-                    .object("figures", figures)
-                    .object("workloads", run.details_json.clone()),
-            );
+        json = runs_json(json, &self.runs);
+        if !self.kafka.is_empty() {
+            json = json.object("kafka", runs_json(JsonObject::new(), &self.kafka));
         }
         json.render()
     }
+}
+
+/// One run's section of the text report.
+fn run_text(text: &mut String, run: &NamedRun, on: &str) {
+    let _ = writeln!(text, "== {}{on} ({})", run.name, run.setup);
+    *text += &run.details;
+    for figure in &run.figures {
+        let _ = write!(
+            text,
+            "  {:<38} {:>12} {:<6}",
+            figure.label,
+            number(figure.value),
+            figure.unit
+        );
+        if let Some((reference, value)) = &figure.reference {
+            let _ = write!(
+                text,
+                " | {reference} {} → {:.2}×",
+                number(*value),
+                figure.ratio().unwrap_or(f64::NAN)
+            );
+        }
+        if figure.target.is_some() {
+            let verdict = match figure.met() {
+                Some(true) => "met",
+                Some(false) => "MISSED",
+                None => "unknown",
+            };
+            let _ = write!(text, " | target {}: {verdict}", figure.target_text());
+        }
+        text.push('\n');
+    }
+    text.push('\n');
+}
+
+/// `runs` added to `json`, one object each.
+fn runs_json(mut json: JsonObject, runs: &[NamedRun]) -> JsonObject {
+    for run in runs {
+        let mut figures = JsonObject::new();
+        for figure in &run.figures {
+            figures = figures.object(figure.key, figure.to_json());
+        }
+        json = json.object(
+            run.name,
+            JsonObject::new()
+                .string("setup", &run.setup)
+                .object("figures", figures)
+                .object("workloads", run.details_json.clone()),
+        );
+    }
+    json
 }
 
 /// A figure for the table: no more decimals than it deserves.
@@ -270,15 +373,95 @@ mod tests {
                 details_json: JsonObject::new().integer("records", 5),
                 error: None,
             }],
+            kafka: Vec::new(),
         };
         let text = report.to_text();
         assert!(text.contains("== throughput (broker on cpu 0)"), "{text}");
         assert!(text.contains("0.35×"), "{text}");
         assert!(text.contains("MISSED"), "{text}");
+        assert!(!text.contains("Apache Kafka"), "{text}");
         let json = report.to_json();
         assert!(json.contains("\"produce_mb_per_s\": {"), "{json}");
         assert!(json.contains("\"ratio\": 0.350"), "{json}");
         assert!(json.contains("\"met\": \"no\""), "{json}");
         assert!(json.contains("\"records\": 5"), "{json}");
+    }
+
+    fn run(name: &'static str, figures: Vec<Figure>) -> NamedRun {
+        NamedRun {
+            name,
+            setup: String::new(),
+            figures,
+            details: String::new(),
+            details_json: JsonObject::new(),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn the_comparison_pairs_each_kafka_figure_with_brooks() {
+        let report = NamedReport {
+            ceiling: None,
+            runs: vec![
+                run(
+                    "throughput",
+                    vec![Figure::new("produce_mb_per_s", "produce", 900.0, "MB/s")],
+                ),
+                run(
+                    "latency",
+                    vec![
+                        Figure::new("produce_p99_ms", "p99", 2.0, "ms"),
+                        Figure::new("disk_alone_p99_ms", "disk alone", 1.0, "ms"),
+                        Figure::new("rate_records_per_s", "rate", 1000.0, "rec/s"),
+                    ],
+                ),
+                NamedRun::failed("recovery", &"no disk"),
+            ],
+            kafka: vec![
+                run(
+                    "throughput",
+                    vec![
+                        Figure::new("produce_mb_per_s", "produce", 300.0, "MB/s"),
+                        Figure::new("produce_flush_mb_per_s", "flush", 1800.0, "MB/s"),
+                    ],
+                ),
+                run(
+                    "latency",
+                    vec![
+                        Figure::new("produce_p99_ms", "p99", 8.0, "ms"),
+                        Figure::new("rate_records_per_s", "rate", 1000.0, "rec/s"),
+                    ],
+                ),
+                run(
+                    "recovery",
+                    vec![Figure::new("served_s", "served", 3.0, "s")],
+                ),
+            ],
+        };
+        let table = report.comparison();
+        let rows: Vec<&str> = table.lines().skip(2).collect();
+        assert_eq!(
+            rows,
+            [
+                "| throughput | produce | 900 MB/s | 300 MB/s | 3.00 | Brook |",
+                // Kafka with an fsync per append is set beside Brook's
+                // (always durable) throughput.
+                "| throughput | flush | 900 MB/s | 1800 MB/s | 0.50 | Kafka |",
+                // Less is better in milliseconds; Brook-only figures are left out.
+                "| latency | p99 | 2.00 ms | 8.00 ms | 0.25 | Brook |",
+                "| latency | rate | 1000 rec/s | 1000 rec/s | 1.00 | — |",
+                "| recovery | — | FAILED: no disk | ran | — | — |",
+            ],
+            "{table}"
+        );
+        assert!(report.any_failed());
+        let text = report.to_text();
+        assert!(text.contains("== throughput on Apache Kafka ("), "{text}");
+        assert!(
+            text.contains("== Brook and Apache Kafka, this run"),
+            "{text}"
+        );
+        let json = report.to_json();
+        assert!(json.contains("\"kafka\": {"), "{json}");
     }
 }

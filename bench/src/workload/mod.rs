@@ -271,7 +271,7 @@ fn prepare(
                 .await?;
             let mut layout = Vec::new();
             for topic in topics {
-                let leaders = cluster.leaders(&topic).await?;
+                let leaders = cluster.created_leaders(&topic).await?;
                 let timestamp = if setup_options.from_beginning { -2 } else { -1 };
                 let offsets = cluster.offsets(&topic, &leaders, timestamp).await?;
                 let starts = leaders

@@ -47,6 +47,12 @@ const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 const LEADER_RETRIES: usize = 10;
 /// Pause before asking fresh metadata for a moved leader.
 const LEADER_RETRY_PAUSE: Duration = Duration::from_millis(100);
+/// How long a new topic's metadata and offsets are asked again until every
+/// partition has a serving leader: a broker may learn of a topic after its
+/// CreateTopics answered, and a leader be named before it serves (Kafka's
+/// brokers create a hundred partitions' logs in seconds); Kafka's clients
+/// wait `default.api.timeout.ms` (60 s) for the same.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Whether a partition error means "ask its leader again" (the leader
 /// moved, or is being elected): NOT_LEADER_OR_FOLLOWER,
@@ -358,6 +364,22 @@ impl Cluster {
         .await
     }
 
+    /// As [`Cluster::leaders`] for a topic just created: asked again while
+    /// the broker does not know the topic yet or a partition has no leader.
+    pub async fn created_leaders(&self, topic: &str) -> Result<Vec<PartitionLeader>, ClientError> {
+        let deadline = std::time::Instant::now() + SETTLE_TIMEOUT;
+        loop {
+            match self.leaders(topic).await {
+                Err(ClientError::Kafka { code, .. })
+                    if (code == UNKNOWN_TOPIC_OR_PARTITION || leader_moved(code))
+                        && std::time::Instant::now() < deadline => {}
+                Err(ClientError::Protocol(_)) if std::time::Instant::now() < deadline => {}
+                answered => return answered,
+            }
+            glommio::timer::sleep(LEADER_RETRY_PAUSE).await;
+        }
+    }
+
     /// The leader of every partition of `topic`, by partition number.
     pub async fn leaders(&self, topic: &str) -> Result<Vec<PartitionLeader>, ClientError> {
         let request = MetadataRequest::default()
@@ -431,7 +453,8 @@ impl Cluster {
     ) -> Result<BTreeMap<i32, i64>, ClientError> {
         let mut offsets = BTreeMap::new();
         let mut asked: Vec<PartitionLeader> = leaders.to_vec();
-        for _ in 0..LEADER_RETRIES {
+        let deadline = std::time::Instant::now() + SETTLE_TIMEOUT;
+        while std::time::Instant::now() < deadline {
             let moved = self
                 .offsets_from_leaders(topic, &asked, timestamp, isolation_level, &mut offsets)
                 .await?;

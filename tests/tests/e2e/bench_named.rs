@@ -7,6 +7,18 @@ use std::process::Command;
 
 const BROOK: &str = env!("CARGO_BIN_EXE_brook-e2e");
 
+/// The report of a `brook bench run` that must have succeeded.
+fn succeeded(output: &std::process::Output) -> String {
+    let report = String::from_utf8_lossy(&output.stdout);
+    let progress = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "exit {:?}\nreport:\n{report}\nprogress:\n{progress}",
+        output.status
+    );
+    report.into_owned()
+}
+
 #[test]
 fn every_named_workload_runs_against_its_own_broker() {
     let dir = tempfile::tempdir().unwrap();
@@ -19,13 +31,7 @@ fn every_named_workload_runs_against_its_own_broker() {
         .args(["--partitions", "40"])
         .output()
         .unwrap();
-    let report = String::from_utf8_lossy(&output.stdout);
-    let progress = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "exit {:?}\nreport:\n{report}\nprogress:\n{progress}",
-        output.status
-    );
+    let report = succeeded(&output);
     for section in [
         "== throughput (",
         "== latency (",
@@ -60,4 +66,50 @@ fn every_named_workload_runs_against_its_own_broker() {
             );
         }
     }
+}
+
+/// `--kafka`: the throughput workload on Brook, then on a real Apache Kafka
+/// (bench/kafka/start-kafka.sh, the jars tests/run installs) with the same
+/// client, and the table of both at the end of the report.
+#[test]
+fn the_throughput_workload_runs_on_brook_then_on_kafka() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let output = Command::new(BROOK)
+        .args(["bench", "run", "throughput", "--kafka", "--no-ceiling"])
+        .arg("--kafka-script")
+        .arg(root.join("bench/kafka/start-kafka.sh"))
+        .env("KAFKA_LIB", brook_tests::java::java_dir().join("lib"))
+        .arg("--dir")
+        .arg(dir.path())
+        .args(["--duration", "1s", "--warmup", "0s"])
+        .output()
+        .unwrap();
+    let report = succeeded(&output);
+    assert!(!report.contains("FAILED"), "{report}");
+    assert!(report.contains("== throughput (brook serve"), "{report}");
+    assert!(
+        report.contains("== throughput on Apache Kafka (Apache Kafka 4.1.2"),
+        "{report}"
+    );
+    let table = report
+        .split_once("== Brook and Apache Kafka, this run\n")
+        .map(|(_, table)| table)
+        .unwrap_or_else(|| panic!("no comparison:\n{report}"));
+    for row in [
+        "| throughput | produce throughput | ",
+        "| throughput | produce throughput, flush.messages=1 | ",
+    ] {
+        assert!(table.contains(row), "{row} missing:\n{table}");
+    }
+    // Kafka's data went as Brook's did; its log was kept.
+    let kafka = dir.path().join("kafka-throughput");
+    let left: Vec<_> = std::fs::read_dir(&kafka)
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.file_name())
+        .collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("broker.log")]);
+    let log = std::fs::read_to_string(kafka.join("broker.log")).unwrap();
+    assert!(log.contains("Kafka Server started"), "{log}");
 }
