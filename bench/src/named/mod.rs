@@ -163,8 +163,9 @@ pub struct NamedOptions {
     #[arg(long)]
     pub binary: Option<PathBuf>,
     /// Also run each workload against Apache Kafka, right after Brook, with
-    /// the same client, shape and CPUs (not scaling and the three-voter
-    /// workloads); the report ends with both side by side.
+    /// the same client, shape and CPUs (not scaling and controller-failover;
+    /// replication on three Kafka nodes); the report ends with both side by
+    /// side.
     #[arg(long)]
     pub kafka: bool,
     /// The Kafka launcher (default: bench/kafka/start-kafka.sh of the
@@ -231,7 +232,13 @@ pub fn run(
 /// The Kafka launcher `--kafka` uses.
 fn kafka_script(options: &NamedOptions) -> Result<PathBuf, BenchError> {
     if let Some(script) = &options.kafka_script {
-        return Ok(script.clone());
+        return match script.is_file() {
+            true => Ok(script.clone()),
+            false => Err(BenchError::InvalidOption {
+                name: "kafka-script",
+                reason: format!("{} is not a file", script.display()),
+            }),
+        };
     }
     let here = std::env::current_dir().ok();
     let binary = std::env::current_exe().ok();
@@ -1059,6 +1066,26 @@ mod tests {
         assert_eq!(options.partitions, 500);
         assert!(parse(&["fastest"]).is_err());
         assert!(parse(&[]).is_err());
+    }
+
+    #[test]
+    fn kafka_beside_an_external_broker_or_without_its_launcher_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().to_str().unwrap();
+        let refused = |args: &[&str]| {
+            let options = parse(args).unwrap();
+            match run(&options, &mut |_| {}) {
+                Err(BenchError::InvalidOption { name, .. }) => name,
+                other => panic!("{args:?} ran: {:?}", other.map(|report| report.to_text())),
+            }
+        };
+        let external = ["throughput", "--kafka", "--no-ceiling", "--dir", dir];
+        let external = [&external[..], &["--brokers", "127.0.0.1:9"]].concat();
+        assert_eq!(refused(&external), "kafka");
+        let missing = dir.to_owned() + "/no-such-start-kafka.sh";
+        let args = ["throughput", "--kafka", "--no-ceiling", "--dir", dir];
+        let args = [&args[..], &["--kafka-script", &missing]].concat();
+        assert_eq!(refused(&args), "kafka-script");
     }
 
     #[test]
