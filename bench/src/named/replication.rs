@@ -6,7 +6,8 @@
 //! - Throughput: the throughput workload with `acks=all` on a topic of
 //!   three replicas (`min.insync.replicas=2`), then on a topic of one, on
 //!   the same cluster: the ratio is what replication costs.
-//! - Latency at a fixed rate (half what three replicas reached): produce→ack
+//! - Latency at a fixed rate (half what three replicas reached, or
+//!   `--rate`, or with `--kafka` one rate for both brokers): produce→ack
 //!   p50/p99/p99.9 with three replicas and with one.
 //! - Failover, ten times: kill -9 the leader of a one-partition topic of
 //!   three replicas → the first `acks=all` produce to it that succeeds
@@ -72,8 +73,7 @@ impl Bench<'_> {
         let rf3 = self.workload_then_delete(&addresses, shape(self, "replication-rf3", 3))?;
         let rf1 = self.workload_then_delete(&addresses, shape(self, "replication-rf1", 1))?;
         let rate = self
-            .options
-            .rate
+            .paced_rate()
             .unwrap_or((rf3.produce_records_per_second() / 2.0) as u64)
             .max(1);
         // One producer, batches as the throughput phase makes them (at a

@@ -210,7 +210,12 @@ impl NamedReport {
             if kafka.is_failed() || brook.is_none_or(NamedRun::is_failed) {
                 let failed = |run: Option<&NamedRun>| {
                     run.and_then(|run| run.error.clone())
-                        .map_or("ran".to_owned(), |error| format!("FAILED: {error}"))
+                        .map_or("ran".to_owned(), |error| {
+                            // One table cell: a broker's log excerpt has
+                            // lines and may have pipes.
+                            let error = error.split_whitespace().collect::<Vec<_>>().join(" ");
+                            format!("FAILED: {}", error.replace('|', "\\|"))
+                        })
                 };
                 let _ = writeln!(
                     table,
@@ -274,7 +279,10 @@ impl NamedReport {
 
 /// One run's section of the text report.
 fn run_text(text: &mut String, run: &NamedRun, on: &str) {
-    let _ = writeln!(text, "== {}{on} ({})", run.name, run.setup);
+    let _ = match run.setup.is_empty() {
+        true => writeln!(text, "== {}{on}", run.name),
+        false => writeln!(text, "== {}{on} ({})", run.name, run.setup),
+    };
     *text += &run.details;
     for figure in &run.figures {
         let _ = write!(
@@ -415,7 +423,7 @@ mod tests {
                         Figure::new("rate_records_per_s", "rate", 1000.0, "rec/s"),
                     ],
                 ),
-                NamedRun::failed("recovery", &"no disk"),
+                NamedRun::failed("recovery", &"no disk:\n| a log | line"),
             ],
             kafka: vec![
                 run(
@@ -450,13 +458,16 @@ mod tests {
                 // Less is better in milliseconds; Brook-only figures are left out.
                 "| latency | p99 | 2.00 ms | 8.00 ms | 0.25 | Brook |",
                 "| latency | rate | 1000 rec/s | 1000 rec/s | 1.00 | — |",
-                "| recovery | — | FAILED: no disk | ran | — | — |",
+                // A failure's lines and pipes stay inside its cell.
+                "| recovery | — | FAILED: no disk: \\| a log \\| line | ran | — | — |",
             ],
             "{table}"
         );
         assert!(report.any_failed());
         let text = report.to_text();
-        assert!(text.contains("== throughput on Apache Kafka ("), "{text}");
+        // A run with no setup (these, a failed start) shows no empty "()".
+        assert!(text.contains("== throughput on Apache Kafka\n"), "{text}");
+        assert!(!text.contains("()"), "{text}");
         assert!(
             text.contains("== Brook and Apache Kafka, this run"),
             "{text}"
