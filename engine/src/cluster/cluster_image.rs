@@ -49,6 +49,26 @@ pub struct ClusterImage {
     pub next_producer_id: i64,
 }
 
+/// Leader elections a batch committed: partitions of existing topics
+/// whose leader moved to a live broker (the first registration of a new
+/// partition is no election, nor is losing a leader). Kafka's controller
+/// counts these as `LeaderElectionRateAndTimeMs` and
+/// `UncleanLeaderElectionsPerSec`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeaderElections {
+    /// The new leader was in the ISR.
+    pub clean: u64,
+    /// It was not (`unclean.leader.election.enable`).
+    pub unclean: u64,
+}
+
+impl LeaderElections {
+    pub fn add(&mut self, other: LeaderElections) {
+        self.clean += other.clean;
+        self.unclean += other.unclean;
+    }
+}
+
 /// A committed record that does not fit the image. The controller
 /// validates against the same image before it proposes, so this is a bug
 /// (or a damaged log), never a client's doing.
@@ -69,19 +89,55 @@ pub enum ApplyError {
 impl ClusterImage {
     /// Applies one committed batch at `offset` (its Raft index). On an
     /// error the image may hold part of the batch: the caller stops
-    /// applying and reports the log as damaged.
-    pub fn apply(&mut self, offset: u64, records: &[MetadataRecord]) -> Result<(), ApplyError> {
+    /// applying and reports the log as damaged. Answers the leader
+    /// elections the batch made.
+    pub fn apply(
+        &mut self,
+        offset: u64,
+        records: &[MetadataRecord],
+    ) -> Result<LeaderElections, ApplyError> {
         if offset <= self.offset {
             return Err(ApplyError::OutOfOrder {
                 offset,
                 applied: self.offset,
             });
         }
+        let mut elections = LeaderElections::default();
         for record in records {
+            self.count_election(record, &mut elections);
             self.apply_record(offset, record)?;
         }
         self.offset = offset;
-        Ok(())
+        Ok(elections)
+    }
+
+    /// Counts `record` in `elections` if, applied to this image, it moves
+    /// an existing partition's leader to a broker.
+    fn count_election(&self, record: &MetadataRecord, elections: &mut LeaderElections) {
+        let MetadataRecord::Partition {
+            topic,
+            partition,
+            registration,
+        } = record
+        else {
+            return;
+        };
+        let current = usize::try_from(partition.0).ok().and_then(|index| {
+            self.topics
+                .get(topic)
+                .and_then(|topic| topic.partitions.get(index))
+        });
+        let Some(current) = current else {
+            return;
+        };
+        if registration.leader == BrokerId::NONE || registration.leader == current.leader {
+            return;
+        }
+        if current.isr.contains(&registration.leader) {
+            elections.clean += 1;
+        } else {
+            elections.unclean += 1;
+        }
     }
 
     fn apply_record(&mut self, offset: u64, record: &MetadataRecord) -> Result<(), ApplyError> {

@@ -357,6 +357,48 @@ mod tests {
     }
 
     #[test]
+    fn applying_counts_leader_elections_clean_and_unclean() {
+        use crate::cluster::cluster_image::LeaderElections;
+        let count = |image: &mut ClusterImage, records: &[MetadataRecord]| {
+            image.apply(image.offset + 1, records).unwrap()
+        };
+        let counts = |clean, unclean| LeaderElections { clean, unclean };
+        // Creating a partition elects nobody; a follower leaving neither.
+        let mut image = three_brokers();
+        let created = [
+            MetadataRecord::Topic {
+                name: "t".into(),
+                id: TOPIC,
+            },
+            partition_record(
+                TOPIC,
+                0,
+                PartitionRegistration {
+                    replicas: brokers(&[1, 2, 3]),
+                    isr: brokers(&[1, 2, 3]),
+                    leader: BrokerId(1),
+                    leader_epoch: LeaderEpoch(0),
+                    partition_epoch: 0,
+                },
+            ),
+        ];
+        assert_eq!(count(&mut image, &created), counts(0, 0));
+        let records = fence_brokers(&image, &[(BrokerId(2), 2)]);
+        assert_eq!(count(&mut image, &records), counts(0, 0));
+        // The leader leaving: an ISR member leads.
+        let records = fence_brokers(&image, &[(BrokerId(1), 1)]);
+        assert_eq!(count(&mut image, &records), counts(1, 0));
+        // The last ISR member leaving: offline, no election.
+        let records = fence_brokers(&image, &[(BrokerId(3), 3)]);
+        assert_eq!(count(&mut image, &records), counts(0, 0));
+        assert_eq!(partition(&image).1, BrokerId::NONE);
+
+        let mut image = self::image(&[1, 2], &[1], 1, Election::Unclean);
+        let records = fence_brokers(&image, &[(BrokerId(1), 1)]);
+        assert_eq!(count(&mut image, &records), counts(0, 1));
+    }
+
+    #[test]
     fn an_unfenced_isr_member_leads_an_offline_partition() {
         let mut image = image(&[1, 2], &[1], 1, Election::Clean);
         fence(&mut image, &[1]);

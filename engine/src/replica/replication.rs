@@ -199,6 +199,15 @@ impl PartitionReplication {
         self.log_end_offset
     }
 
+    /// A follower's lag as Kafka's replica fetcher reports it
+    /// (`FetcherLagMetrics` `ConsumerLag`): the leader's HW from its last
+    /// answer minus this log's end, at least 0. None unless following.
+    pub fn fetcher_lag(&self) -> Option<u64> {
+        (self.role() == Role::Follower).then(|| {
+            u64::try_from(self.leader_high_watermark.0 - self.log_end_offset.0).unwrap_or(0)
+        })
+    }
+
     /// The ISR change waiting for the controller's answer, if any.
     pub fn in_flight(&self) -> Option<&IsrProposal> {
         self.in_flight.as_ref()

@@ -18,6 +18,7 @@ use glommio::sync::Semaphore;
 use kafka_protocol::messages::ApiKey;
 
 use crate::net::receive_exact;
+use crate::server::error_counts::ErrorCounts;
 use crate::server::handlers;
 use crate::server::response::{Response, write_fetch};
 use crate::server::shard::Shard;
@@ -195,10 +196,12 @@ async fn write_responses<W: AsyncWrite + Unpin>(
         let response = receiver
             .await
             .unwrap_or_else(|_| Response::Close("a request handler failed".into()));
-        let written = match response {
-            Response::Frame(bytes) => writer.write_all(&bytes).await,
-            Response::Fetch(parts) => write_fetch(&mut writer, socket, parts).await,
-            Response::Nothing => Ok(()),
+        let (written, errors) = match response {
+            Response::Frame(bytes, errors) => (writer.write_all(&bytes).await, errors),
+            Response::Fetch(parts, errors) => {
+                (write_fetch(&mut writer, socket, parts).await, errors)
+            }
+            Response::Nothing => (Ok(()), ErrorCounts::default()),
             Response::Close(reason) => {
                 tracing::warn!(%peer, %reason, "closing connection");
                 in_flight.close();
@@ -212,7 +215,7 @@ async fn write_responses<W: AsyncWrite + Unpin>(
             return;
         }
         if let Some((api, read_at)) = counted {
-            shard.metrics.request_done(api, read_at.elapsed());
+            shard.metrics.request_done(api, read_at.elapsed(), &errors);
         }
         in_flight.requests.signal(1);
         in_flight.bytes.signal(size);

@@ -10,17 +10,25 @@
 //!   request path does no allocation or lock (an index, or a map lookup by
 //!   `&str`, and relaxed atomic adds).
 //! - Gauges of the broker's state (partitions, leaders, under-replicated,
-//!   the controller) are set by shard 0 from its image once a second.
+//!   the controller) are set by shard 0 from its image once a second;
+//!   every shard sets its own logs', replica fetchers', groups' (and their
+//!   lag) and transactions' gauges at the same pace, off the request path.
+//! - Error codes are counted per API from each response's
+//!   [`ErrorCounts`]; leader elections as the metadata log is applied.
 //! - [`serve`]: a thread answering `GET /metrics` (HTTP/1.1, parsed with
 //!   httparse), away from the shards.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
+use crate::server::error_counts::ErrorCounts;
 use crate::server::shard::Shard;
+use brook_engine::cluster::cluster_image::LeaderElections;
+use brook_engine::cluster::image::ShardId;
+use brook_engine::group::state::GroupState;
 use brook_engine::protocol::versions::SUPPORTED;
 use brook_engine::types::{BrokerId, TopicPartition};
 use kafka_protocol::messages::ApiKey;
@@ -62,6 +70,13 @@ pub struct BrokerMetrics {
     pub offline: IntGauge,
     pub controller_active: IntGauge,
     pub metadata_offset: IntGauge,
+    request_errors: IntCounterVec,
+    leader_elections: IntCounterVec,
+    fetcher_lag: IntGaugeVec,
+    producer_ids: IntGaugeVec,
+    transactions: IntGaugeVec,
+    groups: IntGaugeVec,
+    group_lag: IntGaugeVec,
 }
 
 fn registered<M: prometheus::core::Collector + Clone + 'static>(
@@ -84,6 +99,9 @@ impl BrokerMetrics {
             registered(&registry, IntCounterVec::new(Opts::new(name, help), labels))
         };
         let gauge = |name: &str, help: &str| registered(&registry, IntGauge::new(name, help));
+        let gauges = |name: &str, help: &str, labels: &[&str]| {
+            registered(&registry, IntGaugeVec::new(Opts::new(name, help), labels))
+        };
         BrokerMetrics {
             requests: counter(
                 "requests_total",
@@ -179,6 +197,45 @@ impl BrokerMetrics {
                 "metadata_log_offset",
                 "The last metadata log offset this broker applied.",
             ),
+            request_errors: counter(
+                "request_errors_total",
+                "Error codes in responses (each partition's, topic's or member's, and the \
+                 response's own), by API and Kafka's error name.",
+                &["api", "error", "shard"],
+            ),
+            leader_elections: counter(
+                "leader_elections_total",
+                "Partitions whose leader moved to a live broker, as this broker applied the \
+                 metadata log (every broker counts the cluster's); unclean: the new leader was \
+                 not in the ISR.",
+                &["kind"],
+            ),
+            fetcher_lag: gauges(
+                "replica_fetcher_lag_records",
+                "A followed partition's leader high watermark past this replica's log end.",
+                &["topic", "partition"],
+            ),
+            producer_ids: gauges(
+                "producer_ids",
+                "Producer ids the partitions of this shard keep state for.",
+                &["shard"],
+            ),
+            transactions: gauges(
+                "transactions",
+                "Transactional ids coordinated here, by transaction state.",
+                &["state", "shard"],
+            ),
+            groups: gauges(
+                "groups",
+                "Consumer groups coordinated here, by state.",
+                &["state", "shard"],
+            ),
+            group_lag: gauges(
+                "consumer_group_lag_records",
+                "A group's committed offset behind its partition's high watermark (partitions \
+                 with a replica on this broker).",
+                &["group", "topic", "partition"],
+            ),
             registry: {
                 registry
                     .register(Box::new(crate::storage::SYNC_SECONDS.clone()))
@@ -219,7 +276,58 @@ pub struct ShardMetrics {
     isr_shrinks: IntCounter,
     isr_expands: IntCounter,
     topics: RefCell<HashMap<String, TopicCounters>>,
+    /// By (API key, error code), each made at its first count.
+    errors: RefCell<HashMap<(i16, i16), IntCounter>>,
+    fetcher_lag: Cycled,
+    transactions: Cycled,
+    groups: Cycled,
+    group_lag: Cycled,
     families: std::sync::Arc<BrokerMetrics>,
+}
+
+/// The series of a gauge family that a shard sets in full once a cycle:
+/// those it set in the last cycle and not in this one are removed (a
+/// partition no longer followed, a group gone).
+#[derive(Debug, Default)]
+struct Cycled(RefCell<HashSet<Vec<String>>>);
+
+impl Cycled {
+    fn set_all(&self, family: &IntGaugeVec, values: Vec<(Vec<String>, i64)>) {
+        fn refs(labels: &[String]) -> Vec<&str> {
+            labels.iter().map(String::as_str).collect()
+        }
+        let mut now = HashSet::with_capacity(values.len());
+        for (labels, value) in values {
+            family.with_label_values(&refs(&labels)).set(value);
+            now.insert(labels);
+        }
+        let mut last = self.0.borrow_mut();
+        for gone in last.difference(&now) {
+            let _ = family.remove_label_values(&refs(gone));
+        }
+        *last = now;
+    }
+}
+
+/// Kafka's name of an error code (`Errors.name()`:
+/// NOT_LEADER_OR_FOLLOWER), from kafka-protocol's variant name; the
+/// number for a code it does not know.
+fn error_name(code: i16) -> String {
+    match kafka_protocol::ResponseError::try_from_code(code) {
+        None => "NONE".to_owned(),
+        Some(kafka_protocol::ResponseError::Unknown(code)) => code.to_string(),
+        Some(error) => {
+            let camel = error.to_string();
+            let mut name = String::with_capacity(camel.len() + 8);
+            for (index, character) in camel.char_indices() {
+                if character.is_ascii_uppercase() && index > 0 {
+                    name.push('_');
+                }
+                name.push(character.to_ascii_uppercase());
+            }
+            name
+        }
+    }
 }
 
 impl ShardMetrics {
@@ -237,13 +345,30 @@ impl ShardMetrics {
             isr_expands: families.isr_expands.with_label_values(&[&shard]),
             requests: RefCell::new(vec![None; slots]),
             topics: RefCell::new(HashMap::new()),
+            errors: RefCell::new(HashMap::new()),
+            fetcher_lag: Cycled::default(),
+            transactions: Cycled::default(),
+            groups: Cycled::default(),
+            group_lag: Cycled::default(),
             families,
             shard,
         }
     }
 
-    /// A request of `api` was answered `elapsed` after it was read.
-    pub fn request_done(&self, api: ApiKey, elapsed: Duration) {
+    /// A request of `api` was answered `elapsed` after it was read, with
+    /// `errors` in its response.
+    pub fn request_done(&self, api: ApiKey, elapsed: Duration, errors: &ErrorCounts) {
+        for (code, count) in errors.iter() {
+            let mut counters = self.errors.borrow_mut();
+            let counter = counters.entry((api as i16, code)).or_insert_with(|| {
+                self.families.request_errors.with_label_values(&[
+                    &format!("{api:?}"),
+                    &error_name(code),
+                    &self.shard,
+                ])
+            });
+            counter.inc_by(u64::from(count));
+        }
         let mut requests = self.requests.borrow_mut();
         let Some(slot) = requests.get_mut(api as usize) else {
             return;
@@ -263,6 +388,17 @@ impl ShardMetrics {
         });
         count.inc();
         seconds.observe(elapsed.as_secs_f64());
+    }
+
+    /// Leader elections in metadata this broker applied.
+    pub fn leader_elections(&self, elections: LeaderElections) {
+        for (kind, count) in [("clean", elections.clean), ("unclean", elections.unclean)] {
+            // Both series exist from the first apply, so a rate of 0 shows.
+            self.families
+                .leader_elections
+                .with_label_values(&[kind])
+                .inc_by(count);
+        }
     }
 
     pub fn connection_opened(&self) {
@@ -428,13 +564,144 @@ pub async fn run_state_gauges(shard: std::rc::Rc<Shard>) {
             set_state_gauges(&shard);
         }
         set_log_gauges(&shard);
+        set_coordinator_gauges(&shard);
+        set_group_lag(&shard).await;
         glommio::timer::sleep(STATE_GAUGES_INTERVAL).await;
     }
 }
 
+/// Counts of `names` as (labels: name and shard, count) series.
+fn counted_by_name(names: Vec<&'static str>, shard: &str) -> Vec<(Vec<String>, i64)> {
+    let mut counts: HashMap<&'static str, i64> = HashMap::new();
+    for name in names {
+        *counts.entry(name).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .map(|(name, count)| (vec![name.to_owned(), shard.to_owned()], count))
+        .collect()
+}
+
+/// This shard's replica fetcher lags, and its coordinators' groups and
+/// transactions by state.
+fn set_coordinator_gauges(shard: &Shard) {
+    let metrics = &shard.metrics;
+    let families = &shard.context.metrics;
+    let lags = shard
+        .replication
+        .fetcher_lags()
+        .into_iter()
+        .map(|(topic_partition, lag)| {
+            let labels = vec![
+                topic_partition.topic.clone(),
+                topic_partition.partition.0.to_string(),
+            ];
+            (labels, i64::try_from(lag).unwrap_or(i64::MAX))
+        })
+        .collect();
+    metrics.fetcher_lag.set_all(&families.fetcher_lag, lags);
+    let states = shard
+        .transactions
+        .each_loaded(|coordinator| {
+            coordinator
+                .transactions()
+                .map(|transaction| transaction.state.name())
+                .collect::<Vec<_>>()
+        })
+        .into_iter()
+        .flatten()
+        .collect();
+    let states = counted_by_name(states, &metrics.shard);
+    metrics.transactions.set_all(&families.transactions, states);
+    let states = shard
+        .groups
+        .each_loaded(|coordinator| {
+            coordinator
+                .groups
+                .values()
+                .filter(|group| !group.is(GroupState::Dead))
+                .map(|group| group.state.name())
+                .collect::<Vec<_>>()
+        })
+        .into_iter()
+        .flatten()
+        .collect();
+    let states = counted_by_name(states, &metrics.shard);
+    metrics.groups.set_all(&families.groups, states);
+}
+
+/// Each committed offset of a group coordinated on this shard, behind
+/// its partition's high watermark, where this broker holds the partition
+/// (on whichever shard owns it).
+async fn set_group_lag(shard: &std::rc::Rc<Shard>) {
+    let committed: Vec<(String, TopicPartition, i64)> = shard
+        .groups
+        .each_loaded(|coordinator| {
+            coordinator
+                .groups
+                .values()
+                .flat_map(|group| {
+                    group.offsets.iter().map(|(topic_partition, committed)| {
+                        (
+                            group.group_id.clone(),
+                            topic_partition.clone(),
+                            committed.offset,
+                        )
+                    })
+                })
+                .collect::<Vec<_>>()
+        })
+        .into_iter()
+        .flatten()
+        .collect();
+    let image = shard.image();
+    let mut by_owner: HashMap<ShardId, Vec<TopicPartition>> = HashMap::new();
+    for (_, topic_partition, _) in &committed {
+        if let Some(owner) = image.owner(topic_partition) {
+            by_owner
+                .entry(owner)
+                .or_default()
+                .push(topic_partition.clone());
+        }
+    }
+    let mut high_watermarks: HashMap<TopicPartition, i64> = HashMap::new();
+    for (owner, partitions) in by_owner {
+        let read = shard
+            .on_shard(owner, move |owner| async move {
+                partitions
+                    .into_iter()
+                    .filter_map(|topic_partition| {
+                        let log = owner.log(&topic_partition)?;
+                        Some((topic_partition, log.visible_offset().0))
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await;
+        high_watermarks.extend(read.unwrap_or_default());
+    }
+    let lags = committed
+        .into_iter()
+        .filter_map(|(group, topic_partition, offset)| {
+            let high_watermark = high_watermarks.get(&topic_partition)?;
+            let labels = vec![
+                group,
+                topic_partition.topic.clone(),
+                topic_partition.partition.0.to_string(),
+            ];
+            Some((labels, (high_watermark - offset).max(0)))
+        })
+        .collect();
+    shard
+        .metrics
+        .group_lag
+        .set_all(&shard.context.metrics.group_lag, lags);
+}
+
 fn set_log_gauges(shard: &Shard) {
     let metrics = &shard.context.metrics;
+    let mut producer_ids = 0;
     for (topic_partition, log) in shard.store.partitions() {
+        producer_ids += log.producer_count();
         let partition = topic_partition.partition.0.to_string();
         let labels = [topic_partition.topic.as_str(), partition.as_str()];
         let size = i64::try_from(log.size_bytes()).unwrap_or(i64::MAX);
@@ -445,6 +712,10 @@ fn set_log_gauges(shard: &Shard) {
             .with_label_values(&labels)
             .set(segments);
     }
+    metrics
+        .producer_ids
+        .with_label_values(&[&shard.metrics.shard])
+        .set(i64::try_from(producer_ids).unwrap_or(i64::MAX));
 }
 
 fn set_state_gauges(shard: &Shard) {
@@ -522,10 +793,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn error_names_are_kafkas() {
+        assert_eq!(error_name(6), "NOT_LEADER_OR_FOLLOWER");
+        assert_eq!(error_name(20), "NOT_ENOUGH_REPLICAS_AFTER_APPEND");
+        assert_eq!(error_name(-1), "UNKNOWN_SERVER_ERROR");
+        assert_eq!(error_name(0), "NONE");
+        assert_eq!(error_name(9999), "9999");
+    }
+
+    #[test]
+    fn a_cycled_gauge_drops_the_series_not_set_again() {
+        let families = BrokerMetrics::new(7);
+        let cycled = Cycled::default();
+        let series = |group: &str, lag| (vec![group.to_owned(), "t".into(), "0".into()], lag);
+        cycled.set_all(&families.group_lag, vec![series("a", 3), series("b", 4)]);
+        cycled.set_all(&families.group_lag, vec![series("b", 1)]);
+        let text = String::from_utf8(families.encode()).unwrap();
+        assert!(!text.contains(r#"group="a""#), "{text}");
+        assert!(
+            text.contains(
+                r#"brook_consumer_group_lag_records{group="b",partition="0",topic="t",broker="7"} 1"#
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn shard_children_count_into_the_families_and_deleted_topics_go() {
         let families = std::sync::Arc::new(BrokerMetrics::new(7));
         let shard = ShardMetrics::new(families.clone(), 1);
-        shard.request_done(ApiKey::Produce, Duration::from_millis(3));
+        let mut errors = ErrorCounts::default();
+        for code in [6, 0, 6, 19] {
+            errors.add(code);
+        }
+        shard.request_done(ApiKey::Produce, Duration::from_millis(3), &errors);
         shard.produced("orders", 1000, 10);
         shard.produced("orders", 500, 5);
         shard.fetched("orders", 700, false);
@@ -535,6 +836,12 @@ mod tests {
             text.contains(r#"brook_requests_total{api="Produce",shard="1",broker="7"} 1"#),
             "{text}"
         );
+        assert!(text.contains(
+            r#"brook_request_errors_total{api="Produce",error="NOT_LEADER_OR_FOLLOWER",shard="1",broker="7"} 2"#
+        ), "{text}");
+        assert!(text.contains(
+            r#"brook_request_errors_total{api="Produce",error="NOT_ENOUGH_REPLICAS",shard="1",broker="7"} 1"#
+        ));
         assert!(
             text.contains(r#"brook_produce_bytes_total{shard="1",topic="orders",broker="7"} 1500"#)
         );

@@ -10,6 +10,7 @@ mod connection;
 mod context;
 mod controller;
 mod coordinator_host;
+mod error_counts;
 pub(crate) mod exclusive;
 mod groups;
 mod handlers;

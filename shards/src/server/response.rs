@@ -11,6 +11,7 @@ use futures::io::{AsyncWrite, AsyncWriteExt};
 use kafka_protocol::messages::ResponseHeader;
 use kafka_protocol::protocol::Encodable;
 
+use crate::server::error_counts::{ErrorCodes, ErrorCounts};
 use crate::storage::LogBytes;
 
 /// Record bytes of one fetched partition.
@@ -37,8 +38,9 @@ pub enum FetchPart {
 
 #[derive(Debug)]
 pub enum Response {
-    Frame(Bytes),
-    Fetch(Vec<FetchPart>),
+    /// An encoded frame, and the error codes in it.
+    Frame(Bytes, ErrorCounts),
+    Fetch(Vec<FetchPart>, ErrorCounts),
     /// Produce with acks=0: nothing goes back.
     Nothing,
     /// The request was malformed: log it and close the connection.
@@ -46,7 +48,10 @@ pub enum Response {
 }
 
 /// Encodes `body` with its response header as a whole frame.
-pub fn encode<T: Encodable>(request: &Request, body: &T) -> Result<Response, FrameError> {
+pub fn encode<T: Encodable + ErrorCodes>(
+    request: &Request,
+    body: &T,
+) -> Result<Response, FrameError> {
     let malformed = |error: String| FrameError::Malformed {
         api_key: request.api_key,
         version: request.api_version,
@@ -63,7 +68,9 @@ pub fn encode<T: Encodable>(request: &Request, body: &T) -> Result<Response, Fra
         .map_err(|error| malformed(error.to_string()))?;
     let size = (buffer.len() - 4) as i32;
     buffer[..4].copy_from_slice(&size.to_be_bytes());
-    Ok(Response::Frame(buffer.freeze()))
+    let mut errors = ErrorCounts::default();
+    body.error_codes(&mut errors);
+    Ok(Response::Frame(buffer.freeze(), errors))
 }
 
 /// Writes a Fetch frame: bytes as they are, records from memory, files with

@@ -49,6 +49,11 @@ pub struct ActiveProducer {
 }
 
 impl PartitionLog {
+    /// How many producer ids the partition keeps state for.
+    pub fn producer_count(&self) -> usize {
+        self.inner.producers.borrow().manager.producers().count()
+    }
+
     /// Every producer id the partition keeps state for, by id.
     pub fn active_producers(&self) -> Vec<ActiveProducer> {
         let producers = self.inner.producers.borrow();

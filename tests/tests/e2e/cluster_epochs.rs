@@ -206,7 +206,9 @@ fn metadata_image(
         let offset = image.offset;
         match peer.ask(0, PeerRequest::Fetch { offset }).1 {
             PeerResponse::Fetched(Catchup::Entries(entries)) if entries.is_empty() => return image,
-            PeerResponse::Fetched(catchup) => apply_catchup(&mut image, &catchup).unwrap(),
+            PeerResponse::Fetched(catchup) => {
+                apply_catchup(&mut image, &catchup).unwrap();
+            }
             other => panic!("not a catch-up: {other:?}"),
         }
         if image.offset == offset {

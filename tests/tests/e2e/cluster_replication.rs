@@ -404,6 +404,11 @@ fn min_insync_replicas_refuses_acks_all_and_a_dead_isr_leaves_the_partition_offl
         summed(text, "brook_isr_shrinks_total", "") >= 1.0
             && summed(text, "brook_under_replicated_partitions", "") >= 1.0
             && summed(text, "brook_under_min_isr_partitions", "") >= 1.0
+            && summed(
+                text,
+                "brook_request_errors_total",
+                r#"api="Produce",error="NOT_ENOUGH_REPLICAS""#,
+            ) >= 1.0
     };
     wait_for(&metrics, Duration::from_secs(10), "the shrunk ISR", shrunk);
     let answer = brook_tests::raw::produce_batch(&mut leader, "guarded", 0, 1, one_record("c"));
@@ -421,6 +426,20 @@ fn min_insync_replicas_refuses_acks_all_and_a_dead_isr_leaves_the_partition_offl
     // Its ISR member returns: it leads again, node 3 catches up and joins.
     cluster.nodes[0].restart();
     wait_for_placement(&cluster, 1, "guarded", (0, vec![0, 3]));
+    // Node 1 applied that election (and the one that took the partition
+    // offline was none); node 3 follows with a lag series.
+    let elections = |text: &str| summed(text, "brook_leader_elections_total", r#"kind="clean""#);
+    let metrics = cluster.nodes[1].metrics_address().expect("metrics served");
+    wait_for(metrics, Duration::from_secs(10), "an election", |text| {
+        elections(text) >= 1.0
+    });
+    let metrics = cluster.nodes[3].metrics_address().expect("metrics served");
+    wait_for(
+        metrics,
+        Duration::from_secs(10),
+        "node 3's fetcher lag",
+        |text| text.contains(r#"brook_replica_fetcher_lag_records{partition="0",topic="guarded""#),
+    );
     let mut leader = brook_tests::raw::connect(&cluster.nodes[0]);
     let answer = brook_tests::raw::produce_batch(&mut leader, "guarded", 0, -1, one_record("d"));
     assert_eq!(

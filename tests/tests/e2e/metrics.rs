@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use brook_tests::broker::Broker;
 use brook_tests::scrape::{self, summed, wait_for};
-use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 const BROOK: &str = env!("CARGO_BIN_EXE_brook-e2e");
 const RECORDS: usize = 500;
@@ -30,6 +31,7 @@ fn produce(address: &str, topic: &str) {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", address)
         .set("linger.ms", "5")
+        .set("enable.idempotence", "true")
         .create()
         .expect("a producer");
     let value = vec![b'v'; VALUE_BYTES];
@@ -158,6 +160,33 @@ fn prometheus_scrapes_the_produced_bytes_and_promtool_accepts_the_output() {
                 && summed(text, "brook_log_fsync_duration_seconds_count", "") >= 1.0
         },
     );
+
+    // A group that committed offset 100 of the 500 records lags by 400;
+    // the idempotent producer has its id kept by the partition.
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker.address)
+        .set("group.id", "lagging")
+        .create()
+        .expect("a consumer");
+    let mut committed = TopicPartitionList::new();
+    committed
+        .add_partition_offset("scraped", 0, Offset::Offset(100))
+        .unwrap();
+    consumer
+        .commit(&committed, CommitMode::Sync)
+        .expect("committed");
+    let lagging = r#"group="lagging",partition="0",topic="scraped""#;
+    wait_for(
+        &metrics,
+        Duration::from_secs(10),
+        "the group, its lag and the producer id",
+        |text| {
+            summed(text, "brook_consumer_group_lag_records", lagging) == (RECORDS - 100) as f64
+                && summed(text, "brook_groups", r#"state="Empty""#) == 1.0
+                && summed(text, "brook_producer_ids", "") == 1.0
+        },
+    );
+    let (_, text) = http(&metrics, "GET /metrics");
 
     // promtool's lint: names, types, help, units.
     let mut promtool = Command::new("promtool")

@@ -28,7 +28,7 @@ use raft::eraftpb::{Entry, EntryType, HardState, Message, Snapshot};
 use raft::{RawNode, StateRole};
 use thiserror::Error;
 
-use crate::cluster::cluster_image::{ApplyError, ClusterImage};
+use crate::cluster::cluster_image::{ApplyError, ClusterImage, LeaderElections};
 use crate::cluster::controller::{
     self, BrokerSessions, HeartbeatOutcome, HeartbeatRequest, Refusal,
 };
@@ -552,7 +552,13 @@ pub enum Catchup {
 /// An answer that does not continue the image (a snapshot older than it,
 /// entries after a gap: a reply to an earlier request, from before a
 /// restart) is refused with [`QuorumError::NotNext`] and changes nothing.
-pub fn apply_catchup(image: &mut ClusterImage, catchup: &Catchup) -> Result<(), QuorumError> {
+/// Answers the leader elections the applied entries made (none for a
+/// snapshot: it holds no history).
+pub fn apply_catchup(
+    image: &mut ClusterImage,
+    catchup: &Catchup,
+) -> Result<LeaderElections, QuorumError> {
+    let mut elections = LeaderElections::default();
     match catchup {
         Catchup::Snapshot(snapshot) => {
             let index = snapshot.get_metadata().index;
@@ -579,11 +585,11 @@ pub fn apply_catchup(image: &mut ClusterImage, catchup: &Catchup) -> Result<(), 
                 }
             }
             for entry in fresh {
-                apply_entry(image, entry)?;
+                elections.add(apply_entry(image, entry)?);
             }
         }
     }
-    Ok(())
+    Ok(elections)
 }
 
 fn image_of(snapshot: &Snapshot) -> Result<ClusterImage, QuorumError> {
@@ -595,7 +601,7 @@ fn image_of(snapshot: &Snapshot) -> Result<ClusterImage, QuorumError> {
     Ok(ClusterImage::from_snapshot(index, &records)?)
 }
 
-fn apply_entry(image: &mut ClusterImage, entry: &Entry) -> Result<(), QuorumError> {
+fn apply_entry(image: &mut ClusterImage, entry: &Entry) -> Result<LeaderElections, QuorumError> {
     // A new leader's empty entry and (unused: the voters are static)
     // configuration changes advance the offset and change nothing.
     let records = if entry.get_entry_type() == EntryType::EntryNormal && !entry.data.is_empty() {
@@ -603,8 +609,7 @@ fn apply_entry(image: &mut ClusterImage, entry: &Entry) -> Result<(), QuorumErro
     } else {
         Vec::new()
     };
-    image.apply(entry.index, &records)?;
-    Ok(())
+    Ok(image.apply(entry.index, &records)?)
 }
 
 fn digest_of(entry: &Entry) -> u64 {

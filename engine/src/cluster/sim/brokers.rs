@@ -146,7 +146,7 @@ impl Simulation {
         let mut image = self.nodes[node].image.clone();
         let before = image.offset;
         match apply_catchup(&mut image, catchup) {
-            Ok(()) => {}
+            Ok(_) => {}
             // A stale answer (to a request sent before a restart, or
             // overtaken by a later one) is dropped.
             Err(QuorumError::NotNext { .. }) => return Ok(()),

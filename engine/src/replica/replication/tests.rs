@@ -410,3 +410,15 @@ fn a_follower_takes_only_answers_to_what_it_still_asks() {
     };
     assert!(!b.takes_answer(&asked_self, Offset(9)));
 }
+
+#[test]
+fn a_followers_fetcher_lag_is_the_leaders_hw_past_its_log_end() {
+    let mut b = b_following_a();
+    let end = b.log_end_offset().0;
+    b.leader_high_watermark_is(Offset(end + 5));
+    assert_eq!(b.fetcher_lag(), Some(5));
+    // Past the leader's HW (its log runs ahead of the HW): no lag.
+    b.appended(Offset(end + 9));
+    assert_eq!(b.fetcher_lag(), Some(0));
+    assert_eq!(leader(&[A, B], 1).fetcher_lag(), None);
+}

@@ -32,6 +32,7 @@ use futures::channel::oneshot;
 use futures::future::{LocalBoxFuture, join_all, select_all};
 use kafka_protocol::messages::FetchRequest;
 
+use crate::server::error_counts::{ErrorCodes, ErrorCounts};
 use crate::server::handlers::produce::storage_error_code;
 use crate::server::replication::ReplicaHost;
 use crate::server::response::{FetchPart, Records, Response};
@@ -1035,6 +1036,8 @@ fn respond(
             });
         records_by_slot.push(records);
     }
+    let mut errors = ErrorCounts::default();
+    data.error_codes(&mut errors);
     // Partitions are numbered in request order, the order of the slots.
     match encode_fetch_response(correlation_id, version, &data) {
         Ok(pieces) => Response::Fetch(
@@ -1048,6 +1051,7 @@ fn respond(
                         .map(FetchPart::Records),
                 })
                 .collect(),
+            errors,
         ),
         Err(error) => Response::Close(format!("encoding a fetch response: {error}")),
     }

@@ -320,7 +320,8 @@ async fn session(
         {
             let before = state.image.offset;
             match apply_catchup(&mut state.image, &catchup) {
-                Ok(()) | Err(QuorumError::NotNext { .. }) => {}
+                Ok(elections) => shard.metrics.leader_elections(elections),
+                Err(QuorumError::NotNext { .. }) => {}
                 Err(error) => {
                     tracing::error!(%error, "the metadata log does not apply on this broker")
                 }

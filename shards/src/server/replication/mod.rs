@@ -303,6 +303,18 @@ impl ReplicaHost {
         followed
     }
 
+    /// Each partition this shard follows, with its fetcher lag
+    /// ([`PartitionReplication::fetcher_lag`]).
+    pub fn fetcher_lags(&self) -> Vec<(TopicPartition, u64)> {
+        self.partitions
+            .borrow()
+            .iter()
+            .filter_map(|(topic_partition, replication)| {
+                Some((topic_partition.clone(), replication.fetcher_lag()?))
+            })
+            .collect()
+    }
+
     /// Whether the answer to a replica fetch that asked `asked` still
     /// applies to `topic_partition`, whose log ends at `log_end_offset`
     /// ([`PartitionReplication::takes_answer`]).
