@@ -254,7 +254,10 @@ impl NamedReport {
                     unit(ours.value).trim_end(),
                     unit(figure.value).trim_end(),
                     if ratio.is_finite() {
-                        format!("{ratio:.2}")
+                        // Two significant digits below 0.1 (4.84 ms against
+                        // 1,203 ms is 0.0040, not 0.00).
+                        let decimals = 1i32.saturating_sub(ratio.log10().floor() as i32);
+                        format!("{ratio:.*}", decimals.clamp(2, 6) as usize)
                     } else {
                         "—".into()
                     },
@@ -419,6 +422,7 @@ mod tests {
                     "latency",
                     vec![
                         Figure::new("produce_p99_ms", "p99", 2.0, "ms"),
+                        Figure::new("produce_p999_ms", "p99.9", 4.84, "ms"),
                         Figure::new("disk_alone_p99_ms", "disk alone", 1.0, "ms"),
                         Figure::new("rate_records_per_s", "rate", 1000.0, "rec/s"),
                     ],
@@ -437,6 +441,7 @@ mod tests {
                     "latency",
                     vec![
                         Figure::new("produce_p99_ms", "p99", 8.0, "ms"),
+                        Figure::new("produce_p999_ms", "p99.9", 1203.0, "ms"),
                         Figure::new("rate_records_per_s", "rate", 1000.0, "rec/s"),
                     ],
                 ),
@@ -457,6 +462,8 @@ mod tests {
                 "| throughput | flush | 900 MB/s | 1800 MB/s | 0.50 | Kafka |",
                 // Less is better in milliseconds; Brook-only figures are left out.
                 "| latency | p99 | 2.00 ms | 8.00 ms | 0.25 | Brook |",
+                // Two significant digits, however small.
+                "| latency | p99.9 | 4.84 ms | 1203 ms | 0.0040 | Brook |",
                 "| latency | rate | 1000 rec/s | 1000 rec/s | 1.00 | — |",
                 // A failure's lines and pipes stay inside its cell.
                 "| recovery | — | FAILED: no disk: \\| a log \\| line | ran | — | — |",
