@@ -1,7 +1,7 @@
 //! `brook bench run controller-failover`: a three-voter cluster on
 //! 127.0.0.1 (one core each, unpinned). Metadata propagation: CreateTopics
 //! through one broker → the topic in Metadata on every broker. Failover,
-//! ten times: kill -9 the active controller → the first CreateTopics that
+//! ten times (`--kills`): kill -9 the active controller → the first CreateTopics that
 //! succeeds through a surviving broker; then the node restarts and rejoins.
 
 use std::net::SocketAddr;
@@ -19,7 +19,6 @@ use brook_shards::client::cluster::{resolve, topic_name};
 use brook_shards::client::{ClientError, Cluster};
 
 pub(super) const NODES: usize = 3;
-const KILLS: usize = 10;
 const PROPAGATIONS: usize = 20;
 /// How long any one step may take before the run is called failed.
 const STEP_LIMIT: Duration = Duration::from_secs(60);
@@ -133,8 +132,9 @@ impl Bench<'_> {
         self.own_broker_needed("controller-failover")?;
         let (nodes, addresses) = self.start_voters("controller-failover", &[])?;
         (self.progress)("controller-failover: three voters started");
+        let kills = self.options.kills as usize;
         let measured = super::on_own_executor("brook-bench-failover", move || async move {
-            measure(nodes, addresses).await
+            measure(nodes, addresses, kills).await
         })??;
         let (failovers, propagations) = measured;
         let figure = duration_figure;
@@ -169,7 +169,7 @@ impl Bench<'_> {
         Ok(NamedRun {
             name: "controller-failover",
             setup: format!(
-                "3 voters (broker+controller), --cores 1 each, unpinned; {KILLS} kills, {PROPAGATIONS} topics"
+                "3 voters (broker+controller), --cores 1 each, unpinned; {kills} kills, {PROPAGATIONS} topics"
             ),
             figures,
             details: format!(
@@ -311,6 +311,7 @@ pub(super) async fn until_formed(
 async fn measure(
     mut nodes: Vec<BrokerProcess>,
     addresses: Vec<SocketAddr>,
+    kills: usize,
 ) -> Result<(Vec<Duration>, Vec<Duration>), BenchError> {
     all_formed(&addresses).await?;
     let mut propagations = Vec::new();
@@ -335,7 +336,7 @@ async fn measure(
         propagations.push(started.elapsed());
     }
     let mut failovers = Vec::new();
-    for round in 0..KILLS {
+    for round in 0..kills {
         let controller = all_formed(&addresses).await? as usize;
         let survivor = (controller + 1) % NODES;
         nodes[controller].kill();

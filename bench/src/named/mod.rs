@@ -64,11 +64,19 @@ pub enum Named {
     ControllerFailover,
     /// Three voters: acks=all throughput and latency with three replicas
     /// beside one; kill -9 and SIGTERM of a leader → the first acks=all
-    /// produce that succeeds. Not part of `all`.
+    /// produce that succeeds.
     Replication,
-    /// Every workload above, in order, after one ceiling measurement.
+    /// Every workload above but controller-failover, in order, after one
+    /// ceiling measurement.
     All,
 }
+
+/// Partitions the many-partitions workload creates per request (a
+/// CreateTopics, then CreatePartitions), on both brokers: Kafka's controller
+/// refuses one operation of more than `max.records.per.user.op` (10,000)
+/// metadata records with POLICY_VIOLATION, and a topic of 10,000 partitions
+/// is 10,001 of them.
+const CREATE_STEP: i32 = 5_000;
 
 /// Where the Kafka launcher is looked for when `--kafka-script` is not
 /// given: in the current directory's checkout, then above the binary.
@@ -107,6 +115,7 @@ impl Named {
                 Named::ManyPartitions,
                 Named::Recovery,
                 Named::Scaling,
+                Named::Replication,
             ],
             one => vec![one],
         }
@@ -149,6 +158,11 @@ pub struct NamedOptions {
     /// Bytes retained before the recovery workload's kill -9.
     #[arg(long, default_value = "10GiB", value_parser = parse_bytes)]
     pub recovery_bytes: u64,
+    /// Leader kills of the replication workload and controller kills of
+    /// controller-failover; the replication workload then stops a leader
+    /// with SIGTERM half as many times (at least once).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub kills: u64,
     /// Partitions for the many-partitions workload.
     #[arg(long, default_value_t = 10_000)]
     pub partitions: i32,
@@ -760,9 +774,16 @@ impl Bench<'_> {
         let started = Instant::now();
         let create_topic = topic.clone();
         with_cluster(address, move |cluster| async move {
+            let first = partitions.min(CREATE_STEP);
             cluster
-                .create_topics(&[create_topic], partitions, 1, &[])
-                .await
+                .create_topics(std::slice::from_ref(&create_topic), first, 1, &[])
+                .await?;
+            let mut created = first;
+            while created < partitions {
+                created = (created + CREATE_STEP).min(partitions);
+                cluster.create_partitions(&create_topic, created).await?;
+            }
+            Ok(())
         })?;
         // Until every partition serves: Brook answers CreateTopics once
         // its partitions are open, Kafka before its broker has created them

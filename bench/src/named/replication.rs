@@ -9,20 +9,25 @@
 //! - Latency at a fixed rate (half what three replicas reached, or
 //!   `--rate`, or with `--kafka` one rate for both brokers): produce→ack
 //!   p50/p99/p99.9 with three replicas and with one.
-//! - Failover, ten times: kill -9 the leader of a one-partition topic of
+//! - Failover, ten times (`--kills`): kill -9 the leader of a one-partition topic of
 //!   three replicas → the first `acks=all` produce to it that succeeds
-//!   (tried every 5 ms, the poll of `until_within`); the node then restarts and rejoins the ISR.
-//! - Controlled shutdown, five times: SIGTERM the leader → the same.
+//!   (tried every 5 ms, the poll of `until_within`); the node then restarts
+//!   and rejoins the ISR. A kill that also took the active controller (as
+//!   DescribeQuorum names it) is reported apart: it adds a controller
+//!   election and a whole session timeout.
+//! - Controlled shutdown, half as many times: SIGTERM the leader → the same.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use brook_engine::log::batch::Compression;
+use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse,
+    ApiKey, DescribeQuorumRequest, DescribeQuorumResponse, MetadataRequest, MetadataResponse,
+    ProduceRequest, ProduceResponse,
 };
 
 use super::failover::{NODES, duration_figure, samples_ms, until_formed, until_within};
@@ -36,8 +41,6 @@ use brook_shards::client::cluster::topic_name;
 use brook_shards::client::records::BatchBuilder;
 use brook_shards::client::{ClientError, Cluster};
 
-const KILLS: usize = 10;
-const STOPS: usize = 5;
 const FAILOVER_TOPIC: &str = "replication-failover";
 /// How long any one step may take before the run is called failed.
 const STEP_LIMIT: Duration = Duration::from_secs(120);
@@ -90,13 +93,31 @@ impl Bench<'_> {
             self.workload_then_delete(&addresses, paced(self, "replication-rf3-paced", 3))?;
         let rf1_paced =
             self.workload_then_delete(&addresses, paced(self, "replication-rf1-paced", 1))?;
+        let rounds = Rounds {
+            kills: self.options.kills as usize,
+            stops: self.options.kills.div_ceil(2) as usize,
+        };
         (self.progress)(&format!(
-            "replication: {KILLS} leader kills, then {STOPS} controlled shutdowns"
+            "replication: {} leader kills, then {} controlled shutdowns",
+            rounds.kills, rounds.stops
         ));
         let (kills, stops) =
             super::on_own_executor("brook-bench-replication", move || async move {
-                measure_moves(nodes, addresses).await
+                measure_moves(nodes, addresses, rounds).await
             })??;
+        // A leader that was also the active controller costs a controller
+        // election and then a whole session timeout: a new active
+        // controller starts every broker's session afresh, as Kafka's does
+        // (it has seen none of their heartbeats). The issue's figure is
+        // the partition's failover alone; the others are shown apart.
+        let took = |controller_too: bool| {
+            kills
+                .iter()
+                .filter(|kill| kill.controller_too == controller_too)
+                .map(|kill| kill.took)
+                .collect::<Vec<_>>()
+        };
+        let (with_controller, alone) = (took(true), took(false));
 
         let ratio =
             rf3.produce_mb_per_second() / rf1.produce_mb_per_second().max(f64::MIN_POSITIVE);
@@ -145,20 +166,36 @@ impl Bench<'_> {
                 ));
             }
         }
-        let moved = duration_figure;
+        let moved = |key, label, samples: &[Duration], quantile| {
+            let figure = duration_figure(key, label, samples, quantile);
+            if samples.is_empty() {
+                Figure {
+                    value: f64::NAN,
+                    ..figure
+                }
+            } else {
+                figure
+            }
+        };
         figures.extend([
             moved(
                 "kill_p50_ms",
                 "kill -9 leader → acks=all produce ok, p50",
-                &kills,
+                &alone,
                 0.5,
             )
             .target(Target::AtMost(10_000.0)),
             moved(
                 "kill_max_ms",
                 "kill -9 leader → acks=all produce ok, max",
-                &kills,
+                &alone,
                 1.0,
+            ),
+            moved(
+                "kill_with_controller_p50_ms",
+                "kill -9 leader and active controller → acks=all produce ok, p50",
+                &with_controller,
+                0.5,
             ),
             moved(
                 "shutdown_p50_ms",
@@ -180,20 +217,30 @@ impl Bench<'_> {
             setup: format!(
                 "3 {} (broker+controller), unpinned; load generator on cpu {}; \
                  acks=all, 8 partitions, 2 producers unthrottled, then 1 producer at {rate} rec/s; \
-                 min.insync.replicas=2; session timeout 9 s; {KILLS} kills, {STOPS} SIGTERMs",
+                 min.insync.replicas=2; session timeout 9 s; {} kills, {} SIGTERMs",
                 if self.kafka.is_some() {
                     "Apache Kafka 4.1.2 nodes (1 GiB heap each)"
                 } else {
                     "Brook voters (--cores 1 each)"
                 },
-                self.options.load_cpu
+                self.options.load_cpu,
+                rounds.kills,
+                rounds.stops
             ),
             figures,
             details: format!(
-                "3 replicas:\n{}\n1 replica:\n{}\nkill -9 ms: {}\nSIGTERM ms: {}\n",
+                "3 replicas:\n{}\n1 replica:\n{}\nkill -9 ms (* the active controller too): {}\nSIGTERM ms: {}\n",
                 rf3.to_text(),
                 rf1.to_text(),
-                samples(&kills),
+                kills
+                    .iter()
+                    .map(|kill| format!(
+                        "{:.0}{}",
+                        kill.took.as_secs_f64() * 1000.0,
+                        if kill.controller_too { "*" } else { "" }
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(" "),
                 samples(&stops)
             ),
             details_json: JsonObject::new()
@@ -295,6 +342,38 @@ async fn produce_one(cluster: &Cluster, leader: SocketAddr) -> bool {
     })
 }
 
+/// The active controller's node id, as DescribeQuorum names the leader of
+/// the metadata log (Kafka's KRaft brokers put a random live broker in
+/// Metadata's controller id; DescribeQuorum they forward to the controller).
+async fn active_controller(addresses: &[SocketAddr]) -> Option<usize> {
+    let request = DescribeQuorumRequest::default().with_topics(vec![
+        TopicData::default()
+            .with_topic_name(topic_name("__cluster_metadata"))
+            .with_partitions(vec![PartitionData::default().with_partition_index(0)]),
+    ]);
+    for address in addresses {
+        let cluster = Cluster::new(*address, "brook-bench-replication");
+        let Ok(connection) = cluster.own_connection(*address).await else {
+            continue;
+        };
+        let answered: Result<DescribeQuorumResponse, ClientError> = connection
+            .request(ApiKey::DescribeQuorum, 0, &request)
+            .await;
+        connection.close().await;
+        let leader = answered
+            .ok()
+            .filter(|response| response.error_code == 0)
+            .and_then(|response| response.topics.into_iter().next())
+            .and_then(|topic| topic.partitions.into_iter().next())
+            .filter(|partition| partition.error_code == 0)
+            .and_then(|partition| usize::try_from(partition.leader_id.0).ok());
+        if leader.is_some() {
+            return leader;
+        }
+    }
+    None
+}
+
 async fn until<T>(what: &str, probe: impl AsyncFnMut() -> Option<T>) -> Result<T, BenchError> {
     until_within("replication", what, STEP_LIMIT, probe).await
 }
@@ -311,25 +390,42 @@ async fn in_sync_leader(addresses: &[SocketAddr]) -> Result<usize, BenchError> {
     .await
 }
 
+/// One kill -9 of the failover topic's leader.
+struct Kill {
+    /// Until an `acks=all` produce succeeded again.
+    took: Duration,
+    /// Whether the killed node was the active controller as well.
+    controller_too: bool,
+}
+
+/// How many leader moves the failover phase makes of each kind.
+#[derive(Clone, Copy)]
+struct Rounds {
+    kills: usize,
+    stops: usize,
+}
+
 /// Kills (then stops) the failover topic's leader in turn: how long each
 /// took until an `acks=all` produce succeeded again.
 async fn measure_moves(
     mut nodes: Vec<BrokerProcess>,
     addresses: Vec<SocketAddr>,
-) -> Result<(Vec<Duration>, Vec<Duration>), BenchError> {
+    rounds: Rounds,
+) -> Result<(Vec<Kill>, Vec<Duration>), BenchError> {
     let cluster = Rc::new(Cluster::new(addresses[0], "brook-bench-replication"));
     cluster
         .create_topics(&[FAILOVER_TOPIC.to_owned()], 1, 3, &min_insync())
         .await
         .map_err(crate::workload::client_error)?;
     let (mut kills, mut stops) = (Vec::new(), Vec::new());
-    for round in 0..KILLS + STOPS {
+    for round in 0..rounds.kills + rounds.stops {
         let leader = in_sync_leader(&addresses).await?;
         until("a produce before the fault", async || {
             produce_one(&cluster, addresses[leader]).await.then_some(())
         })
         .await?;
-        let kill = round < KILLS;
+        let kill = round < rounds.kills;
+        let controller_too = kill && active_controller(&addresses).await == Some(leader);
         if kill {
             nodes[leader].kill();
         } else {
@@ -350,7 +446,10 @@ async fn measure_moves(
         .await?;
         let took = faulted.elapsed();
         if kill {
-            kills.push(took);
+            kills.push(Kill {
+                took,
+                controller_too,
+            });
         } else {
             stops.push(took);
             nodes[leader].wait_exit();

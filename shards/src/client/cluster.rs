@@ -20,8 +20,9 @@ use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
-    ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, TopicName,
+    ApiKey, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
+    CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, ListOffsetsRequest,
+    ListOffsetsResponse, MetadataRequest, MetadataResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -38,6 +39,7 @@ const NOT_CONTROLLER: i16 = 41;
 /// Kafka's UNKNOWN_TOPIC_OR_PARTITION.
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 pub const DELETE_TOPICS_VERSION: i16 = 6;
+pub const CREATE_PARTITIONS_VERSION: i16 = 3;
 /// Kafka's `request.timeout.ms` default.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Kafka's `reconnect.backoff.ms` and `reconnect.backoff.max.ms` defaults.
@@ -332,6 +334,34 @@ impl Cluster {
             }
         }
         unreachable!("the last attempt returns")
+    }
+
+    /// Grows `topic` to `total` partitions (CreatePartitions).
+    pub async fn create_partitions(&self, topic: &str, total: i32) -> Result<(), ClientError> {
+        use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+        let request = CreatePartitionsRequest::default()
+            .with_timeout_ms(60_000)
+            .with_topics(vec![
+                CreatePartitionsTopic::default()
+                    .with_name(topic_name(topic))
+                    .with_count(total),
+            ]);
+        self.topics_request(
+            ApiKey::CreatePartitions,
+            CREATE_PARTITIONS_VERSION,
+            &request,
+            // No code passes but 0: INVALID_PARTITIONS would mean the topic
+            // already has that many, which the caller did not expect.
+            ("adding partitions to", 0),
+            |response: CreatePartitionsResponse| {
+                response
+                    .results
+                    .into_iter()
+                    .map(|result| (result.name.to_string(), result.error_code))
+                    .collect()
+            },
+        )
+        .await
     }
 
     /// Deletes `topics` (one that does not exist is no error).

@@ -28,7 +28,7 @@ fn every_named_workload_runs_against_its_own_broker() {
         .arg(dir.path())
         .args(["--duration", "1s", "--warmup", "0s", "--rate", "2000"])
         .args(["--catchup-bytes", "16MiB", "--recovery-bytes", "32MiB"])
-        .args(["--partitions", "40"])
+        .args(["--partitions", "40", "--kills", "1"])
         .output()
         .unwrap();
     let report = succeeded(&output);
@@ -39,6 +39,7 @@ fn every_named_workload_runs_against_its_own_broker() {
         "== many-partitions (",
         "== recovery (",
         "== scaling (",
+        "== replication (",
     ] {
         assert!(report.contains(section), "{section} missing:\n{report}");
     }
