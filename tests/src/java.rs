@@ -173,6 +173,16 @@ impl Spawned {
         self.wait_status(timeout)
     }
 
+    /// The stdout lines not taken by [`Spawned::wait_for`] yet: once the
+    /// process has exited, all it printed.
+    pub fn stdout_lines(&mut self) -> Vec<String> {
+        let mut lines = Vec::new();
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            lines.push(line);
+        }
+        lines
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

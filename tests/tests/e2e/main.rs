@@ -23,6 +23,7 @@ mod cli;
 mod client_groups;
 mod client_transactions;
 mod cluster_epochs;
+mod cluster_java;
 mod cluster_partition;
 mod cluster_producer_ids;
 mod cluster_quorum;
