@@ -1129,8 +1129,10 @@ mod tests {
     #[test]
     fn all_expands_to_every_workload_once() {
         let each = Named::All.each();
-        assert_eq!(each.len(), 6);
+        assert_eq!(each.len(), 7);
+        assert!(each.contains(&Named::Replication));
         assert!(!each.contains(&Named::All));
+        assert!(!each.contains(&Named::ControllerFailover));
         assert_eq!(Named::Latency.each(), vec![Named::Latency]);
     }
 }
