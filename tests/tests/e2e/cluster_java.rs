@@ -1,9 +1,17 @@
 //! Replication with the Java client (issue 19, acceptance 2 and 5 beside
 //! librdkafka's in `cluster_replication.rs`): the load is Kafka's own
 //! `VerifiableProducer`, the producer of Kafka's replication system tests
-//! (Java client 4.1.2, idempotent, `acks=all`, numbered values), which
-//! prints one JSON line per answered send. Every value it reports acked
-//! must then be read exactly once, where the ack put it, in order.
+//! (Java client 4.1.2, `acks=all`, numbered values), which prints one JSON
+//! line per answered send. Every value it reports acked must then be read
+//! exactly once, where the ack put it, in order.
+//!
+//! The tool sets `retries=0` itself (so that the system tests see every
+//! error), which also turns idempotence off; these tests give it the
+//! producer an application runs, idempotent with Kafka's default retries,
+//! through `--producer.config`. With `retries=0` a rolling restart does
+//! surface errors: a batch waiting for `acks=all` on a leader that moves
+//! is answered NOT_LEADER_OR_FOLLOWER, as Kafka answers it, for the client
+//! to retry.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -23,19 +31,33 @@ const PARTITIONS: i32 = 3;
 /// Kafka's `VerifiableProducer` streaming to `topic` until finished.
 struct JavaLoad {
     producer: Spawned,
+    /// Holds the producer's config file.
+    _config: tempfile::TempDir,
 }
+
+/// What the tool's own `retries=0` is replaced with: Kafka's defaults
+/// for an idempotent producer.
+const PRODUCER_CONFIG: &str = "enable.idempotence=true\nretries=2147483647\n";
 
 impl JavaLoad {
     fn start(cluster: &Cluster, topic: &str) -> JavaLoad {
+        let config = tempfile::tempdir().unwrap();
+        let config_file = config.path().join("producer.properties");
+        std::fs::write(&config_file, PRODUCER_CONFIG).unwrap();
         let mut producer = Spawned::start(
             brook_tests::java::java("org.apache.kafka.tools.VerifiableProducer")
                 .args(["--bootstrap-server", &bootstrap(cluster)])
-                .args(["--topic", topic, "--acks", "-1", "--throughput", "2000"]),
+                .args(["--topic", topic, "--acks", "-1", "--throughput", "2000"])
+                .arg("--producer.config")
+                .arg(&config_file),
         );
         producer.wait_for(Duration::from_secs(60), |line| {
             line.contains(r#""name":"startup_complete""#)
         });
-        JavaLoad { producer }
+        JavaLoad {
+            producer,
+            _config: config,
+        }
     }
 
     /// Stops it (SIGTERM: its shutdown hook closes the producer, which
