@@ -24,7 +24,7 @@ pub mod tcp;
 
 use std::path::PathBuf;
 
-use brook_shards::runtime::executor_builder;
+use brook_shards::runtime::{executor_builder, guarded};
 use glommio::Placement;
 
 pub use report::CeilingReport;
@@ -156,11 +156,13 @@ fn run_disk(options: &CeilingOptions) -> Result<disk::DiskRun, BenchError> {
     let cpu = options.cpus.disk;
     let handle = executor_builder(Placement::Fixed(cpu))
         .name("brook-ceiling-disk")
-        .spawn(move || async move {
-            in_subdir(&dir, DISK_DIR, async |sub| {
-                disk::measure(sub, bytes, samples).await
+        .spawn(move || {
+            guarded(async move {
+                in_subdir(&dir, DISK_DIR, async |sub| {
+                    disk::measure(sub, bytes, samples).await
+                })
+                .await
             })
-            .await
         })
         .map_err(executor_error(cpu))?;
     handle.join().map_err(executor_error(cpu))?
@@ -179,11 +181,14 @@ pub fn paced_sync_latency(
     let dir = dir.to_owned();
     let handle = executor_builder(Placement::Fixed(cpu))
         .name("brook-ceiling-paced-sync")
-        .spawn(move || async move {
-            in_subdir(&dir, PACED_DIR, async |sub| {
-                disk::paced_sync_latency(sub, files, write_bytes, bytes_per_second, duration).await
+        .spawn(move || {
+            guarded(async move {
+                in_subdir(&dir, PACED_DIR, async |sub| {
+                    disk::paced_sync_latency(sub, files, write_bytes, bytes_per_second, duration)
+                        .await
+                })
+                .await
             })
-            .await
         })
         .map_err(executor_error(cpu))?;
     handle.join().map_err(executor_error(cpu))?

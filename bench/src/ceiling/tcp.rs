@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use brook_shards::runtime::executor_builder;
+use brook_shards::runtime::{executor_builder, guarded};
 use futures::{AsyncReadExt, AsyncWriteExt};
 use glommio::Placement;
 use glommio::net::{TcpListener, TcpStream};
@@ -54,7 +54,7 @@ pub fn measure(bytes: u64, sender_cpu: usize, receiver_cpu: usize) -> Result<Tcp
     let (address_out, address_in) = mpsc::sync_channel(1);
     let receiver = executor_builder(Placement::Fixed(receiver_cpu))
         .name("brook-ceiling-receiver")
-        .spawn(move || receive(total, address_out))
+        .spawn(move || guarded(receive(total, address_out)))
         .map_err(executor_error(receiver_cpu))?;
     // The receiver drops its end without sending only when it failed.
     let Ok(address) = address_in.recv() else {
@@ -69,7 +69,7 @@ pub fn measure(bytes: u64, sender_cpu: usize, receiver_cpu: usize) -> Result<Tcp
     };
     let sender = executor_builder(Placement::Fixed(sender_cpu))
         .name("brook-ceiling-sender")
-        .spawn(move || send(address, total))
+        .spawn(move || guarded(send(address, total)))
         .map_err(executor_error(sender_cpu));
     // Join the receiver even when the sender failed: it stops by itself
     // (the connection closes, or it gives up waiting after WAIT_MAX).

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use brook_engine::types::TimestampMs;
-use brook_shards::runtime::executor_builder;
+use brook_shards::runtime::{executor_builder, guarded};
 use brook_shards::storage::{PAGE_BYTES, prepare_directory};
 use glommio::Placement;
 
@@ -138,7 +138,7 @@ pub fn run(options: LogBenchOptions) -> Result<LogReport, BenchError> {
         .name("brook-bench")
         .make()
         .map_err(executor_error)?
-        .run(measure_all(options))
+        .run(guarded(measure_all(options)))
 }
 
 async fn measure_all(options: LogBenchOptions) -> Result<LogReport, BenchError> {

@@ -34,7 +34,7 @@ use crate::workload::options::{WorkloadOptions, parse_duration};
 use crate::workload::report::WorkloadReport;
 use brook_shards::client::cluster::resolve;
 use brook_shards::client::{ClientError, Cluster};
-use brook_shards::runtime::executor_builder;
+use brook_shards::runtime::{executor_builder, guarded};
 use report::{Figure, NamedReport, NamedRun, Target};
 
 /// How long the latency workload's disk-alone reference runs.
@@ -1050,7 +1050,7 @@ where
     };
     executor_builder(Placement::Unbound)
         .name(name)
-        .spawn(make)
+        .spawn(move || guarded(make()))
         .map_err(executor_error)?
         .join()
         .map_err(executor_error)

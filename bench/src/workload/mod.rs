@@ -26,7 +26,7 @@ use hdrhistogram::Histogram;
 use crate::log::error::BenchError;
 use brook_shards::client::cluster::resolve;
 use brook_shards::client::{ClientError, Cluster, PartitionLeader};
-use brook_shards::runtime::executor_builder;
+use brook_shards::runtime::{executor_builder, guarded};
 use consumer::{Assignment, ConsumerSpec, run_consumer};
 use options::WorkloadOptions;
 use producer::{ProducerSpec, Target, run_producer};
@@ -129,7 +129,7 @@ pub fn run(
         let live = live.clone();
         let handle = executor_builder(placement)
             .name(&format!("brook-bench-{executor}"))
-            .spawn(move || run_executor(bootstrap, producers, consumers, live))
+            .spawn(move || guarded(run_executor(bootstrap, producers, consumers, live)))
             .map_err(|error| BenchError::Executor {
                 cpu: options.cpus.get(executor).copied().unwrap_or(usize::MAX),
                 reason: error.to_string(),
@@ -259,7 +259,7 @@ fn prepare(
             cpu: usize::MAX,
             reason: error.to_string(),
         })?
-        .run(async move {
+        .run(guarded(async move {
             let cluster = Cluster::new(bootstrap, "brook-bench");
             cluster
                 .create_topics(
@@ -282,7 +282,7 @@ fn prepare(
             }
             cluster.close().await;
             Ok(layout)
-        });
+        }));
     let layout = layout.map_err(client_error)?;
     let targets: Vec<Target> = layout
         .iter()

@@ -37,7 +37,7 @@ use thiserror::Error;
 
 pub use context::ServerContext;
 
-use crate::runtime::executor_builder;
+use crate::runtime::{executor_builder, guarded};
 
 /// Blocking-pool threads per shard (they mostly wait on sockets and disks).
 const SENDFILE_THREADS: usize = 4;
@@ -158,7 +158,8 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
         let builder = executor_builder(Placement::Fixed(cpus[index % cpus.len()]))
             .blocking_thread_pool_placement(PoolPlacement::Unbound(SENDFILE_THREADS))
             .name(&format!("brook-shard-{index}"));
-        let spawned = builder.spawn(move || shard::run_shard(shard, context, jobs, image, ready));
+        let spawned =
+            builder.spawn(move || guarded(shard::run_shard(shard, context, jobs, image, ready)));
         executors.push(spawned.map_err(|error| ServerError::Shard {
             shard: index as u16,
             reason: error.to_string(),

@@ -53,7 +53,7 @@ pub fn block_on<T: 'static>(
     let executor = brook_shards::runtime::executor_builder(Placement::Unbound)
         .make()
         .map_err(|error| CliError::Failed(format!("starting an io_uring executor: {error}")))?;
-    executor.run(future)
+    executor.run(brook_shards::runtime::guarded(future))
 }
 
 /// `future`, or a [`CliError::Timeout`] naming `what` after `timeout`.
