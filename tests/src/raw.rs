@@ -183,6 +183,24 @@ pub fn produce_batch(
 /// ListOffsets for one partition at `timestamp` (-1 latest, -2 earliest),
 /// read_uncommitted: the offset answered.
 pub fn list_offset(stream: &mut TcpStream, topic: &str, partition: i32, timestamp: i64) -> i64 {
+    let answer =
+        list_offset_answer(stream, topic, partition, timestamp).expect("a ListOffsets answer");
+    assert_eq!(
+        answer.0, 0,
+        "ListOffsets of {topic}-{partition}: error {}",
+        answer.0
+    );
+    answer.1
+}
+
+/// ListOffsets for one partition: its error code and offset, or `None` if
+/// the broker did not answer.
+pub fn list_offset_answer(
+    stream: &mut TcpStream,
+    topic: &str,
+    partition: i32,
+    timestamp: i64,
+) -> Option<(i16, i64)> {
     let topic = ListOffsetsTopic::default()
         .with_name(topic_name(topic))
         .with_partitions(vec![
@@ -190,13 +208,12 @@ pub fn list_offset(stream: &mut TcpStream, topic: &str, partition: i32, timestam
                 .with_partition_index(partition)
                 .with_timestamp(timestamp),
         ]);
-    let response: ListOffsetsResponse = exchange(
+    let response: ListOffsetsResponse = try_exchange(
         stream,
         ApiKey::ListOffsets,
         7,
         &ListOffsetsRequest::default().with_topics(vec![topic]),
-    );
-    let answer = &response.topics[0].partitions[0];
-    assert_eq!(answer.error_code, 0, "ListOffsets: {answer:?}");
-    answer.offset
+    )?;
+    let answer = response.topics.first()?.partitions.first()?;
+    Some((answer.error_code, answer.offset))
 }

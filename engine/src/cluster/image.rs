@@ -7,9 +7,17 @@
 //!
 //! ```text
 //! brook-metadata 1
+//! follows <offset of the cluster's metadata log>
 //! topic <name> <topic id as 32 hex digits> <shard of p0>,<shard of p1>,…
 //! config <name> <key>=<value>
 //! ```
+//!
+//! `follows` is written by a broker of a cluster only (a one-node broker's
+//! image is its own): the offset of the metadata log whose topics these
+//! are. A broker that restarts rebuilds its view of the log from the
+//! controller, passing through older images on the way; its topics follow
+//! none of those (following one would delete the logs of every topic
+//! created after it).
 
 use std::collections::BTreeMap;
 
@@ -63,6 +71,9 @@ pub struct TopicMetadata {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MetadataImage {
     pub topics: BTreeMap<String, TopicMetadata>,
+    /// In a cluster, the metadata log offset these topics follow (0: none
+    /// yet, or a one-node broker).
+    pub follows: u64,
 }
 
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
@@ -171,6 +182,9 @@ impl MetadataImage {
 
     pub fn encode(&self) -> String {
         let mut text = String::from("brook-metadata 1\n");
+        if self.follows > 0 {
+            text.push_str(&format!("follows {}\n", self.follows));
+        }
         for topic in self.topics.values() {
             let shards: Vec<String> = topic
                 .partitions
@@ -242,6 +256,12 @@ impl MetadataImage {
                         configs: BTreeMap::new(),
                     };
                     image.topics.insert(topic.name.clone(), topic);
+                }
+                ["follows", offset] => {
+                    image.follows = offset.parse().map_err(|_| ImageError {
+                        line,
+                        reason: "bad offset",
+                    })?;
                 }
                 _ => {
                     return Err(ImageError {
@@ -315,6 +335,18 @@ mod tests {
         assert!(MetadataImage::decode("brook-metadata 2\n").is_err());
         assert!(MetadataImage::decode("brook-metadata 1\ntopic x zz 0\n").is_err());
         assert!(MetadataImage::decode("brook-metadata 1\nconfig x a=b\n").is_err());
+        assert!(MetadataImage::decode("brook-metadata 1\nfollows x\n").is_err());
+    }
+
+    /// A cluster broker's image says which metadata log offset it follows;
+    /// a one-node broker's file is unchanged (no `follows` line).
+    #[test]
+    fn the_followed_offset_round_trips() {
+        let mut image = image();
+        image.follows = 1234;
+        let text = image.encode();
+        assert!(text.starts_with("brook-metadata 1\nfollows 1234\ntopic orders "));
+        assert_eq!(MetadataImage::decode(&text), Ok(image));
     }
 
     #[test]

@@ -113,6 +113,11 @@ pub enum Change {
         configs: BTreeMap<String, String>,
         validate_only: bool,
     },
+    /// A broker of a cluster: its topics now follow the metadata log up to
+    /// `offset` ([`MetadataImage::follows`]).
+    Follow {
+        offset: u64,
+    },
 }
 
 pub fn load_image(data_dir: &Path) -> Result<MetadataImage, StorageError> {
@@ -197,6 +202,8 @@ async fn forward(shard: &Rc<Shard>, change: Change) -> Vec<TopicOutcome> {
             replace: true,
             validate_only,
         },
+        // This broker's own bookkeeping: reconcile applies it locally.
+        Change::Follow { .. } => return Vec::new(),
     };
     let answered = shard
         .on_shard(ShardId(0), move |first| async move {
@@ -248,6 +255,7 @@ fn change_names(change: &Change) -> Vec<String> {
         Change::AddPartitions { topic, .. }
         | Change::AlterConfigs { topic, .. }
         | Change::ReplaceConfigs { topic, .. } => vec![topic.clone()],
+        Change::Follow { .. } => Vec::new(),
     }
 }
 
@@ -349,6 +357,10 @@ async fn apply_here(controller: &Rc<Shard>, change: Change) -> Vec<TopicOutcome>
                 &changes,
                 validate_only,
             )]
+        }
+        Change::Follow { offset } => {
+            image.follows = image.follows.max(offset);
+            Vec::new()
         }
     };
     if image == *controller.image() {

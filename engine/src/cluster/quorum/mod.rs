@@ -277,15 +277,41 @@ impl ControllerNode {
         }
     }
 
-    /// Committed metadata after `offset`, for broker `from`; the leader
-    /// notes a broker that is not a voter as an observer.
-    pub fn fetch(&mut self, from: BrokerId, offset: u64, now_ms: u64) -> Catchup {
+    /// Committed metadata after `offset` (at most `entries_max` entries),
+    /// for broker `from`; the leader notes a broker that is not a voter as
+    /// an observer. A leader answers nothing until its image holds an entry
+    /// of its own term.
+    pub fn fetch(
+        &mut self,
+        from: BrokerId,
+        offset: u64,
+        entries_max: usize,
+        now_ms: u64,
+    ) -> Catchup {
         if self.is_leader() && !self.config.voters.contains(&from) {
             let leader_end = self.raw.raft.raft_log.last_index();
             self.progress
                 .observer_fetched(from, offset, leader_end, now_ms);
         }
-        self.committed_since(offset, crate::cluster::peer_wire::CATCHUP_ENTRIES_MAX)
+        if self.is_leader() && !self.applied_own_term() {
+            return Catchup::Entries(Vec::new());
+        }
+        self.committed_since(offset, entries_max)
+    }
+
+    /// Whether the image holds an entry of this node's current term. A node
+    /// elected a moment ago may not yet know how far the log was committed
+    /// (Raft tells it by committing an entry of the new term, and all before
+    /// it with it; a restarted node's image starts at its snapshot): until
+    /// then its image may end before what brokers already follow, and a
+    /// broker building its view from it would see leaders and topics of
+    /// the past.
+    fn applied_own_term(&self) -> bool {
+        self.raw
+            .raft
+            .raft_log
+            .term(self.image.offset)
+            .is_ok_and(|term| term == self.term())
     }
 
     /// DescribeQuorum's answer; only the active controller has one.
@@ -651,7 +677,7 @@ pub fn answer_is_current(known: u64, answered: u64) -> bool {
 }
 
 #[cfg(test)]
-mod epoch_tests {
+mod tests {
     use super::*;
 
     #[test]
@@ -661,6 +687,61 @@ mod epoch_tests {
         assert_eq!(epoch_check(6, 7), Err(ErrorCode::FENCED_LEADER_EPOCH));
         assert_eq!(epoch_check(1, 7), Err(ErrorCode::FENCED_LEADER_EPOCH));
         assert_eq!(epoch_check(8, 7), Err(ErrorCode::UNKNOWN_LEADER_EPOCH));
+    }
+
+    /// A voter restarts with three entries of term 1 committed and elects
+    /// itself at term 2: brokers are sent nothing until its image holds
+    /// the entry of term 2 (with more voters, entries committed after its
+    /// three could exist, and its image would be the past).
+    #[test]
+    fn a_new_leader_sends_brokers_nothing_before_an_entry_of_its_term() {
+        let node = BrokerId(0);
+        let config = QuorumConfig {
+            node,
+            voters: vec![node],
+            session_timeout_ms: 9_000,
+            snapshot_after_bytes: 1 << 20,
+        };
+        let entries: Vec<Entry> = (1..=3)
+            .map(|index| Entry {
+                term: 1,
+                index,
+                ..Entry::default()
+            })
+            .collect();
+        let hard_state = HardState {
+            term: 1,
+            vote: raft_id(node),
+            commit: 3,
+            ..HardState::default()
+        };
+        let store =
+            MetadataStore::restore(&[raft_id(node)], hard_state, Snapshot::default(), entries);
+        let mut controller = ControllerNode::new(config, store).unwrap();
+        // The restart re-applies what was committed.
+        while controller.ready().unwrap().is_some() {}
+        let served =
+            |controller: &mut ControllerNode| match controller.fetch(BrokerId(7), 0, 512, 0) {
+                Catchup::Entries(entries) => {
+                    entries.iter().map(|entry| entry.index).collect::<Vec<_>>()
+                }
+                Catchup::Snapshot(_) => panic!("no snapshot was taken"),
+            };
+        assert_eq!(
+            served(&mut controller),
+            [1, 2, 3],
+            "a follower serves its image"
+        );
+        let mut ticks = 0;
+        while !controller.is_leader() {
+            controller.tick(0);
+            ticks += 1;
+            assert!(ticks < 100, "a single voter elects itself");
+        }
+        assert_eq!(controller.term(), 2);
+        assert_eq!(served(&mut controller), Vec::<u64>::new());
+        while controller.ready().unwrap().is_some() {}
+        assert_eq!(served(&mut controller), [1, 2, 3, 4]);
     }
 
     #[test]

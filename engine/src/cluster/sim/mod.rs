@@ -763,8 +763,14 @@ impl Simulation {
             } => self.on_heartbeat(from, to, epoch, applied, want_shut_down),
             Payload::AlterPartition(request) => self.on_alter_partition(to, &request),
             Payload::Fetch { offset } => {
-                if let Some(controller) = &self.nodes[to].controller {
-                    let catchup = controller.committed_since(offset, CATCHUP_ENTRIES_MAX);
+                let now_ms = self.now_ms;
+                if let Some(controller) = self.nodes[to].controller.as_mut() {
+                    let catchup = controller.fetch(
+                        BrokerId(from as i32),
+                        offset,
+                        CATCHUP_ENTRIES_MAX,
+                        now_ms,
+                    );
                     self.send(to, from, Payload::Fetched(Box::new(catchup)));
                 }
                 Ok(())

@@ -155,6 +155,7 @@ pub(crate) fn is_internal_topic(name: &str) -> bool {
 /// A partition's leader, leader epoch, replicas and ISR: as the metadata
 /// log registers them in a cluster; this broker alone otherwise.
 struct Placement {
+    error: ErrorCode,
     leader: BrokerId,
     leader_epoch: i32,
     replicas: Vec<BrokerId>,
@@ -173,14 +174,26 @@ fn placement(shard: &Shard, topic: TopicId, index: usize) -> Placement {
     });
     match registered {
         Some(registration) => Placement {
+            error: ErrorCode::NONE,
             leader: BrokerId(registration.leader.0),
             leader_epoch: registration.leader_epoch.0,
             replicas: brokers(&registration.replicas),
             isr: brokers(&registration.isr),
         },
+        // A partition this broker's view of the metadata log does not hold
+        // yet (it is catching up after a restart): no leader known, as Kafka
+        // answers a partition without one; the client asks again.
+        None if shard.context.config.cluster.is_some() => Placement {
+            error: ErrorCode::LEADER_NOT_AVAILABLE,
+            leader: BrokerId(-1),
+            leader_epoch: -1,
+            replicas: Vec::new(),
+            isr: Vec::new(),
+        },
         None => {
             let node = BrokerId(shard.context.broker_id);
             Placement {
+                error: ErrorCode::NONE,
                 leader: node,
                 leader_epoch: FIRST_LEADER_EPOCH.0,
                 replicas: vec![node],
@@ -195,6 +208,7 @@ fn topic_response(shard: &Shard, topic: &TopicMetadata, operations: i32) -> Meta
         .map(|index| {
             let placement = placement(shard, topic.id, index);
             MetadataResponsePartition::default()
+                .with_error_code(placement.error.0)
                 .with_partition_index(index as i32)
                 .with_leader_id(placement.leader)
                 .with_leader_epoch(placement.leader_epoch)
@@ -410,6 +424,7 @@ fn partition_metadata(
 ) -> DescribeTopicPartitionsResponsePartition {
     let placement = placement(shard, topic, index);
     DescribeTopicPartitionsResponsePartition::default()
+        .with_error_code(placement.error.0)
         .with_partition_index(index as i32)
         .with_leader_id(placement.leader)
         .with_leader_epoch(placement.leader_epoch)

@@ -416,7 +416,12 @@ fn handle_request(
                 Err(error) => not_controller(error),
             }
         }
-        PeerRequest::Fetch { offset } => PeerResponse::Fetched(node.fetch(from, offset, wall_ms())),
+        PeerRequest::Fetch { offset } => PeerResponse::Fetched(node.fetch(
+            from,
+            offset,
+            brook_engine::cluster::peer_wire::CATCHUP_ENTRIES_MAX,
+            wall_ms(),
+        )),
         PeerRequest::DescribeQuorum => match node.describe_quorum(wall_ms()) {
             Ok(described) => PeerResponse::Quorum(described),
             Err(error) => not_controller(error),
