@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 
 use brook_engine::cluster::cluster_image::ClusterImage;
 use brook_engine::cluster::node_config::ClusterSettings;
-use brook_engine::cluster::peer_wire::{PeerFrame, PeerRequest, PeerResponse, encode_frame};
-use brook_engine::cluster::quorum::{QuorumError, answer_is_current, apply_catchup};
+use brook_engine::cluster::peer_wire::{
+    CATCHUP_ENTRIES_MAX, PeerFrame, PeerRequest, PeerResponse, encode_frame,
+};
+use brook_engine::cluster::quorum::{Catchup, QuorumError, answer_is_current, apply_catchup};
 use brook_engine::cluster::records::{BrokerRegistration, Endpoint};
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::types::BrokerId;
@@ -30,6 +32,9 @@ use futures::{FutureExt, StreamExt};
 /// and what bounds how long a change takes to reach every broker (measured
 /// with `brook bench run controller-failover`: 200 ms gave a 207 ms p50).
 const FETCH_INTERVAL: Duration = Duration::from_millis(50);
+/// Metadata fetches in a row before the broker heartbeats again: a long
+/// log (512 entries a fetch) is caught up over several sessions' rounds.
+const CATCHUP_ROUNDS_MAX: usize = 64;
 /// A wait before trying another voter.
 const RETRY_DELAY: Duration = Duration::from_millis(200);
 /// Heartbeats while a controlled shutdown waits for the controller to move
@@ -312,24 +317,14 @@ async fn session(
                 _ => return Err(PeerError::NoHello),
             }
         }
-        if let PeerResponse::Fetched(catchup) = session
-            .ask(PeerRequest::Fetch {
-                offset: state.image.offset,
-            })
-            .await?
-        {
-            let before = state.image.offset;
-            match apply_catchup(&mut state.image, &catchup) {
-                Ok(elections) => shard.metrics.leader_elections(elections),
-                Err(QuorumError::NotNext { .. }) => {}
-                Err(error) => {
-                    tracing::error!(%error, "the metadata log does not apply on this broker")
-                }
-            }
-            if state.image.offset != before {
-                // The shards serve the new topics before anyone hears of them.
-                reconcile(shard, &state.image).await;
-            }
+        let before = state.image.offset;
+        if !catch_up(shard, &mut session, state).await? {
+            // More to fetch after the heartbeat.
+            continue;
+        }
+        if state.image.offset != before {
+            // The shards serve the new topics before anyone hears of them.
+            reconcile(shard, &state.image).await;
         }
         publish(shard, state).await;
         let forwarded = futures::select_biased! {
@@ -351,6 +346,46 @@ async fn session(
         }
     }
     Ok(())
+}
+
+/// Fetches the committed metadata until the controller has no more to
+/// send: a snapshot or a full chunk of entries means more follows, and an
+/// image on the way there is the past (leaders of old epochs, topics not
+/// created yet), which the broker must not act on. Whether it got there
+/// (false: more after [`CATCHUP_ROUNDS_MAX`] fetches).
+async fn catch_up(
+    shard: &Rc<Shard>,
+    session: &mut Session,
+    state: &mut BrokerState,
+) -> Result<bool, PeerError> {
+    for _ in 0..CATCHUP_ROUNDS_MAX {
+        let PeerResponse::Fetched(catchup) = session
+            .ask(PeerRequest::Fetch {
+                offset: state.image.offset,
+            })
+            .await?
+        else {
+            return Ok(true);
+        };
+        let more = match &catchup {
+            Catchup::Snapshot(_) => true,
+            Catchup::Entries(entries) => entries.len() >= CATCHUP_ENTRIES_MAX,
+        };
+        match apply_catchup(&mut state.image, &catchup) {
+            Ok(elections) => shard.metrics.leader_elections(elections),
+            // An answer that does not continue the image (it changed
+            // nothing): ask again later.
+            Err(QuorumError::NotNext { .. }) => return Ok(true),
+            Err(error) => {
+                tracing::error!(%error, "the metadata log does not apply on this broker");
+                return Ok(true);
+            }
+        }
+        if !more {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Gives every shard the new view when the image or the controller moved.
