@@ -8,14 +8,16 @@
 //! Every executor Brook runs also runs [`guarded`]: a timer that makes its
 //! reactor look at its completions again at least every
 //! [`REACTOR_SLEEP_MAX`]. glommio 0.9's reactor has been caught asleep for
-//! good with an operation of its blocking pool finished and nothing else
-//! in flight: a storage test stalled 25 minutes in CI with its thread in
+//! good: a storage test stalled 25 minutes in CI with its thread in
 //! `io_uring_enter`, its rings holding only the reactor's own eventfd read,
-//! link poll and preemption timer, the eventfd never written, and the pool
-//! thread idle; interrupting the wait (a debugger's attach) let it finish
-//! at once. A broker shard sends file ranges of fetch responses on that
-//! pool, so the same lost wake-up there would hold a response until some
-//! timer of the shard fired. The guard bounds that to one interval.
+//! link poll and preemption timer, the eventfd never written, the
+//! blocking-pool thread idle; interrupting the wait (a debugger's attach)
+//! let it finish at once. A glommio instrumented to report what it found
+//! on waking from a long sleep reported, after 241 s, no blocking-pool
+//! result and no remote wake-up pending: the wake-up is lost below
+//! glommio, in how the kernel delivers a completion to the waiting thread.
+//! The guard's timer gives that wait a reason to end every interval. It has
+//! not been shown to rescue every such stall, only that it runs.
 
 use std::borrow::Cow;
 use std::cell::Cell;
