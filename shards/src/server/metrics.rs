@@ -241,6 +241,9 @@ impl BrokerMetrics {
                     .register(Box::new(crate::storage::SYNC_SECONDS.clone()))
                     .expect("registered once per registry");
                 registry
+                    .register(Box::new(crate::runtime::FORCED_WAKES.clone()))
+                    .expect("registered once per registry");
+                registry
             },
         }
     }
