@@ -342,9 +342,14 @@ impl Cluster {
         let request = CreatePartitionsRequest::default()
             .with_timeout_ms(60_000)
             .with_topics(vec![
+                // No assignments is null, as Kafka's admin client sends it:
+                // the broker places the new partitions. The generated
+                // default, an empty list, asks for none to be added, which
+                // Kafka refuses with INVALID_REPLICA_ASSIGNMENT.
                 CreatePartitionsTopic::default()
                     .with_name(topic_name(topic))
-                    .with_count(total),
+                    .with_count(total)
+                    .with_assignments(None),
             ]);
         self.topics_request(
             ApiKey::CreatePartitions,
