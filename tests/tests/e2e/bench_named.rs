@@ -32,11 +32,21 @@ fn every_named_workload_runs_against_its_own_broker() {
         .arg("--dir")
         .arg(dir.path())
         .args(["--duration", "1s", "--warmup", "0s", "--rate", "2000"])
+        .args(["--settle", "1s"])
         .args(["--catchup-bytes", "16MiB", "--recovery-bytes", "32MiB"])
         .args(["--partitions", "40", "--kills", "1"])
         .output()
         .unwrap();
     let report = succeeded(&output);
+    // Each workload after the first waited --settle before it started.
+    let progress = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        progress
+            .matches("settling 1s before the next workload")
+            .count(),
+        6,
+        "{progress}"
+    );
     for section in [
         "== throughput (",
         "== latency (",
@@ -88,7 +98,7 @@ fn the_throughput_workload_runs_on_brook_then_on_kafka() {
         .env("KAFKA_LIB", brook_tests::java::java_dir().join("lib"))
         .arg("--dir")
         .arg(dir.path())
-        .args(["--duration", "1s", "--warmup", "0s"])
+        .args(["--duration", "1s", "--warmup", "0s", "--settle", "0s"])
         .output()
         .unwrap();
     let report = succeeded(&output);
