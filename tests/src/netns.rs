@@ -10,6 +10,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+/// The routing table of [`Network::silence_connections`].
+const SILENCED_TABLE: &str = "100";
+
 #[derive(Debug)]
 pub struct Network {
     /// This network's name prefix (unique per test process and network).
@@ -71,9 +74,7 @@ impl Network {
                 vec!["link", "set", &inside, "up"],
                 vec!["link", "set", "lo", "up"],
             ] {
-                let mut inside_namespace = vec!["netns", "exec", &namespace, "ip"];
-                inside_namespace.extend(arguments);
-                ip(&inside_namespace);
+                network.in_namespace(index, &arguments);
             }
         }
         network
@@ -98,16 +99,15 @@ impl Network {
     }
 
     fn route(&self, action: &str, from: usize, to: usize) {
-        ip(&[
-            "netns",
-            "exec",
-            &self.namespace(from),
-            "ip",
-            "route",
-            action,
-            "blackhole",
-            &format!("{}/32", self.address(to)),
-        ]);
+        self.in_namespace(
+            from,
+            &[
+                "route",
+                action,
+                "blackhole",
+                &format!("{}/32", self.address(to)),
+            ],
+        );
     }
 
     /// Cuts node `index` off from every other node, both ways (packets
@@ -119,6 +119,84 @@ impl Network {
                 self.cut.push((from, to));
             }
         }
+    }
+
+    /// The local ports of node `from`'s TCP connections to port `port` of
+    /// node `to` that are established now.
+    pub fn established(&self, from: usize, to: usize, port: u16) -> Vec<u16> {
+        let listed = Command::new("ip")
+            .args(["netns", "exec", &self.namespace(from), "ss", "-Htn"])
+            .args(["state", "established", "dst", &self.address(to)])
+            .args(["dport", "=", &format!(":{port}")])
+            .output()
+            .expect("ss (iproute2) is needed");
+        assert!(listed.status.success(), "ss: {listed:?}");
+        String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .filter_map(|line| {
+                let local = line.split_whitespace().nth(2)?;
+                local.rsplit_once(':')?.1.parse().ok()
+            })
+            .collect()
+    }
+
+    /// Silences, for good, the TCP connections established now from node
+    /// `from` to port `port` of node `to`: their packets vanish both ways
+    /// (as when a peer or a middlebox lost the connection's state without a
+    /// reset), while connections opened later pass. Their local ports.
+    pub fn silence_connections(&self, from: usize, to: usize, port: u16) -> Vec<u16> {
+        let local_ports = self.established(from, to, port);
+        // A policy rule per direction sends the connection's packets to a
+        // table whose only route is a blackhole.
+        for namespace in [from, to] {
+            self.in_namespace(
+                namespace,
+                &[
+                    "route",
+                    "replace",
+                    "blackhole",
+                    "default",
+                    "table",
+                    SILENCED_TABLE,
+                ],
+            );
+        }
+        let port = port.to_string();
+        for local_port in &local_ports {
+            let local_port = local_port.to_string();
+            let ends = [
+                (from, to, local_port.as_str(), port.as_str()),
+                (to, from, port.as_str(), local_port.as_str()),
+            ];
+            for (namespace, peer, source_port, destination_port) in ends {
+                self.in_namespace(
+                    namespace,
+                    &[
+                        "rule",
+                        "add",
+                        "to",
+                        &self.address(peer),
+                        "ipproto",
+                        "tcp",
+                        "sport",
+                        source_port,
+                        "dport",
+                        destination_port,
+                        "table",
+                        SILENCED_TABLE,
+                    ],
+                );
+            }
+        }
+        local_ports
+    }
+
+    /// `ip <arguments>` in node `index`'s namespace.
+    fn in_namespace(&self, index: usize, arguments: &[&str]) {
+        let namespace = self.namespace(index);
+        let mut command = vec!["netns", "exec", &namespace, "ip"];
+        command.extend(arguments);
+        ip(&command);
     }
 
     /// Undoes every cut.

@@ -13,8 +13,9 @@ use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListO
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::produce_response::PartitionProduceResponse;
 use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, CreateTopicsResponse, ListOffsetsRequest, ListOffsetsResponse,
-    ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+    ApiKey, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    ListOffsetsRequest, ListOffsetsResponse, ProduceRequest, ProduceResponse, RequestHeader,
+    ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -132,6 +133,19 @@ pub fn create(stream: &mut TcpStream, topic: CreatableTopic) {
         "creating {name}: {:?}",
         created.topics[0].error_message
     );
+}
+
+/// Deletes topic `name` (waiting up to 30 s), or panics with why not.
+pub fn delete_topic(stream: &mut TcpStream, name: &str) {
+    let deleted: DeleteTopicsResponse = exchange(
+        stream,
+        ApiKey::DeleteTopics,
+        4,
+        &DeleteTopicsRequest::default()
+            .with_topic_names(vec![topic_name(name)])
+            .with_timeout_ms(30_000),
+    );
+    assert_eq!(deleted.responses[0].error_code, 0, "deleting {name}");
 }
 
 /// Appends one batch of `records` records of `value_bytes` filler bytes to

@@ -14,6 +14,9 @@ use crate::txn::config::TransactionConfig;
 /// Kafka's default of `offsets.topic.replication.factor` and
 /// `transaction.state.log.replication.factor`.
 pub const INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT: i16 = 3;
+/// Kafka's `replica.fetch.wait.max.ms` default, which Brook's fetchers
+/// always use: how long a leader holds a replica fetch that finds nothing.
+pub const REPLICA_FETCH_WAIT_MAX_MS: u64 = 500;
 /// Default of `log.flush.offset.checkpoint.interval.ms` in Brook.
 pub const CHECKPOINT_INTERVAL_MS_DEFAULT: u64 = 2_000;
 
@@ -44,6 +47,11 @@ pub struct BrokerConfig {
     /// `replica.lag.time.max.ms` (30 s): a follower not caught up for this
     /// long leaves the ISR.
     pub replica_lag_time_max_ms: u64,
+    /// `replica.socket.timeout.ms` (30 s): how long a follower's fetcher
+    /// waits for a connection to its leader, or for the answer to a fetch,
+    /// before it drops the connection and opens another. At least
+    /// `replica.fetch.wait.max.ms`, as Kafka checks.
+    pub replica_socket_timeout_ms: u64,
     /// Topic defaults from the `log.*` names (`log.segment.bytes`, …).
     pub log_defaults: LogConfig,
     /// `log.cleaner.enable`, `log.cleaner.backoff.ms` and
@@ -92,6 +100,7 @@ impl Default for BrokerConfig {
             retention_check_interval_ms: 300_000,
             checkpoint_interval_ms: CHECKPOINT_INTERVAL_MS_DEFAULT,
             replica_lag_time_max_ms: crate::replica::replication::REPLICA_LAG_TIME_MAX_MS_DEFAULT,
+            replica_socket_timeout_ms: 30_000,
             log_defaults: LogConfig::default(),
             cluster: None,
             cleaner: CleanerSettings::default(),
@@ -204,6 +213,14 @@ impl BrokerConfig {
                         .ok()
                         .filter(|ms| *ms > 0)
                         .ok_or_else(|| invalid("must be positive"))?
+                }
+                "replica.socket.timeout.ms" => {
+                    config.replica_socket_timeout_ms = u64::try_from(number()?)
+                        .ok()
+                        .filter(|ms| *ms >= REPLICA_FETCH_WAIT_MAX_MS)
+                        .ok_or_else(|| {
+                            invalid("must be at least replica.fetch.wait.max.ms (500)")
+                        })?
                 }
                 "log.cleaner.enable" => {
                     config.cleaner.enabled = value
@@ -401,6 +418,24 @@ mod tests {
         assert!(config.unknown.is_empty());
         let refused = parse_properties("offsets.topic.num.partitions=0");
         assert!(BrokerConfig::from_properties(&refused).is_err());
+    }
+
+    #[test]
+    fn replica_socket_timeout_is_kafkas_and_at_least_the_fetch_wait() {
+        assert_eq!(BrokerConfig::default().replica_socket_timeout_ms, 30_000);
+        let config =
+            BrokerConfig::from_properties(&parse_properties("replica.socket.timeout.ms=2000"));
+        assert_eq!(config.unwrap().replica_socket_timeout_ms, 2_000);
+        for refused in [
+            "replica.socket.timeout.ms=499",
+            "replica.socket.timeout.ms=-1",
+        ] {
+            let error = BrokerConfig::from_properties(&parse_properties(refused)).unwrap_err();
+            assert!(
+                matches!(&error, ConfigError::Invalid { name, .. } if name == "replica.socket.timeout.ms"),
+                "{refused}: {error:?}"
+            );
+        }
     }
 
     #[test]

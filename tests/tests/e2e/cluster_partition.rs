@@ -3,6 +3,8 @@
 //! ([`brook_tests::netns`]); the leader of a partition is cut off from the
 //! other two (and so from the controller, or the controller from the
 //! quorum) while librdkafka keeps producing `acks=all` through every node.
+//! Beside it, a follower's connections to its leader silenced for good
+//! (packets lost without a reset): its fetcher must not wait on them.
 
 use std::time::{Duration, Instant};
 
@@ -12,8 +14,9 @@ use brook_tests::cluster::Cluster;
 use brook_tests::netns::Network;
 
 use crate::cluster_replication::{
-    Load, QUICK_FENCING, check_exactly_once, consume_all, create_replicated,
-    kill_and_compare_replicas, leaders, wait_for_full_isr,
+    Load, QUICK_FENCING, check_exactly_once, consume_all, create_placed, create_replicated,
+    kill_and_compare_replicas, leaders, one_record, placements, wait_for_full_isr,
+    wait_for_placement,
 };
 
 const BROOK: &str = env!("CARGO_BIN_EXE_brook-e2e");
@@ -51,9 +54,13 @@ fn a_leader_cut_off_from_the_others_is_replaced_and_follows_once_healed() {
         let cut = cut as usize;
         cut_off(&mut network, &cluster, cut, partition);
         network.heal();
+        let healed = Instant::now();
         let other = (cut + 1) % 3;
         wait_for_full_isr(&cluster, other, "cut", PARTITIONS);
-        println!("node {cut} (the controller: {cut_controller}) healed and back in every ISR");
+        println!(
+            "node {cut} (the controller: {cut_controller}) healed and back in every ISR after {:?}",
+            healed.elapsed()
+        );
     }
     std::thread::sleep(Duration::from_secs(1));
     let deliveries = load.finish();
@@ -110,4 +117,88 @@ fn cut_off(network: &mut Network, cluster: &Cluster, cut: usize, partition: i32)
         answer.error_code
     );
     std::thread::sleep(CUT_FOR.saturating_sub(isolated.elapsed()));
+}
+
+/// Starts three nodes in namespaces with [`QUICK_FENCING`] and
+/// `replica.socket.timeout.ms`, places `topic`'s one partition on nodes 0
+/// (its leader), 1 and 2, and once node 1 has fetched from node 0 (an
+/// `acks=all` record is acknowledged), silences node 1's connections to
+/// node 0 mid-fetch, for good: no reset, no close, and a new connection
+/// works ([`Network::silence_connections`]); their local ports.
+fn silenced_follower(
+    tag: u8,
+    root: &std::path::Path,
+    socket_timeout_ms: u64,
+    topic: &str,
+) -> (Network, Cluster, Vec<u16>) {
+    let network = Network::create(tag, 3);
+    let timeout = format!("replica.socket.timeout.ms={socket_timeout_ms}");
+    let mut settings = QUICK_FENCING.to_vec();
+    settings.extend(["--set", &timeout]);
+    let (cluster, _) = Cluster::formed_in(BROOK, root, &network, 3, &settings);
+    create_placed(&cluster, topic, 1, &[&[0, 1, 2]]);
+    wait_for_placement(&cluster, 1, topic, (0, vec![0, 1, 2]));
+    produce_to_all(&cluster, topic, "first");
+    let silenced = network.silence_connections(1, 0, 9092);
+    assert!(!silenced.is_empty(), "node 1 has no connection to node 0");
+    (network, cluster, silenced)
+}
+
+/// One `acks=all` record to node 0, which leads `topic`: it is acknowledged
+/// only once every ISR member (all three, for `replica.lag.time.max.ms`,
+/// 30 s) fetched it, within the produce's 10 s.
+fn produce_to_all(cluster: &Cluster, topic: &str, value: &str) {
+    let mut leader = brook_tests::raw::connect(&cluster.nodes[0]);
+    let answer = brook_tests::raw::produce_batch(&mut leader, topic, 0, -1, one_record(value));
+    assert_eq!(
+        answer.error_code,
+        0,
+        "acks=all to {topic}: {answer:?}\nnode 1:\n{}",
+        cluster.nodes[1].log()
+    );
+}
+
+/// A follower's fetch connection to its leader goes silent mid-fetch: the
+/// fetcher gives it up after `replica.socket.timeout.ms` and fetches over a
+/// new one, so an `acks=all` write that needs the follower is acknowledged.
+/// Without the timeout the fetch waits for TCP to give up, a quarter of an
+/// hour.
+#[test]
+fn a_fetch_connection_gone_silent_is_replaced_after_the_socket_timeout() {
+    let root = tempfile::tempdir().unwrap();
+    let (_network, cluster, _) = silenced_follower(1, root.path(), 2_000, "silent");
+    produce_to_all(&cluster, "silent", "after");
+}
+
+/// A fetcher left with nothing to follow from its leader stops at once,
+/// even in the middle of a fetch that will never be answered (its
+/// connection went silent, and `replica.socket.timeout.ms` is ten
+/// minutes): a partition later led by that leader gets a new fetcher,
+/// over a new connection, rather than queueing behind the old one. (A
+/// leader cut off by a network partition and healed left such a fetcher
+/// behind on the broker that took its partitions over.)
+#[test]
+fn a_fetcher_with_nothing_left_to_follow_stops_mid_fetch() {
+    let root = tempfile::tempdir().unwrap();
+    let (network, cluster, silenced) = silenced_follower(2, root.path(), 600_000, "before");
+    brook_tests::raw::delete_topic(&mut brook_tests::raw::connect(&cluster.nodes[0]), "before");
+    // Node 1 follows nothing from node 0 once it has applied the deletion,
+    // and its fetcher closes the silenced connection then.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while placements(&cluster, 1, "before").is_some()
+        || network
+            .established(1, 0, 9092)
+            .iter()
+            .any(|port| silenced.contains(port))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "node 1 still serves before, or its fetcher still holds its connection\n{}",
+            cluster.nodes[1].log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    create_placed(&cluster, "after", 1, &[&[0, 1, 2]]);
+    wait_for_placement(&cluster, 1, "after", (0, vec![0, 1, 2]));
+    produce_to_all(&cluster, "after", "after");
 }

@@ -425,10 +425,7 @@ fn partitions_seen(cluster: &Cluster, index: usize, topic: &str) -> Option<(Part
 #[test]
 fn a_topic_created_through_any_broker_is_the_same_on_every_broker_and_takes_records() {
     use kafka_protocol::messages::create_topics_request::CreatableTopic;
-    use kafka_protocol::messages::{
-        ApiKey, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest,
-        DeleteTopicsResponse, TopicName,
-    };
+    use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse, TopicName};
     use kafka_protocol::protocol::StrBytes;
     use rdkafka::Message;
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -565,15 +562,7 @@ fn a_topic_created_through_any_broker_is_the_same_on_every_broker_and_takes_reco
 
     // DeleteTopics through another broker.
     let mut stream = brook_tests::raw::connect(&cluster.nodes[(controller + 2) % 3]);
-    let deleted: DeleteTopicsResponse = brook_tests::raw::exchange(
-        &mut stream,
-        ApiKey::DeleteTopics,
-        4,
-        &DeleteTopicsRequest::default()
-            .with_topic_names(vec![TopicName(StrBytes::from_static_str("orders"))])
-            .with_timeout_ms(30_000),
-    );
-    assert_eq!(deleted.responses[0].error_code, 0);
+    brook_tests::raw::delete_topic(&mut stream, "orders");
     let deadline = Instant::now() + Duration::from_secs(10);
     for index in ALL {
         while partitions_seen(&cluster, index, "orders").is_some() {

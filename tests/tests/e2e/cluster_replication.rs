@@ -87,7 +87,8 @@ pub(crate) fn leaders(cluster: &Cluster, index: usize, topic: &str) -> Option<BT
     )
 }
 
-/// Each partition's leader (-1: none) and ISR as node `index` says.
+/// Each partition's leader (-1: none) and ISR as node `index` says
+/// (`None` for a topic it does not know: asking does not create it).
 pub(crate) fn placements(
     cluster: &Cluster,
     index: usize,
@@ -103,7 +104,8 @@ pub(crate) fn placements(
         &MetadataRequest::default()
             .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
                 TopicName(StrBytes::from_string(topic.to_owned())),
-            ))])),
+            ))]))
+            .with_allow_auto_topic_creation(false),
     )?;
     let found = response
         .topics
@@ -330,7 +332,12 @@ fn acks_all_records_are_on_every_replica_byte_for_byte() {
 
 /// Waits until node `index` says `topic`'s partition 0 has `wanted`
 /// (leader, ISR); panics with what it says and the node's log if not.
-fn wait_for_placement(cluster: &Cluster, index: usize, topic: &str, wanted: (i32, Vec<i32>)) {
+pub(crate) fn wait_for_placement(
+    cluster: &Cluster,
+    index: usize,
+    topic: &str,
+    wanted: (i32, Vec<i32>),
+) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let seen = placements(cluster, index, topic).and_then(|mut all| all.remove(&0));
@@ -354,7 +361,7 @@ pub(crate) const QUICK_FENCING: [&str; 4] = [
     "broker.heartbeat.interval.ms=500",
 ];
 
-fn one_record(value: &str) -> Vec<u8> {
+pub(crate) fn one_record(value: &str) -> Vec<u8> {
     use brook_engine::log::builder::{BatchOptions, NewRecord, encode_batch};
     use brook_engine::types::TimestampMs;
     encode_batch(

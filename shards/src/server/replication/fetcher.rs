@@ -16,8 +16,13 @@
 //! - a leader change (NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH):
 //!   a pause until the image names the new leader.
 //!
-//! The task ends when the shard follows nothing from this leader.
+//! The task ends when [`ReplicaHost::follow_view`] stops it (the shard
+//! follows nothing from this leader any more), even in the middle of a
+//! fetch: see `ReplicaHost`'s `fetchers`. A fetch, or a connection to the
+//! leader, that takes `replica.socket.timeout.ms` is given up and the
+//! connection opened again.
 
+use std::future::Future;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -25,13 +30,15 @@ use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::replica::divergence::{EpochEndOffset, Restart, out_of_range_restart};
 use brook_engine::replica::replication::FetchAsked;
 use brook_engine::types::{BrokerId, LeaderEpoch, Offset, PartitionId, TopicPartition};
+use futures::channel::oneshot;
+use futures::future::Either;
 use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::{ApiKey, FetchResponse};
 
 use super::ReplicaHost;
-use crate::client::Connection;
-use crate::client::cluster::reconnect_backoff;
+use crate::client::cluster::{reconnect_backoff, within};
 use crate::client::fetch_session::{ClientSession, FetchLimits, SessionEntry};
+use crate::client::{ClientError, Connection};
 use crate::server::shard::{Shard, now_ms};
 use crate::storage::LogCut;
 
@@ -50,24 +57,18 @@ const BACKOFF: Duration = Duration::from_secs(1);
 /// A pause after an answer that says the leader moved: the image follows.
 const LEADER_MOVED_PAUSE: Duration = Duration::from_millis(100);
 
-pub async fn run(shard: Rc<Shard>, leader: BrokerId) {
+pub async fn run(shard: Rc<Shard>, leader: BrokerId, mut stopped: oneshot::Receiver<()>) {
     let local = BrokerId(shard.context.broker_id);
     let client_id = format!("brook-replica-{}-{}", local.0, shard.id.0);
+    let socket_timeout = Duration::from_millis(shard.context.config.replica_socket_timeout_ms);
     let mut connection: Option<Rc<Connection>> = None;
     let mut failures = 0u32;
     let mut session = ClientSession::new(0);
     let mut session_set: Vec<TopicPartition> = Vec::new();
-    loop {
+    // Each wait on the leader or on time is cut short by the stop; an
+    // answer being written to the log is not.
+    while !shard.is_stopping() && !is_stopped(&mut stopped) {
         let followed = shard.replication.followed_from(leader);
-        if followed.is_empty() || shard.is_stopping() {
-            // Nothing awaits between this look and leaving: a view that
-            // adds a partition afterwards starts a new fetcher.
-            shard.replication.fetchers.borrow_mut().remove(&leader);
-            if let Some(connection) = connection.take() {
-                connection.close().await;
-            }
-            return;
-        }
         // A partition whose log this shard has not opened yet waits: the
         // session's entries are exactly the partitions fetched.
         let followed: Vec<_> = followed
@@ -77,6 +78,16 @@ pub async fn run(shard: Rc<Shard>, leader: BrokerId) {
                 Some((tp, registration, log))
             })
             .collect();
+        if followed.is_empty() {
+            // The image moved on and the stop is on its way.
+            if unless_stopped(&mut stopped, glommio::timer::sleep(LEADER_MOVED_PAUSE))
+                .await
+                .is_none()
+            {
+                break;
+            }
+            continue;
+        }
         let set: Vec<TopicPartition> = followed.iter().map(|(tp, ..)| tp.clone()).collect();
         if set != session_set {
             session = ClientSession::new(set.len());
@@ -85,15 +96,26 @@ pub async fn run(shard: Rc<Shard>, leader: BrokerId) {
         let live = match &connection {
             Some(connection) if !connection.is_failed() => connection.clone(),
             _ => {
-                glommio::timer::sleep(reconnect_backoff(failures)).await;
-                match connect(&shard, leader, &client_id).await {
-                    Some(opened) => {
+                let opened = unless_stopped(&mut stopped, async {
+                    glommio::timer::sleep(reconnect_backoff(failures)).await;
+                    within(
+                        "connecting to the leader",
+                        socket_timeout,
+                        connect(&shard, leader, &client_id),
+                    )
+                    .await
+                })
+                .await;
+                match opened {
+                    None => break,
+                    Some(Ok(opened)) => {
                         failures = 0;
                         connection = Some(opened.clone());
                         session = ClientSession::new(session_set.len());
                         opened
                     }
-                    None => {
+                    Some(Err(error)) => {
+                        tracing::debug!(leader = %leader, %error, "no connection to the leader");
                         failures = failures.saturating_add(1);
                         continue;
                     }
@@ -129,29 +151,51 @@ pub async fn run(shard: Rc<Shard>, leader: BrokerId) {
             .cluster_view()
             .and_then(|view| view.image.brokers.get(&local).map(|broker| broker.epoch))
             .unwrap_or(-1);
-        let response: FetchResponse =
-            match live.request(ApiKey::Fetch, FETCH_VERSION, &request).await {
-                Ok(response) => response,
-                Err(error) => {
-                    tracing::debug!(leader = %leader, %error, "replica fetch failed");
-                    failures = failures.saturating_add(1);
-                    live.close().await;
-                    connection = None;
-                    continue;
-                }
-            };
+        // Kafka's `replica.socket.timeout.ms`: a leader cut off without a
+        // word (no reset, no close) leaves the fetch unanswered until TCP
+        // retransmits it, which backs off to a minute and more.
+        let answered = unless_stopped(
+            &mut stopped,
+            within(
+                "replica fetch",
+                socket_timeout,
+                live.request(ApiKey::Fetch, FETCH_VERSION, &request),
+            ),
+        )
+        .await;
+        let response: FetchResponse = match answered {
+            None => break,
+            Some(Ok(response)) => response,
+            Some(Err(error)) => {
+                tracing::debug!(leader = %leader, %error, "replica fetch failed");
+                failures = failures.saturating_add(1);
+                live.close().await;
+                connection = None;
+                continue;
+            }
+        };
         match session.on_response(response.error_code, response.session_id) {
             Ok(true) => {}
             Ok(false) => continue,
             Err(error) => {
                 tracing::warn!(leader = %leader, %error, "the leader refused a replica fetch");
-                glommio::timer::sleep(BACKOFF).await;
+                if unless_stopped(&mut stopped, glommio::timer::sleep(BACKOFF))
+                    .await
+                    .is_none()
+                {
+                    break;
+                }
                 continue;
             }
         }
         let mut pause = None;
         for topic in response.responses {
             for partition in topic.partitions {
+                // A fetcher for this leader started after the stop takes
+                // what is left.
+                if is_stopped(&mut stopped) {
+                    break;
+                }
                 let topic_partition = TopicPartition {
                     topic: topic.topic.to_string(),
                     partition: PartitionId(partition.partition_index),
@@ -166,20 +210,51 @@ pub async fn run(shard: Rc<Shard>, leader: BrokerId) {
                 }
             }
         }
-        if let Some(pause) = pause {
-            glommio::timer::sleep(pause).await;
+        if let Some(pause) = pause
+            && unless_stopped(&mut stopped, glommio::timer::sleep(pause))
+                .await
+                .is_none()
+        {
+            break;
         }
+    }
+    if let Some(connection) = connection {
+        connection.close().await;
     }
 }
 
-async fn connect(shard: &Shard, leader: BrokerId, client_id: &str) -> Option<Rc<Connection>> {
-    let address = crate::server::peers::broker_address(shard, leader)?;
-    let connection = Connection::connect(address, client_id).await.ok()?;
-    if connection.negotiate().await.is_err() {
-        connection.close().await;
-        return None;
+/// `future`, unless the fetcher is told to stop first (`None`): its sender
+/// in [`ReplicaHost`]'s fetchers was dropped. (Not `select!`: there a
+/// receiver whose sender is gone counts as terminated, and is skipped.)
+async fn unless_stopped<T>(
+    stopped: &mut oneshot::Receiver<()>,
+    future: impl Future<Output = T>,
+) -> Option<T> {
+    futures::pin_mut!(future);
+    match futures::future::select(stopped, future).await {
+        Either::Left(_) => None,
+        Either::Right((output, _)) => Some(output),
     }
-    Some(connection)
+}
+
+/// Whether the fetcher was told to stop (checked where it does not wait).
+fn is_stopped(stopped: &mut oneshot::Receiver<()>) -> bool {
+    !matches!(stopped.try_recv(), Ok(None))
+}
+
+async fn connect(
+    shard: &Shard,
+    leader: BrokerId,
+    client_id: &str,
+) -> Result<Rc<Connection>, ClientError> {
+    let address = crate::server::peers::broker_address(shard, leader)
+        .ok_or_else(|| ClientError::Resolve(format!("broker {leader}")))?;
+    let connection = Connection::connect(address, client_id).await?;
+    if let Err(error) = connection.negotiate().await {
+        connection.close().await;
+        return Err(error);
+    }
+    Ok(connection)
 }
 
 /// Takes one partition's answer; a pause before the next fetch when it

@@ -19,7 +19,8 @@
 mod fetcher;
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -36,6 +37,7 @@ use brook_engine::replica::replication::{
 use brook_engine::txn::records::TRANSACTION_STATE_TOPIC_NAME;
 use brook_engine::types::{BrokerId, Offset, TopicPartition};
 use futures::FutureExt;
+use futures::channel::oneshot;
 
 use crate::server::quorum::ClusterView;
 use crate::server::shard::{Shard, now_ms};
@@ -53,8 +55,12 @@ const ACK_RECHECK: Duration = Duration::from_millis(100);
 #[derive(Debug, Default)]
 pub struct ReplicaHost {
     partitions: RefCell<HashMap<TopicPartition, PartitionReplication>>,
-    /// Leaders a fetcher of this shard runs for.
-    fetchers: RefCell<BTreeSet<BrokerId>>,
+    /// Leaders a fetcher of this shard runs for. Dropping one's sender
+    /// stops it, mid-fetch too (Kafka shuts an idle fetcher down and closes
+    /// its connection): a fetch to a leader that was cut off may wait out
+    /// TCP's retransmission backoff, and a fetcher for that leader started
+    /// later must not queue behind it.
+    fetchers: RefCell<BTreeMap<BrokerId, oneshot::Sender<()>>>,
     ticking: Cell<bool>,
 }
 
@@ -82,7 +88,8 @@ impl ReplicaHost {
     }
 
     /// The cluster image moved: apply every registration of this shard's
-    /// partitions, and start the fetchers it now needs. Call on the shard.
+    /// partitions, start the fetchers it now needs and stop the others.
+    /// Call on the shard.
     pub fn follow_view(shard: &Rc<Shard>, view: &ClusterView) {
         let host = &shard.replication;
         let local = BrokerId(shard.context.broker_id);
@@ -176,11 +183,16 @@ impl ReplicaHost {
         host.partitions
             .borrow_mut()
             .retain(|topic_partition, _| kept.contains(topic_partition));
+        let mut fetchers = host.fetchers.borrow_mut();
+        fetchers.retain(|leader, _| leaders.contains(leader));
         for leader in leaders {
-            if host.fetchers.borrow_mut().insert(leader) {
-                glommio::spawn_local(fetcher::run(shard.clone(), leader)).detach();
+            if let Entry::Vacant(vacant) = fetchers.entry(leader) {
+                let (stop, stopped) = oneshot::channel();
+                vacant.insert(stop);
+                glommio::spawn_local(fetcher::run(shard.clone(), leader, stopped)).detach();
             }
         }
+        drop(fetchers);
         if !host.ticking.replace(true) {
             glommio::spawn_local(tick(shard.clone())).detach();
         }
