@@ -71,8 +71,9 @@ pub enum PeerRequest {
     CreatePartitions {
         topic: String,
         total: i32,
-        /// One replica list per new partition; empty: the controller places.
-        assignments: Vec<Vec<BrokerId>>,
+        /// One replica list per new partition; `None`: the controller
+        /// places them (Kafka's null; an empty list is refused).
+        assignments: Option<Vec<Vec<BrokerId>>>,
         validate_only: bool,
     },
     /// IncrementalAlterConfigs (`replace` false) or AlterConfigs
@@ -304,6 +305,8 @@ fn encode_request(out: &mut Vec<u8>, request: &PeerRequest) {
             put_string(out, topic);
             out.put_i32(*total);
             out.put_u8(u8::from(*validate_only));
+            out.put_u8(u8::from(assignments.is_some()));
+            let assignments = assignments.as_deref().unwrap_or_default();
             out.put_u32(assignments.len() as u32);
             for replicas in assignments {
                 put_brokers(out, replicas);
@@ -538,10 +541,12 @@ fn decode_request(reader: &mut Reader<'_>) -> Result<PeerRequest, PeerWireError>
             let topic = reader.string()?;
             let total = reader.i32()?;
             let validate_only = reader.u8()? != 0;
+            let given = reader.u8()? != 0;
             let count = reader.count(4)?;
             let assignments = (0..count)
                 .map(|_| brokers(reader))
                 .collect::<Result<Vec<_>, RecordError>>()?;
+            let assignments = given.then_some(assignments);
             PeerRequest::CreatePartitions {
                 topic,
                 total,
@@ -696,7 +701,7 @@ mod tests {
         let mut snapshot = Snapshot::default();
         snapshot.mut_metadata().index = 9;
         snapshot.set_data(b"image".to_vec().into());
-        vec![
+        let mut frames = vec![
             PeerFrame::Hello {
                 cluster_id: "abc".into(),
                 node: BrokerId(2),
@@ -831,7 +836,7 @@ mod tests {
                 request: PeerRequest::CreatePartitions {
                     topic: "orders".into(),
                     total: 12,
-                    assignments: vec![vec![BrokerId(3)], vec![BrokerId(1), BrokerId(2)]],
+                    assignments: Some(vec![vec![BrokerId(3)], vec![BrokerId(1), BrokerId(2)]]),
                     validate_only: false,
                 },
             },
@@ -929,7 +934,22 @@ mod tests {
                     offset: 41,
                 },
             },
-        ]
+        ];
+        // Null assignments ask the controller to place; an empty list is
+        // refused (as Kafka does): the two must not decode alike.
+        for assignments in [None, Some(Vec::new())] {
+            frames.push(PeerFrame::Request {
+                correlation: 13,
+                epoch: 2,
+                request: PeerRequest::CreatePartitions {
+                    topic: "orders".into(),
+                    total: 12,
+                    assignments,
+                    validate_only: false,
+                },
+            });
+        }
+        frames
     }
 
     #[test]

@@ -50,16 +50,36 @@ pub fn check_partition_increase(name: &str, current: usize, total: i32) -> Resul
     Ok(())
 }
 
+/// Kafka's refusal of CreatePartitions' assignments that are not one per
+/// partition added (an empty list among them).
+pub fn check_assignment_count(
+    current: usize,
+    total: i32,
+    assignments: usize,
+) -> Result<(), Refusal> {
+    let additional = (total as usize).saturating_sub(current);
+    if assignments == additional {
+        return Ok(());
+    }
+    Err(Refusal::new(
+        ErrorCode::INVALID_REPLICA_ASSIGNMENT,
+        format!(
+            "Attempted to add {additional} additional partition(s), but only {assignments} assignment(s) were specified."
+        ),
+    ))
+}
+
 /// CreatePartitions: topic `name` grows to `total` partitions, the new ones
 /// placed over the live brokers with the topic's replication factor,
 /// continuing its placement walk, or as `assignments` say (one replica list
-/// per new partition). Kafka's refusals: a total that is not an increase,
-/// assignments that do not match it, or over Brook's partition limit.
+/// per new partition; an empty list is not `None`). Kafka's refusals: a
+/// total that is not an increase, assignments that do not match it, or
+/// over Brook's partition limit.
 pub fn add_partitions(
     image: &ClusterImage,
     name: &str,
     total: i32,
-    assignments: &[Vec<BrokerId>],
+    assignments: Option<&[Vec<BrokerId>]>,
 ) -> Result<Vec<MetadataRecord>, Refusal> {
     let topic = existing(image, name)?;
     let current = topic.partitions.len();
@@ -68,17 +88,8 @@ pub fn add_partitions(
         .partitions
         .first()
         .map_or(1, |first| first.replicas.len());
-    if !assignments.is_empty() {
-        let additional = total as usize - current;
-        if assignments.len() != additional {
-            return Err(Refusal::new(
-                ErrorCode::INVALID_REPLICA_ASSIGNMENT,
-                format!(
-                    "Attempted to add {additional} additional partition(s), but only {} assignment(s) were specified.",
-                    assignments.len()
-                ),
-            ));
-        }
+    if let Some(assignments) = assignments {
+        check_assignment_count(current, total, assignments.len())?;
         let numbered: Vec<(i32, Vec<BrokerId>)> = assignments
             .iter()
             .enumerate()
@@ -175,7 +186,7 @@ mod tests {
     #[test]
     fn added_partitions_keep_the_replication_factor_and_spread_over_brokers() {
         let mut image = with_topic(3, 3);
-        let records = add_partitions(&image, "orders", 6, &[]).unwrap();
+        let records = add_partitions(&image, "orders", 6, None).unwrap();
         assert_eq!(records.len(), 3);
         image.apply(6, &records).unwrap();
         let topic = image.topic_by_name("orders").unwrap();
@@ -194,21 +205,30 @@ mod tests {
     fn added_partitions_can_be_assigned_by_hand() {
         let image = with_topic(2, 2);
         let assigned =
-            add_partitions(&image, "orders", 3, &[vec![BrokerId(3), BrokerId(1)]]).unwrap();
+            add_partitions(&image, "orders", 3, Some(&[vec![BrokerId(3), BrokerId(1)]])).unwrap();
         assert!(matches!(
             &assigned[..],
             [MetadataRecord::Partition { partition, registration, .. }]
                 if partition.0 == 2 && registration.leader == BrokerId(3)
         ));
-        let refusal =
-            add_partitions(&image, "orders", 4, &[vec![BrokerId(3), BrokerId(1)]]).unwrap_err();
+        let refusal = add_partitions(&image, "orders", 4, Some(&[vec![BrokerId(3), BrokerId(1)]]))
+            .unwrap_err();
         assert_eq!(refusal.error, ErrorCode::INVALID_REPLICA_ASSIGNMENT);
         assert_eq!(
             refusal.message,
             "Attempted to add 2 additional partition(s), but only 1 assignment(s) were specified."
         );
-        let refusal = add_partitions(&image, "orders", 3, &[vec![BrokerId(3)]]).unwrap_err();
+        let refusal = add_partitions(&image, "orders", 3, Some(&[vec![BrokerId(3)]])).unwrap_err();
         assert_eq!(refusal.error, ErrorCode::INVALID_REPLICA_ASSIGNMENT);
+        // An empty list is not "place them" (that is null), as in Kafka.
+        let refusal = add_partitions(&image, "orders", 3, Some(&[])).unwrap_err();
+        assert_eq!(
+            (refusal.error, refusal.message.as_str()),
+            (
+                ErrorCode::INVALID_REPLICA_ASSIGNMENT,
+                "Attempted to add 1 additional partition(s), but only 0 assignment(s) were specified."
+            )
+        );
     }
 
     #[test]
@@ -221,12 +241,12 @@ mod tests {
             ),
             (3, "Topic already has 3 partition(s)."),
         ] {
-            let refusal = add_partitions(&image, "orders", total, &[]).unwrap_err();
+            let refusal = add_partitions(&image, "orders", total, None).unwrap_err();
             assert_eq!(refusal.error, ErrorCode::INVALID_PARTITIONS);
             assert_eq!(refusal.message, message);
         }
         assert_eq!(
-            add_partitions(&image, "nope", 4, &[]).unwrap_err().error,
+            add_partitions(&image, "nope", 4, None).unwrap_err().error,
             ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
         );
     }

@@ -16,7 +16,9 @@ use brook_engine::cluster::image::{
     MetadataImage, ShardId, TopicId, TopicMetadata, place_partitions,
 };
 use brook_engine::cluster::peer_wire::{PeerRequest, PeerResponse};
-use brook_engine::cluster::topic_changes::{altered_overrides, check_partition_increase};
+use brook_engine::cluster::topic_changes::{
+    altered_overrides, check_assignment_count, check_partition_increase,
+};
 use brook_engine::cluster::topic_config::{ConfigOperation, check_overrides, resolve};
 use brook_engine::log::config::LogConfig;
 use brook_engine::protocol::errors::ErrorCode;
@@ -96,9 +98,9 @@ pub enum Change {
     AddPartitions {
         topic: String,
         total: i32,
-        /// A cluster's replica lists for the new partitions (see
-        /// [`NewTopic::assignments`]).
-        assignments: Vec<Vec<BrokerId>>,
+        /// Replica lists for the new partitions (see
+        /// [`NewTopic::assignments`]); `None`: placed by the controller.
+        assignments: Option<Vec<Vec<BrokerId>>>,
         validate_only: bool,
     },
     /// IncrementalAlterConfigs on one topic's overrides.
@@ -302,17 +304,21 @@ async fn apply_here(controller: &Rc<Shard>, change: Change) -> Vec<TopicOutcome>
         Change::AddPartitions {
             topic,
             total,
+            assignments,
             validate_only,
-            ..
         } => {
+            let growth = Growth {
+                name: &topic,
+                total,
+                assigned: assignments.map(|assignments| assignments.len()),
+                validate_only,
+            };
             vec![add_partitions(
                 &mut image,
                 &mut effects,
                 &defaults,
                 shards,
-                &topic,
-                total,
-                validate_only,
+                growth,
             )]
         }
         Change::AlterConfigs {
@@ -448,15 +454,29 @@ fn delete(image: &mut MetadataImage, effects: &mut Effects, name: &str) -> Topic
     TopicOutcome::done(&topic)
 }
 
+/// CreatePartitions of one topic on a broker of its own.
+struct Growth<'a> {
+    name: &'a str,
+    total: i32,
+    /// How many replica lists it gave (each of them this broker, as the
+    /// handler checked), if it gave a list.
+    assigned: Option<usize>,
+    validate_only: bool,
+}
+
 fn add_partitions(
     image: &mut MetadataImage,
     effects: &mut Effects,
     defaults: &LogConfig,
     shards: u16,
-    name: &str,
-    total: i32,
-    validate_only: bool,
+    growth: Growth,
 ) -> TopicOutcome {
+    let Growth {
+        name,
+        total,
+        assigned,
+        validate_only,
+    } = growth;
     let mut loads = image.shard_loads(shards);
     let Some(topic) = image.topics.get_mut(name) else {
         return TopicOutcome::failed(
@@ -466,7 +486,12 @@ fn add_partitions(
         );
     };
     let current = topic.partitions.len();
-    if let Err(refusal) = check_partition_increase(name, current, total) {
+    let checked = check_partition_increase(name, current, total).and_then(|()| {
+        assigned.map_or(Ok(()), |count| {
+            check_assignment_count(current, total, count)
+        })
+    });
+    if let Err(refusal) = checked {
         return TopicOutcome::refused(name, refusal);
     }
     if validate_only {

@@ -134,7 +134,8 @@ fn the_throughput_workload_runs_on_brook_then_on_kafka() {
 /// Brook: many-partitions creates its partitions 5,000 per request, and
 /// Kafka refused the client's first form (an empty assignment list, which
 /// asks for none: INVALID_REPLICA_ASSIGNMENT) that Brook took as "place
-/// them". Kafka's admin client sends no list, and so does ours.
+/// them". Kafka's admin client sends no list, and so does ours; and Brook
+/// now refuses the empty list as Kafka does, with Kafka's message.
 #[test]
 fn the_bench_client_grows_a_topic_on_kafka_as_on_brook() {
     let dir = tempfile::tempdir().unwrap();
@@ -161,5 +162,43 @@ fn the_bench_client_grows_a_topic_on_kafka_as_on_brook() {
         });
         assert_eq!(partitions, 5, "{address}");
     }
+    let refusals: Vec<_> = [&kafka.address, &brook.address]
+        .into_iter()
+        .map(|address| grow_with_no_assignments(address, "grown", 6))
+        .collect();
+    assert_eq!(refusals[0].0, 39, "Kafka: {refusals:?}");
+    assert_eq!(refusals[1], refusals[0]);
     assert!(kafka.stop(), "{}", kafka.log());
+}
+
+/// CreatePartitions of `topic` to `total` partitions with an empty (not
+/// null) assignment list: the error code and message.
+fn grow_with_no_assignments(address: &str, topic: &str, total: i32) -> (i16, Option<String>) {
+    use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+    use kafka_protocol::messages::{
+        ApiKey, CreatePartitionsRequest, CreatePartitionsResponse, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let request = CreatePartitionsRequest::default()
+        .with_topics(vec![
+            CreatePartitionsTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_count(total)
+                .with_assignments(Some(Vec::new())),
+        ])
+        .with_timeout_ms(30_000);
+    let answer: CreatePartitionsResponse =
+        brook_tests::raw::exchange(&mut stream, ApiKey::CreatePartitions, 3, &request);
+    let result = &answer.results[0];
+    (
+        result.error_code,
+        result
+            .error_message
+            .as_ref()
+            .map(|message| message.to_string()),
+    )
 }

@@ -159,7 +159,10 @@ fn sweep(stream: &mut TcpStream, api_key: ApiKey, version: i16, topic_id: Uuid) 
         ApiKey::CreatePartitions => {
             let topic = create_partitions_request::CreatePartitionsTopic::default()
                 .with_name(name(&format!("created-{}", 7)))
-                .with_count(3 + i32::from(version));
+                .with_count(3 + i32::from(version))
+                // Null, as clients send it: the generated default, an
+                // empty list, assigns none (INVALID_REPLICA_ASSIGNMENT).
+                .with_assignments(None);
             let response: CreatePartitionsResponse = exchange(
                 stream,
                 api_key,

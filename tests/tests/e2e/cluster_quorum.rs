@@ -838,7 +838,8 @@ fn grow_topic(cluster: &Cluster, index: usize, topic: &str, total: i32) -> i16 {
         .with_topics(vec![
             CreatePartitionsTopic::default()
                 .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
-                .with_count(total),
+                .with_count(total)
+                .with_assignments(None),
         ])
         .with_timeout_ms(30_000);
     let response: CreatePartitionsResponse =

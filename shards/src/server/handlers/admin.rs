@@ -299,13 +299,14 @@ pub async fn create_partitions(
                 replication_factor: 0,
             }
         } else {
-            let assignments = match (&topic.assignments, cluster) {
-                (Some(assignments), true) => assignments
+            // Null asks the controller to place the new partitions; a
+            // list, even an empty one, must give one per partition added.
+            let assignments = topic.assignments.as_ref().map(|assignments| {
+                assignments
                     .iter()
                     .map(|assignment| replicas(&assignment.broker_ids))
-                    .collect(),
-                _ => Vec::new(),
-            };
+                    .collect()
+            });
             let change = Change::AddPartitions {
                 topic: name.clone(),
                 total: topic.count,

@@ -497,7 +497,7 @@ fn handle_request(
             validate_only,
         } => {
             let proposed = node.latest_image().map(|image| {
-                let rule = add_partitions(image, &topic, total, &assignments);
+                let rule = add_partitions(image, &topic, total, assignments.as_deref());
                 one_topic_change(image, &topic, rule, validate_only, Some(total))
             });
             return propose_topics(quorum, &mut node, proposed, reply);

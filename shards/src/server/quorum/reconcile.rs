@@ -62,7 +62,7 @@ fn changes_to_follow(local: &MetadataImage, image: &ClusterImage) -> Vec<Change>
                     changes.push(Change::AddPartitions {
                         topic: topic.name.clone(),
                         total: topic.partitions.len() as i32,
-                        assignments: Vec::new(),
+                        assignments: None,
                         validate_only: false,
                     });
                 }
