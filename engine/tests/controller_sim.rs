@@ -24,6 +24,9 @@ fn a_sweep_of_seeds_keeps_every_invariant_and_exercises_the_faults() {
     assert!(total.isr_changes > count * 2, "{total:?}");
     assert!(total.isr_refusals > 0, "{total:?}");
     assert!(total.controlled_shutdowns > count / 2, "{total:?}");
+    // Leaderships went back to preferred replicas (a replica must be
+    // fenced, come back and rejoin the ISR first: 70 in 1,000 seeds).
+    assert!(total.balanced > count / 50, "{total:?}");
 }
 
 #[test]

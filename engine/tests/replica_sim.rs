@@ -25,6 +25,7 @@ fn a_sweep_of_seeds_keeps_every_replication_invariant() {
     assert!(total.stale_answers > count / 10, "{total:?}");
     assert!(total.unsynced_kept > count, "{total:?}");
     assert!(total.torn_writes > count / 2, "{total:?}");
+    assert!(total.preferred_elections > count / 10, "{total:?}");
 }
 
 #[test]

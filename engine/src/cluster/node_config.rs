@@ -35,6 +35,8 @@ pub const SETTINGS: &[&str] = &[
     "cluster.id",
     "metadata.log.max.record.bytes.between.snapshots",
     "default.replication.factor",
+    "auto.leader.rebalance.enable",
+    "leader.imbalance.check.interval.seconds",
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,6 +87,11 @@ pub struct ClusterSettings {
     pub rack: Option<String>,
     pub heartbeat_interval_ms: u64,
     pub session_timeout_ms: u64,
+    /// `leader.imbalance.check.interval.seconds` (300) in ms when
+    /// `auto.leader.rebalance.enable` (true): how long after leaders become
+    /// imbalanced the active controller moves them back to their preferred
+    /// replicas. `None` when disabled.
+    pub leader_balance_interval_ms: Option<u64>,
     /// Shared by every node: `cluster.id`, or derived from the voters, so a
     /// cluster started with the same `controller.quorum.voters` everywhere
     /// agrees with no more configuration.
@@ -198,6 +205,7 @@ impl ClusterSettings {
                 "broker.session.timeout.ms",
                 BROKER_SESSION_TIMEOUT_MS_DEFAULT,
             )?,
+            leader_balance_interval_ms: leader_balance_interval_ms(given)?,
             cluster_id: given
                 .get("cluster.id")
                 .cloned()
@@ -262,6 +270,31 @@ fn milliseconds(
             .filter(|ms| *ms > 0)
             .ok_or_else(|| invalid(name, text, "must be a positive number of milliseconds")),
     }
+}
+
+/// Kafka's `auto.leader.rebalance.enable` (true) and
+/// `leader.imbalance.check.interval.seconds` (300, at least 1).
+fn leader_balance_interval_ms(
+    given: &BTreeMap<String, String>,
+) -> Result<Option<u64>, ClusterConfigError> {
+    const ENABLE: &str = "auto.leader.rebalance.enable";
+    const INTERVAL: &str = "leader.imbalance.check.interval.seconds";
+    let enabled = match given.get(ENABLE).map(|text| text.trim()) {
+        None => true,
+        Some(text) if text.eq_ignore_ascii_case("true") => true,
+        Some(text) if text.eq_ignore_ascii_case("false") => false,
+        Some(text) => return Err(invalid(ENABLE, text, "expected true or false")),
+    };
+    let seconds = match given.get(INTERVAL) {
+        None => 300,
+        Some(text) => text
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|seconds| *seconds >= 1)
+            .ok_or_else(|| invalid(INTERVAL, text, "must be at least 1"))?,
+    };
+    Ok(enabled.then_some(seconds * 1_000))
 }
 
 fn parse_roles(text: &str) -> Result<Roles, ClusterConfigError> {
@@ -441,6 +474,7 @@ mod tests {
         assert_eq!(settings.rack.as_deref(), Some("r1"));
         assert_eq!(settings.session_timeout_ms, 9_000);
         assert_eq!(settings.heartbeat_interval_ms, 2_000);
+        assert_eq!(settings.leader_balance_interval_ms, Some(300_000));
         assert_eq!(settings.cluster_id.len(), 22);
         // The same voters give the same id on every node.
         let other = ClusterSettings::parse(&given(&[
@@ -452,6 +486,32 @@ mod tests {
         .unwrap();
         assert_eq!(other.roles, Roles::Broker);
         assert_eq!(other.cluster_id, settings.cluster_id);
+    }
+
+    #[test]
+    fn leader_balancing_reads_kafkas_two_settings() {
+        let with = |pairs: &[(&str, &str)]| {
+            let mut all = vec![
+                ("node.id", "5"),
+                ("controller.quorum.voters", VOTERS),
+                ("listeners", "PLAINTEXT://127.0.0.1:9099"),
+            ];
+            all.extend_from_slice(pairs);
+            ClusterSettings::parse(&given(&all))
+                .map(|settings| settings.expect("a cluster").leader_balance_interval_ms)
+        };
+        assert_eq!(with(&[]), Ok(Some(300_000)));
+        let interval = ("leader.imbalance.check.interval.seconds", "2");
+        assert_eq!(with(&[interval]), Ok(Some(2_000)));
+        let disabled = ("auto.leader.rebalance.enable", "false");
+        assert_eq!(with(&[disabled, interval]), Ok(None));
+        for bad in [
+            ("leader.imbalance.check.interval.seconds", "0"),
+            ("auto.leader.rebalance.enable", "yes"),
+        ] {
+            let refused = with(&[bad]).unwrap_err().to_string();
+            assert!(refused.contains(bad.0), "{refused}");
+        }
     }
 
     #[test]

@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 
 use crate::cluster::alter_partition::{self, AlterPartitionRequest, AlterPartitionResponse};
 use crate::cluster::controller::TopicRequest;
+use crate::cluster::elections::{ElectionType, PartitionElection, TopicElections};
 use crate::cluster::image::TopicId;
 use crate::cluster::quorum::{Catchup, QuorumDescription, ReplicaProgress};
 use crate::cluster::records::{
@@ -92,6 +93,12 @@ pub enum PeerRequest {
     },
     /// AlterPartition (KIP-497): a partition leader's ISR change.
     AlterPartition(AlterPartitionRequest),
+    /// ElectLeaders (KIP-460), forwarded likewise; `topics` `None` asks for
+    /// every partition.
+    ElectLeaders {
+        election: ElectionType,
+        topics: Option<Vec<(String, Vec<i32>)>>,
+    },
 }
 
 /// One topic's outcome of a forwarded admin request.
@@ -143,6 +150,11 @@ pub enum PeerResponse {
         length: i64,
     },
     AlterPartition(AlterPartitionResponse),
+    /// ElectLeaders' outcomes; `offset` as for [`PeerResponse::Topics`].
+    Elected {
+        results: Vec<TopicElections>,
+        offset: u64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -332,13 +344,7 @@ fn encode_request(out: &mut Vec<u8>, request: &PeerRequest) {
                     ConfigOperation::Subtract(value) => (3, value),
                 };
                 out.put_u8(code);
-                match value {
-                    Some(value) => {
-                        out.put_u8(1);
-                        put_string(out, value);
-                    }
-                    None => out.put_u8(0),
-                }
+                put_optional_string(out, value.as_deref());
             }
         }
         PeerRequest::AllocateProducerIds {
@@ -353,7 +359,41 @@ fn encode_request(out: &mut Vec<u8>, request: &PeerRequest) {
             out.put_u8(10);
             alter_partition::put_request(out, request);
         }
+        PeerRequest::ElectLeaders { election, topics } => {
+            out.put_u8(11);
+            out.put_u8(match election {
+                ElectionType::Preferred => 0,
+                ElectionType::Unclean => 1,
+            });
+            out.put_u8(u8::from(topics.is_some()));
+            let topics = topics.as_deref().unwrap_or_default();
+            out.put_u32(topics.len() as u32);
+            for (topic, partitions) in topics {
+                put_string(out, topic);
+                out.put_u32(partitions.len() as u32);
+                for partition in partitions {
+                    out.put_i32(*partition);
+                }
+            }
+        }
     }
+}
+
+fn put_optional_string(out: &mut Vec<u8>, value: Option<&str>) {
+    match value {
+        Some(value) => {
+            out.put_u8(1);
+            put_string(out, value);
+        }
+        None => out.put_u8(0),
+    }
+}
+
+fn optional_string(reader: &mut Reader<'_>) -> Result<Option<String>, RecordError> {
+    Ok(match reader.u8()? {
+        0 => None,
+        _ => Some(reader.string()?),
+    })
 }
 
 fn put_brokers(out: &mut Vec<u8>, brokers: &[BrokerId]) {
@@ -409,13 +449,7 @@ fn encode_response(out: &mut Vec<u8>, response: &PeerResponse) {
             for result in results {
                 put_string(out, &result.name);
                 out.put_i16(result.error.0);
-                match &result.message {
-                    Some(message) => {
-                        out.put_u8(1);
-                        put_string(out, message);
-                    }
-                    None => out.put_u8(0),
-                }
+                put_optional_string(out, result.message.as_deref());
                 out.put_slice(&result.id.0);
                 out.put_i32(result.partitions);
                 out.put_i16(result.replication_factor);
@@ -439,6 +473,20 @@ fn encode_response(out: &mut Vec<u8>, response: &PeerResponse) {
         PeerResponse::AlterPartition(response) => {
             out.put_u8(10);
             alter_partition::put_response(out, response);
+        }
+        PeerResponse::Elected { results, offset } => {
+            out.put_u8(11);
+            out.put_u64(*offset);
+            out.put_u32(results.len() as u32);
+            for topic in results {
+                put_string(out, &topic.topic);
+                out.put_u32(topic.partitions.len() as u32);
+                for partition in &topic.partitions {
+                    out.put_i32(partition.partition);
+                    out.put_i16(partition.error.0);
+                    put_optional_string(out, partition.message.as_deref());
+                }
+            }
         }
         PeerResponse::Quorum(quorum) => {
             out.put_u8(8);
@@ -563,10 +611,7 @@ fn decode_request(reader: &mut Reader<'_>) -> Result<PeerRequest, PeerWireError>
                 .map(|_| {
                     let key = reader.string()?;
                     let code = reader.u8()?;
-                    let value = match reader.u8()? {
-                        0 => None,
-                        _ => Some(reader.string()?),
-                    };
+                    let value = optional_string(reader)?;
                     let operation = ConfigOperation::from_wire(code as i8, value)
                         .ok_or(RecordError::UnknownTag { tag: code })?;
                     Ok((key, operation))
@@ -584,6 +629,29 @@ fn decode_request(reader: &mut Reader<'_>) -> Result<PeerRequest, PeerWireError>
             broker_epoch: reader.i64()?,
         },
         10 => PeerRequest::AlterPartition(alter_partition::read_request(reader)?),
+        11 => {
+            let election = match reader.u8()? {
+                0 => ElectionType::Preferred,
+                1 => ElectionType::Unclean,
+                tag => return Err(PeerWireError::UnknownTag(tag)),
+            };
+            let given = reader.u8()? != 0;
+            let count = reader.count(6)?;
+            let topics = (0..count)
+                .map(|_| {
+                    let topic = reader.string()?;
+                    let partitions = reader.count(4)?;
+                    let partitions = (0..partitions)
+                        .map(|_| reader.i32())
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Ok((topic, partitions))
+                })
+                .collect::<Result<Vec<_>, RecordError>>()?;
+            PeerRequest::ElectLeaders {
+                election,
+                topics: given.then_some(topics),
+            }
+        }
         tag => return Err(PeerWireError::UnknownTag(tag)),
     })
 }
@@ -624,10 +692,7 @@ fn decode_response(reader: &mut Reader<'_>) -> Result<PeerResponse, PeerWireErro
                     Ok(TopicResult {
                         name: reader.string()?,
                         error: ErrorCode(reader.u16()? as i16),
-                        message: match reader.u8()? {
-                            0 => None,
-                            _ => Some(reader.string()?),
-                        },
+                        message: optional_string(reader)?,
                         id: reader.topic_id()?,
                         partitions: reader.i32()?,
                         replication_factor: reader.u16()? as i16,
@@ -646,6 +711,27 @@ fn decode_response(reader: &mut Reader<'_>) -> Result<PeerResponse, PeerWireErro
             length: reader.i64()?,
         },
         10 => PeerResponse::AlterPartition(alter_partition::read_response(reader)?),
+        11 => {
+            let offset = reader.i64()? as u64;
+            let count = reader.count(6)?;
+            let results = (0..count)
+                .map(|_| {
+                    let topic = reader.string()?;
+                    let partitions = reader.count(7)?;
+                    let partitions = (0..partitions)
+                        .map(|_| {
+                            Ok(PartitionElection {
+                                partition: reader.i32()?,
+                                error: ErrorCode(reader.u16()? as i16),
+                                message: optional_string(reader)?,
+                            })
+                        })
+                        .collect::<Result<Vec<_>, RecordError>>()?;
+                    Ok(TopicElections { topic, partitions })
+                })
+                .collect::<Result<Vec<_>, RecordError>>()?;
+            PeerResponse::Elected { results, offset }
+        }
         8 => {
             let leader = BrokerId(reader.i32()?);
             let epoch = reader.i64()? as u64;
@@ -935,6 +1021,38 @@ mod tests {
                 },
             },
         ];
+        for topics in [None, Some(vec![("orders".to_owned(), vec![0, 3])])] {
+            frames.push(PeerFrame::Request {
+                correlation: 15,
+                epoch: 2,
+                request: PeerRequest::ElectLeaders {
+                    election: ElectionType::Unclean,
+                    topics,
+                },
+            });
+        }
+        frames.push(PeerFrame::Response {
+            correlation: 15,
+            epoch: 2,
+            response: PeerResponse::Elected {
+                results: vec![TopicElections {
+                    topic: "orders".into(),
+                    partitions: vec![
+                        PartitionElection {
+                            partition: 0,
+                            error: ErrorCode::NONE,
+                            message: None,
+                        },
+                        PartitionElection {
+                            partition: 3,
+                            error: ErrorCode::ELECTION_NOT_NEEDED,
+                            message: Some("not needed".into()),
+                        },
+                    ],
+                }],
+                offset: 52,
+            },
+        });
         // Null assignments ask the controller to place; an empty list is
         // refused (as Kafka does): the two must not decode alike.
         for assignments in [None, Some(Vec::new())] {

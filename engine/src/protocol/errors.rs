@@ -84,6 +84,12 @@ impl ErrorCode {
     /// AlterPartition's new ISR names a fenced, unregistered or shutting-down
     /// broker (KIP-841).
     pub const INELIGIBLE_REPLICA: ErrorCode = ErrorCode(107);
+    /// ElectLeaders (preferred): the first replica may not lead now.
+    pub const PREFERRED_LEADER_NOT_AVAILABLE: ErrorCode = ErrorCode(80);
+    /// ElectLeaders (unclean): no replica may lead.
+    pub const ELIGIBLE_LEADERS_NOT_AVAILABLE: ErrorCode = ErrorCode(83);
+    /// ElectLeaders: the partition already has the leader asked for.
+    pub const ELECTION_NOT_NEEDED: ErrorCode = ErrorCode(84);
 
     pub fn is_error(self) -> bool {
         self != ErrorCode::NONE

@@ -59,6 +59,7 @@ pub const SUPPORTED: &[Supported] = &[
     api(ApiKey::ListConfigResources, 0, 1),
     api(ApiKey::DescribeTopicPartitions, 0, 0),
     api(ApiKey::DescribeQuorum, 0, 2),
+    api(ApiKey::ElectLeaders, 0, 2),
     api(ApiKey::FindCoordinator, 0, 6),
     api(ApiKey::JoinGroup, 0, 9),
     api(ApiKey::SyncGroup, 0, 5),
@@ -215,6 +216,7 @@ mod tests {
             ApiKey::ListTransactions => ListTransactionsRequest::VERSIONS.max,
             ApiKey::DescribeProducers => DescribeProducersRequest::VERSIONS.max,
             ApiKey::DescribeQuorum => DescribeQuorumRequest::VERSIONS.max,
+            ApiKey::ElectLeaders => ElectLeadersRequest::VERSIONS.max,
             other => panic!("{other:?} has no stable range here"),
         }
     }

@@ -7,7 +7,9 @@
 //! network partition cuts a live replica off from the others and the
 //! controller (a client still reaches it and may produce to it); the
 //! controller fences it, and once healed it learns the new registration,
-//! truncates by epoch and follows.
+//! truncates by epoch and follows. The controller also moves the
+//! leadership back to the first replica now and then, by the engine's
+//! preferred election (`cluster::elections::elect_preferred`).
 //! Followers fetch by the engine's divergence rules
 //! ([`super::divergence`]); an answer sometimes arrives late, after the
 //! follower's leader or log moved, and is then dropped
@@ -28,6 +30,7 @@ use std::collections::BTreeMap;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::cluster::elections::elect_preferred;
 use crate::cluster::records::PartitionRegistration;
 use crate::log::epoch_cache::LeaderEpochCache;
 use crate::protocol::errors::ErrorCode;
@@ -94,6 +97,9 @@ pub struct ReplicaReport {
     pub unsynced_kept: u64,
     /// Crashes whose last surviving write was torn (and dropped).
     pub torn_writes: u64,
+    /// Leaderships moved back to the preferred replica
+    /// (`cluster::elections::elect_preferred`).
+    pub preferred_elections: u64,
 }
 
 impl std::iter::Sum<ReplicaReport> for ReplicaReport {
@@ -108,6 +114,7 @@ impl std::iter::Sum<ReplicaReport> for ReplicaReport {
             stale_answers: total.stale_answers + report.stale_answers,
             unsynced_kept: total.unsynced_kept + report.unsynced_kept,
             torn_writes: total.torn_writes + report.torn_writes,
+            preferred_elections: total.preferred_elections + report.preferred_elections,
         })
     }
 }
@@ -344,7 +351,7 @@ impl Sim {
     }
 
     fn act(&mut self) -> Result<(), ReplicaViolation> {
-        let roll = self.rng.gen_range(0..106);
+        let roll = self.rng.gen_range(0..108);
         match roll {
             0..30 => self.produce()?,
             100 => self.isolate(),
@@ -359,6 +366,7 @@ impl Sim {
             86..89 => self.crash(),
             89..93 => self.fence()?,
             93..98 => self.restart()?,
+            106..108 => self.prefer()?,
             _ => self.read()?,
         }
         self.collect_acks();
@@ -672,6 +680,23 @@ impl Sim {
         self.commit(next)
     }
 
+    /// The controller's leader balancing, or an ElectLeaders: the engine's
+    /// preferred election over the image's view of who may lead (a replica
+    /// that died is active until its session expires).
+    fn prefer(&mut self) -> Result<(), ReplicaViolation> {
+        let active = self.active();
+        let may_lead = |id: BrokerId| active[id.0 as usize];
+        match elect_preferred(&self.registration, may_lead) {
+            Some(next) => {
+                if next.leader == self.registration.replicas[0] {
+                    self.report.preferred_elections += 1;
+                }
+                self.commit(next)
+            }
+            None => Ok(()),
+        }
+    }
+
     fn elect(&self, isr: &[BrokerId], except: BrokerId) -> BrokerId {
         self.registration
             .replicas
@@ -836,6 +861,18 @@ impl Sim {
     }
 
     /// The controller commits a registration and every live replica hears it.
+    /// Which replicas the image shows active: not fenced, where fenced is
+    /// down with its session expired, or cut off and fenced.
+    fn active(&self) -> Vec<bool> {
+        (0..REPLICAS)
+            .map(|index| {
+                let node = &self.nodes[index];
+                let fenced_cut = self.cut == Some(index) && self.cut_fenced;
+                (node.alive && !fenced_cut) || self.unfenced_down.contains(&node.id)
+            })
+            .collect()
+    }
+
     fn commit(&mut self, next: PartitionRegistration) -> Result<(), ReplicaViolation> {
         if next.leader != self.registration.leader
             || next.leader_epoch != self.registration.leader_epoch
@@ -855,14 +892,7 @@ impl Sim {
         }
         self.registration = next.clone();
         let now = now(self.step);
-        // Fenced: down, and its session expired (the image's view).
-        let active: Vec<bool> = (0..REPLICAS)
-            .map(|index| {
-                let node = &self.nodes[index];
-                let fenced_cut = self.cut == Some(index) && self.cut_fenced;
-                (node.alive && !fenced_cut) || self.unfenced_down.contains(&node.id)
-            })
-            .collect();
+        let active = self.active();
         for index in 0..REPLICAS {
             if self.cut == Some(index) {
                 // It cannot hear the controller.

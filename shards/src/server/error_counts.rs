@@ -11,8 +11,8 @@ use kafka_protocol::messages::{
     CreateTopicsResponse, DeleteGroupsResponse, DeleteRecordsResponse, DeleteTopicsResponse,
     DescribeClusterResponse, DescribeConfigsResponse, DescribeGroupsResponse,
     DescribeLogDirsResponse, DescribeProducersResponse, DescribeQuorumResponse,
-    DescribeTopicPartitionsResponse, DescribeTransactionsResponse, EndTxnResponse,
-    FindCoordinatorResponse, HeartbeatResponse, IncrementalAlterConfigsResponse,
+    DescribeTopicPartitionsResponse, DescribeTransactionsResponse, ElectLeadersResponse,
+    EndTxnResponse, FindCoordinatorResponse, HeartbeatResponse, IncrementalAlterConfigsResponse,
     InitProducerIdResponse, JoinGroupResponse, LeaveGroupResponse, ListConfigResourcesResponse,
     ListGroupsResponse, ListOffsetsResponse, ListTransactionsResponse, MetadataResponse,
     OffsetCommitResponse, OffsetDeleteResponse, OffsetFetchResponse, OffsetForLeaderEpochResponse,
@@ -87,6 +87,7 @@ error_codes! {
     DescribeLogDirsResponse: error_code, results.error_code;
     DescribeProducersResponse: topics.partitions.error_code;
     DescribeQuorumResponse: error_code, topics.partitions.error_code;
+    ElectLeadersResponse: error_code, replica_election_results.partition_result.error_code;
     DescribeTopicPartitionsResponse: topics.error_code, topics.partitions.error_code;
     DescribeTransactionsResponse: transaction_states.error_code;
     EndTxnResponse: error_code;

@@ -316,6 +316,30 @@ fn sweep(stream: &mut TcpStream, api_key: ApiKey, version: i16, topic_id: Uuid) 
             );
             assert_eq!(response.error_code, 35, "UNSUPPORTED_VERSION");
         }
+        ApiKey::ElectLeaders => {
+            // One node leads every partition it has: no election is needed,
+            // as a one-broker Kafka answers (tests/tests/e2e/
+            // cluster_leader_balance.rs elects in a cluster).
+            let topic = elect_leaders_request::TopicPartitions::default()
+                .with_topic(name(TOPIC))
+                .with_partitions(vec![0]);
+            let request = ElectLeadersRequest::default()
+                .with_topic_partitions(Some(vec![topic]))
+                .with_timeout_ms(1000);
+            let response: ElectLeadersResponse = exchange(stream, api_key, version, &request);
+            assert_eq!(response.error_code, 0);
+            let result = &response.replica_election_results[0].partition_result[0];
+            assert_eq!(result.error_code, 84, "ELECTION_NOT_NEEDED");
+            // Every partition: only those needing an election are listed.
+            let request = ElectLeadersRequest::default().with_timeout_ms(1000);
+            let response: ElectLeadersResponse = exchange(stream, api_key, version, &request);
+            assert!(
+                response
+                    .replica_election_results
+                    .iter()
+                    .all(|topic| topic.partition_result.is_empty())
+            );
+        }
         other if sweep_groups(stream, other, version) => {}
         other if sweep_transactions(stream, other, version) => {}
         other => panic!("{other:?} is advertised but not swept"),

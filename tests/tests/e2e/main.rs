@@ -24,6 +24,7 @@ mod client_groups;
 mod client_transactions;
 mod cluster_epochs;
 mod cluster_java;
+mod cluster_leader_balance;
 mod cluster_partition;
 mod cluster_producer_ids;
 mod cluster_quorum;

@@ -32,6 +32,7 @@ use crate::cluster::cluster_image::{ApplyError, ClusterImage, LeaderElections};
 use crate::cluster::controller::{
     self, BrokerSessions, HeartbeatOutcome, HeartbeatRequest, Refusal,
 };
+use crate::cluster::elections::{self, ELECTIONS_PER_BALANCE_MAX};
 use crate::cluster::records::{
     BrokerRegistration, MetadataRecord, RecordError, decode_batch, encode_batch,
 };
@@ -70,6 +71,10 @@ pub struct QuorumConfig {
     pub voters: Vec<BrokerId>,
     pub session_timeout_ms: u64,
     pub snapshot_after_bytes: u64,
+    /// `leader.imbalance.check.interval.seconds` in ms when
+    /// `auto.leader.rebalance.enable` (both Kafka's, 300 s and true); `None`:
+    /// leaderships are not moved back to preferred replicas.
+    pub leader_balance_interval_ms: Option<u64>,
 }
 
 /// A node id as raft-rs numbers it (ids start at 1 there).
@@ -153,6 +158,19 @@ pub enum Registered {
     Proposed(Proposal),
 }
 
+/// What a tick proposed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ticked {
+    /// The fence records of expired sessions, with the elections that move
+    /// the fenced brokers' partitions.
+    pub fenced: Vec<MetadataRecord>,
+    /// Preferred-leader elections of a balancing run.
+    pub balanced: Vec<MetadataRecord>,
+}
+
+/// Kafka's delay before the next balancing run when one hit its cap.
+const BALANCE_AGAIN_MS: u64 = 10;
+
 pub struct ControllerNode {
     raw: RawNode<MetadataStore>,
     image: ClusterImage,
@@ -167,6 +185,9 @@ pub struct ControllerNode {
     /// The stall the last tick credited to every session, if any.
     stall_ms: Option<u64>,
     bytes_since_snapshot: u64,
+    /// When the active controller runs its next balancing of leaders (set
+    /// once leaders are imbalanced, as Kafka schedules it).
+    balance_at: Option<u64>,
     config: QuorumConfig,
     /// What DescribeQuorum reports, while this node leads.
     progress: QuorumProgress,
@@ -202,6 +223,7 @@ impl ControllerNode {
             sessions_term: 0,
             stall_ms: None,
             bytes_since_snapshot: 0,
+            balance_at: None,
             config,
             progress: QuorumProgress::default(),
         })
@@ -237,14 +259,52 @@ impl ControllerNode {
     }
 
     /// One Raft tick; on the active controller, also fences the brokers
-    /// whose sessions expired. Returns the batch it proposed: the fence
-    /// records with the elections that move the fenced brokers' partitions.
-    pub fn tick(&mut self, now_ms: u64) -> Vec<MetadataRecord> {
+    /// whose sessions expired and, when due, moves leaderships back to
+    /// preferred replicas. What it proposed.
+    pub fn tick(&mut self, now_ms: u64) -> Ticked {
         self.raw.tick();
-        if self.is_leader() {
-            return self.fence_expired(now_ms);
+        if !self.is_leader() {
+            self.balance_at = None;
+            return Ticked::default();
         }
-        Vec::new()
+        let fenced = self.fence_expired(now_ms);
+        let balanced = match fenced.is_empty() {
+            true => self.balance_leaders(now_ms),
+            false => Vec::new(),
+        };
+        Ticked { fenced, balanced }
+    }
+
+    /// Kafka's automatic leader balancing (`maybeBalancePartitionLeaders`):
+    /// once leaders are imbalanced, a run one interval later elects the
+    /// preferred replicas that may lead, [`ELECTIONS_PER_BALANCE_MAX`] at
+    /// most, and another run follows at once when it hit that cap.
+    fn balance_leaders(&mut self, now_ms: u64) -> Vec<MetadataRecord> {
+        let Some(interval) = self.config.leader_balance_interval_ms else {
+            return Vec::new();
+        };
+        let balance_at = self.balance_at;
+        let Ok(latest) = self.latest() else {
+            return Vec::new();
+        };
+        match balance_at {
+            None => {
+                if elections::leaders_imbalanced(latest) {
+                    self.balance_at = Some(now_ms + interval);
+                }
+                return Vec::new();
+            }
+            Some(at) if now_ms < at => return Vec::new(),
+            Some(_) => {}
+        }
+        let records = elections::balance_leaders(latest, ELECTIONS_PER_BALANCE_MAX);
+        let more = records.len() >= ELECTIONS_PER_BALANCE_MAX;
+        self.balance_at = more.then_some(now_ms + BALANCE_AGAIN_MS);
+        if records.is_empty() || self.propose(records.clone()).is_err() {
+            // Tried again once the leaders are seen imbalanced again.
+            return Vec::new();
+        }
+        records
     }
 
     /// The stall of its own loop the last tick did not count against
@@ -701,6 +761,7 @@ mod tests {
             voters: vec![node],
             session_timeout_ms: 9_000,
             snapshot_after_bytes: 1 << 20,
+            leader_balance_interval_ms: None,
         };
         let entries: Vec<Entry> = (1..=3)
             .map(|index| Entry {

@@ -47,6 +47,9 @@ use crate::types::BrokerId;
 
 const SESSION_TIMEOUT_MS: u64 = 9_000;
 const HEARTBEAT_INTERVAL_MS: u64 = 2_000;
+/// `leader.imbalance.check.interval.seconds` in the simulation: runs see
+/// leaderships move back to preferred replicas many times.
+const LEADER_BALANCE_INTERVAL_MS: u64 = 1_000;
 /// Time with faults healed before the end-of-run checks.
 const QUIET_MS: u64 = 30_000;
 /// Snapshots after this many bytes of log, so runs exercise them.
@@ -125,6 +128,9 @@ pub struct Report {
     pub isr_refusals: u64,
     /// Brokers that stopped once told they should.
     pub controlled_shutdowns: u64,
+    /// Leaderships the active controller's balancing runs moved back to
+    /// preferred replicas (proposed).
+    pub balanced: u64,
 }
 
 impl<'a> std::iter::Sum<&'a Report> for Report {
@@ -141,6 +147,7 @@ impl<'a> std::iter::Sum<&'a Report> for Report {
             isr_changes: sum.isr_changes + report.isr_changes,
             isr_refusals: sum.isr_refusals + report.isr_refusals,
             controlled_shutdowns: sum.controlled_shutdowns + report.controlled_shutdowns,
+            balanced: sum.balanced + report.balanced,
         })
     }
 }
@@ -309,6 +316,7 @@ impl Simulation {
             voters: self.voters(),
             session_timeout_ms: timeout,
             snapshot_after_bytes: SNAPSHOT_AFTER_BYTES,
+            leader_balance_interval_ms: Some(LEADER_BALANCE_INTERVAL_MS),
         }
     }
 
@@ -511,9 +519,10 @@ impl Simulation {
             .controller
             .as_mut()
             .expect("a running voter");
-        let fenced = controller.tick(now);
+        let ticked = controller.tick(now);
+        self.report.balanced += ticked.balanced.len() as u64;
         self.note_leadership(node);
-        for record in fenced {
+        for record in ticked.fenced {
             if let MetadataRecord::FenceBroker { id, epoch } = record {
                 self.check_fence(node, id, epoch)?;
             }

@@ -6,6 +6,7 @@
 mod admin;
 mod cluster;
 mod configs;
+mod elections;
 mod fetch;
 mod group_offsets;
 mod groups;
@@ -63,6 +64,7 @@ async fn handle(shard: &Rc<Shard>, request: Request) -> Response {
         ApiKey::AlterReplicaLogDirs => cluster::alter_replica_log_dirs(shard, &request),
         ApiKey::DescribeTopicPartitions => cluster::describe_topic_partitions(shard, &request),
         ApiKey::DescribeQuorum => quorum::describe_quorum(shard, &request).await,
+        ApiKey::ElectLeaders => elections::elect_leaders(shard, &request).await,
         ApiKey::FindCoordinator => groups::find_coordinator(shard, &request).await,
         ApiKey::JoinGroup => groups::join_group(shard, &request).await,
         ApiKey::SyncGroup => groups::sync_group(shard, &request).await,

@@ -36,6 +36,7 @@ use brook_engine::cluster::cluster_image::ClusterImage;
 use brook_engine::cluster::controller::{
     HeartbeatRequest, Refusal, TopicDefaults, create_topics, delete_topics,
 };
+use brook_engine::cluster::elections::elect_leaders;
 use brook_engine::cluster::image::TopicId;
 use brook_engine::cluster::node_config::ClusterSettings;
 use brook_engine::cluster::peer_wire::{
@@ -88,14 +89,24 @@ pub type Forward = mpsc::Sender<(PeerRequest, oneshot::Sender<PeerResponse>)>;
 /// Forwarded requests queued before a handler waits.
 const FORWARDED_MAX: usize = 256;
 
-/// What a proposal's commit answers.
-enum Pending {
-    Registration(oneshot::Sender<PeerResponse>),
-    Topics(Vec<TopicResult>, oneshot::Sender<PeerResponse>),
-    /// A producer-id block starting here.
-    ProducerIds(i64, oneshot::Sender<PeerResponse>),
-    /// An ISR change, answered with the partition it leaves.
-    AlterPartition(AlterPartitionResponse, oneshot::Sender<PeerResponse>),
+/// What a proposal's commit answers: the answer made from the committed
+/// entry's index. A proposal another leader's entry displaced is answered
+/// NotController (ask again).
+struct Pending {
+    answer: Box<dyn FnOnce(u64) -> PeerResponse>,
+    reply: oneshot::Sender<PeerResponse>,
+}
+
+impl Pending {
+    fn new(
+        reply: oneshot::Sender<PeerResponse>,
+        answer: impl FnOnce(u64) -> PeerResponse + 'static,
+    ) -> Pending {
+        Pending {
+            answer: Box::new(answer),
+            reply,
+        }
+    }
 }
 
 /// The controller voter of this node.
@@ -234,6 +245,7 @@ fn start_voter(shard: &Rc<Shard>, settings: &ClusterSettings) -> Result<Rc<Quoru
             .get("metadata.log.max.record.bytes.between.snapshots")
             .and_then(|value| value.parse().ok())
             .unwrap_or(SNAPSHOT_AFTER_BYTES_DEFAULT),
+        leader_balance_interval_ms: settings.leader_balance_interval_ms,
     };
     let node = ControllerNode::new(config, store).map_err(|error| error.to_string())?;
     let (inbox, inputs) = mpsc::channel(INBOX_MAX);
@@ -319,10 +331,17 @@ async fn drive(shard: Rc<Shard>, quorum: Rc<Quorum>, mut inputs: mpsc::Receiver<
             }) => handle_request(&quorum, from, epoch, request, reply),
             None => {
                 let now = quorum.now_ms();
-                let (fenced, stall) = {
+                let (ticked, stall) = {
                     let mut node = quorum.node.borrow_mut();
                     (node.tick(now), node.last_stall_ms())
                 };
+                let fenced = ticked.fenced;
+                if !ticked.balanced.is_empty() {
+                    tracing::info!(
+                        partitions = ticked.balanced.len(),
+                        "moving leaderships back to preferred replicas"
+                    );
+                }
                 if let Some(stall) = stall {
                     tracing::warn!(
                         stall_ms = stall,
@@ -387,10 +406,14 @@ fn handle_request(
                 epoch,
             },
             Ok(Ok(Registered::Proposed(proposal))) => {
+                let answer = |index| PeerResponse::Registered {
+                    error: ErrorCode::NONE,
+                    epoch: index as i64,
+                };
                 quorum.waiting.borrow_mut().push((
                     proposal.index,
                     proposal.term,
-                    Pending::Registration(reply),
+                    Pending::new(reply, answer),
                 ));
                 return;
             }
@@ -475,10 +498,15 @@ fn handle_request(
             });
             match proposed {
                 Ok(Ok(proposal)) => {
+                    let answer = move |_| PeerResponse::ProducerIds {
+                        error: ErrorCode::NONE,
+                        start,
+                        length: PRODUCER_ID_BLOCK_SIZE,
+                    };
                     quorum.waiting.borrow_mut().push((
                         proposal.index,
                         proposal.term,
-                        Pending::ProducerIds(start, reply),
+                        Pending::new(reply, answer),
                     ));
                     return;
                 }
@@ -504,6 +532,14 @@ fn handle_request(
         }
         PeerRequest::AlterPartition(request) => {
             return propose_alter_partition(quorum, &mut node, &request, reply);
+        }
+        PeerRequest::ElectLeaders { election, topics } => {
+            let proposed = node
+                .latest_image()
+                .map(|image| elect_leaders(image, election, topics.as_deref()));
+            return propose_answered(quorum, &mut node, proposed, reply, |results, offset| {
+                PeerResponse::Elected { results, offset }
+            });
         }
         PeerRequest::AlterConfigs {
             topic,
@@ -607,7 +643,7 @@ fn propose_alter_partition(
         Ok(proposal) => quorum.waiting.borrow_mut().push((
             proposal.index,
             proposal.term,
-            Pending::AlterPartition(response, reply),
+            Pending::new(reply, move |_| PeerResponse::AlterPartition(response)),
         )),
         Err(error) => {
             tracing::warn!(%error, "an ISR change was not proposed");
@@ -625,6 +661,20 @@ fn propose_topics(
     proposed: Result<(Vec<TopicResult>, Vec<MetadataRecord>), QuorumError>,
     reply: oneshot::Sender<PeerResponse>,
 ) {
+    propose_answered(quorum, node, proposed, reply, |results, offset| {
+        PeerResponse::Topics { results, offset }
+    });
+}
+
+/// Proposes a rule's records (if any) and answers with its results and
+/// the offset that holds them (0 when nothing was proposed).
+fn propose_answered<R: 'static>(
+    quorum: &Quorum,
+    node: &mut ControllerNode,
+    proposed: Result<(R, Vec<MetadataRecord>), QuorumError>,
+    reply: oneshot::Sender<PeerResponse>,
+    answer: fn(R, u64) -> PeerResponse,
+) {
     let (results, records) = match proposed {
         Ok(proposed) => proposed,
         Err(QuorumError::NotController { leader }) => {
@@ -632,23 +682,23 @@ fn propose_topics(
             return;
         }
         Err(error) => {
-            tracing::error!(%error, "a topic change failed");
+            tracing::error!(%error, "a controller change failed");
             let _ = reply.send(PeerResponse::NotController { leader: None });
             return;
         }
     };
     if records.is_empty() {
-        let _ = reply.send(PeerResponse::Topics { results, offset: 0 });
+        let _ = reply.send(answer(results, 0));
         return;
     }
     match node.propose(records) {
         Ok(proposal) => quorum.waiting.borrow_mut().push((
             proposal.index,
             proposal.term,
-            Pending::Topics(results, reply),
+            Pending::new(reply, move |index| answer(results, index)),
         )),
         Err(error) => {
-            tracing::warn!(%error, "a topic change was not proposed");
+            tracing::warn!(%error, "a controller change was not proposed");
             let _ = reply.send(PeerResponse::NotController {
                 leader: node.leader(),
             });
@@ -699,66 +749,31 @@ async fn drain(quorum: &Rc<Quorum>) {
                 .borrow_mut()
                 .try_send(encode_frame(&PeerFrame::Raft(Box::new(message))));
         }
-        answer_registrations(quorum, &output.applied);
+        answer_committed(quorum, &output.applied);
     }
 }
 
-fn answer_registrations(quorum: &Quorum, applied: &[Applied]) {
+fn answer_committed(quorum: &Quorum, applied: &[Applied]) {
     if applied.is_empty() {
         return;
     }
     let last = applied.last().map_or(0, |applied| applied.index);
     let mut waiting = quorum.waiting.borrow_mut();
     let mut still = Vec::new();
-    for (index, term, reply) in waiting.drain(..) {
+    for (index, term, pending) in waiting.drain(..) {
         if index > last {
-            still.push((index, term, reply));
+            still.push((index, term, pending));
             continue;
         }
         let committed = applied
             .iter()
             .any(|applied| applied.index == index && applied.term == term);
         // Not committed: another leader's entry took the index; ask again.
-        match reply {
-            Pending::Registration(reply) => {
-                let _ = reply.send(if committed {
-                    PeerResponse::Registered {
-                        error: ErrorCode::NONE,
-                        epoch: index as i64,
-                    }
-                } else {
-                    PeerResponse::NotController { leader: None }
-                });
-            }
-            Pending::Topics(results, reply) => {
-                let _ = reply.send(if committed {
-                    PeerResponse::Topics {
-                        results,
-                        offset: index,
-                    }
-                } else {
-                    PeerResponse::NotController { leader: None }
-                });
-            }
-            Pending::AlterPartition(response, reply) => {
-                let _ = reply.send(if committed {
-                    PeerResponse::AlterPartition(response)
-                } else {
-                    PeerResponse::NotController { leader: None }
-                });
-            }
-            Pending::ProducerIds(start, reply) => {
-                let _ = reply.send(if committed {
-                    PeerResponse::ProducerIds {
-                        error: ErrorCode::NONE,
-                        start,
-                        length: PRODUCER_ID_BLOCK_SIZE,
-                    }
-                } else {
-                    PeerResponse::NotController { leader: None }
-                });
-            }
-        }
+        let response = match committed {
+            true => (pending.answer)(index),
+            false => PeerResponse::NotController { leader: None },
+        };
+        let _ = pending.reply.send(response);
     }
     *waiting = still;
 }
