@@ -202,6 +202,7 @@ async fn send_fetch(
         fetch_offset: assignment.next_offset,
         current_leader_epoch: -1,
         last_fetched_epoch: -1,
+        log_start_offset: -1,
     });
     let request = session.request(entries, limits);
     connection

@@ -76,6 +76,8 @@ pub struct PartitionFetch {
     /// A follower's epoch of the batch before `fetch_offset` (v12+; -1
     /// none), for the divergence check.
     pub last_fetched_epoch: i32,
+    /// A follower's log start offset (v5+; -1 none).
+    pub log_start_offset: i64,
 }
 
 /// What the broker answered for one partition, as a session remembers it.

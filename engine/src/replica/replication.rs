@@ -77,6 +77,8 @@ pub struct FollowerFetch {
     /// The follower's counted position: every offset below it is on the
     /// follower as the durability rule requires.
     pub fetch_offset: Offset,
+    /// The follower's log start offset (Fetch v5+; -1 when not sent).
+    pub log_start_offset: Offset,
     /// Whether the image lets this broker join an ISR: registered at the
     /// broker epoch it fetched with, not fenced, not shutting down.
     pub eligible: bool,
@@ -109,6 +111,8 @@ struct FollowerProgress {
     last_fetch_ms: u64,
     last_caught_up_ms: u64,
     eligible: bool,
+    /// Its log start offset as its last fetch said; `None` until one did.
+    log_start: Option<Offset>,
 }
 
 impl FollowerProgress {
@@ -121,6 +125,7 @@ impl FollowerProgress {
             last_fetch_ms: 0,
             last_caught_up_ms: if in_isr { now_ms } else { 0 },
             eligible: in_isr,
+            log_start: None,
         }
     }
 
@@ -387,6 +392,20 @@ impl PartitionReplication {
         Ok(actions)
     }
 
+    /// Kafka's low watermark (`Partition.lowWatermarkIfLeader`), which a
+    /// DeleteRecords waits to reach: the lowest log start offset of this
+    /// log (`local_log_start`) and of every follower the image lets lead
+    /// (one that has not said its log start yet holds it at -1). `None`
+    /// unless this broker leads.
+    pub fn low_watermark(&self, local_log_start: Offset) -> Option<Offset> {
+        if self.role() != Role::Leader {
+            return None;
+        }
+        let followers = self.followers.values().filter(|progress| progress.eligible);
+        let starts = followers.map(|progress| progress.log_start.unwrap_or(Offset(-1)));
+        Some(starts.fold(local_log_start, Offset::min))
+    }
+
     /// Time passed: proposes dropping ISR members that fell behind, and
     /// lets the HW pass followers that stopped being caught up.
     pub fn tick(&mut self, now_ms: u64) -> Vec<Action> {
@@ -564,6 +583,7 @@ fn record_fetch(progress: &mut FollowerProgress, fetch: FollowerFetch, leader_en
     );
     progress.last_fetch_ms = fetch.now_ms;
     progress.eligible = fetch.eligible;
+    progress.log_start = Some(fetch.log_start_offset).filter(|start| start.0 >= 0);
 }
 
 #[cfg(test)]

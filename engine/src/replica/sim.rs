@@ -508,6 +508,7 @@ impl Sim {
                     .follower_fetched(FollowerFetch {
                         replica,
                         fetch_offset,
+                        log_start_offset: Offset(0),
                         eligible: true,
                         now_ms: now,
                     });

@@ -25,6 +25,9 @@ pub struct SessionEntry<'a> {
     /// last fetched batch (a follower's divergence check); -1 for none.
     pub current_leader_epoch: i32,
     pub last_fetched_epoch: i32,
+    /// A follower's log start offset (the leader's DeleteRecords waits for
+    /// it); -1 for a consumer.
+    pub log_start_offset: i64,
 }
 
 impl SessionEntry<'_> {
@@ -34,12 +37,13 @@ impl SessionEntry<'_> {
             self.fetch_offset,
             self.current_leader_epoch,
             self.last_fetched_epoch,
+            self.log_start_offset,
         )
     }
 }
 
-/// A partition's fetch offset and epochs, as last sent.
-type Sent = (i64, i32, i32);
+/// A partition's fetch offset, epochs and log start, as last sent.
+type Sent = (i64, i32, i32, i64);
 
 /// Fetch settings the session does not decide.
 #[derive(Clone, Copy, Debug)]
@@ -88,6 +92,7 @@ impl ClientSession {
                 .with_fetch_offset(entry.fetch_offset)
                 .with_current_leader_epoch(entry.current_leader_epoch)
                 .with_last_fetched_epoch(entry.last_fetched_epoch)
+                .with_log_start_offset(entry.log_start_offset)
                 .with_partition_max_bytes(limits.partition_max_bytes);
             match topics.last_mut() {
                 Some(topic) if topic.topic.as_str() == entry.topic => {
@@ -168,6 +173,7 @@ mod tests {
                 fetch_offset: *fetch_offset,
                 current_leader_epoch: -1,
                 last_fetched_epoch: -1,
+                log_start_offset: -1,
             })
     }
 

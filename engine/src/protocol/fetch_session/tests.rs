@@ -13,6 +13,7 @@ fn at(fetch_offset: i64) -> PartitionFetch {
         partition_max_bytes: 1 << 20,
         current_leader_epoch: -1,
         last_fetched_epoch: -1,
+        log_start_offset: -1,
     }
 }
 

@@ -45,6 +45,7 @@ fn fetch(replica: BrokerId, offset: i64, now_ms: u64) -> FollowerFetch {
     FollowerFetch {
         replica,
         fetch_offset: Offset(offset),
+        log_start_offset: Offset(0),
         eligible: true,
         now_ms,
     }
@@ -421,4 +422,35 @@ fn a_followers_fetcher_lag_is_the_leaders_hw_past_its_log_end() {
     b.appended(Offset(end + 9));
     assert_eq!(b.fetcher_lag(), Some(0));
     assert_eq!(leader(&[A, B], 1).fetcher_lag(), None);
+}
+
+/// DeleteRecords' low watermark: the lowest log start of the leader and of
+/// every follower that may lead; one that never said blocks it, a fenced
+/// one does not.
+#[test]
+fn the_low_watermark_is_the_lowest_log_start_of_the_live_replicas() {
+    let mut a = leader(&[A, B, C], 1);
+    append(&mut a, 10, 1);
+    assert_eq!(a.low_watermark(Offset(4)), Some(Offset(-1)), "none fetched");
+    let from = |replica, log_start, eligible| FollowerFetch {
+        log_start_offset: Offset(log_start),
+        eligible,
+        ..fetch(replica, 10, 2)
+    };
+    a.follower_fetched(from(B, 4, true)).unwrap();
+    a.follower_fetched(from(C, 2, true)).unwrap();
+    assert_eq!(a.low_watermark(Offset(4)), Some(Offset(2)));
+    a.follower_fetched(from(C, 4, true)).unwrap();
+    assert_eq!(a.low_watermark(Offset(4)), Some(Offset(4)));
+    a.follower_fetched(from(C, 0, false)).unwrap();
+    assert_eq!(a.low_watermark(Offset(6)), Some(Offset(4)), "C is fenced");
+    let b = PartitionReplication::new(
+        settings(B, 1),
+        registration(&[A, B, C], &[A, B, C], A, 0, 0),
+        Offset(0),
+        Offset(0),
+        Offset(0),
+        0,
+    );
+    assert_eq!(b.low_watermark(Offset(0)), None, "a follower has none");
 }

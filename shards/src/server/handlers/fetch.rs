@@ -34,7 +34,7 @@ use kafka_protocol::messages::FetchRequest;
 
 use crate::server::error_counts::{ErrorCodes, ErrorCounts};
 use crate::server::handlers::produce::storage_error_code;
-use crate::server::replication::ReplicaHost;
+use crate::server::replication::{FollowerFetched, ReplicaHost};
 use crate::server::response::{FetchPart, Records, Response};
 use crate::server::shard::{Shard, now_ms};
 use crate::storage::{LogData, ReadOptions, StorageError};
@@ -50,6 +50,8 @@ struct Wanted {
     fetch_offset: i64,
     partition_max_bytes: i32,
     last_fetched_epoch: i32,
+    /// A follower's log start offset (-1: not sent).
+    log_start_offset: i64,
     /// The topic's name (shared by the topic's partitions), if known.
     topic: Rc<str>,
     /// The shard to read it on, or why it cannot be read.
@@ -67,6 +69,7 @@ struct Read<'a> {
     partition_max_bytes: i32,
     isolation: Isolation,
     last_fetched_epoch: LeaderEpoch,
+    log_start_offset: Offset,
 }
 
 /// Fetch's `isolation_level`.
@@ -302,6 +305,7 @@ fn requested(body: &FetchRequest, uses_topic_ids: bool) -> (FetchList, Vec<Sessi
                 partition_max_bytes: partition.partition_max_bytes,
                 current_leader_epoch: partition.current_leader_epoch,
                 last_fetched_epoch: partition.last_fetched_epoch,
+                log_start_offset: partition.log_start_offset,
             };
             let at = SessionPartition {
                 topic: key.clone(),
@@ -382,6 +386,7 @@ fn resolve(
             fetch_offset: fetch.fetch_offset,
             partition_max_bytes: fetch.partition_max_bytes,
             last_fetched_epoch: fetch.last_fetched_epoch,
+            log_start_offset: fetch.log_start_offset,
             source,
         });
     }
@@ -555,6 +560,7 @@ async fn read_all(
                 partition_max_bytes: partition.partition_max_bytes,
                 isolation,
                 last_fetched_epoch: LeaderEpoch(partition.last_fetched_epoch),
+                log_start_offset: Offset(partition.log_start_offset),
             })
         });
         read_on(shard, owner, reads.collect(), budget)
@@ -692,8 +698,13 @@ async fn read_local(shard: &Rc<Shard>, read: &Read<'_>, limit: Option<u64>) -> F
                     topic: read.topic.to_string(),
                     partition: read.partition,
                 };
+                let fetched = FollowerFetched {
+                    replica,
+                    fetch_offset: offset,
+                    log_start_offset: read.log_start_offset,
+                };
                 if let Err(error) =
-                    ReplicaHost::follower_fetched(shard, &topic_partition, &log, replica, offset)
+                    ReplicaHost::follower_fetched(shard, &topic_partition, &log, fetched)
                 {
                     return Fetched::Error(error);
                 }

@@ -2,6 +2,7 @@
 //! OffsetForLeaderEpoch and DeleteRecords, each answered by the owning shard.
 
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::frame::{FrameError, Request};
@@ -23,6 +24,7 @@ use kafka_protocol::messages::{
 use crate::server::handlers::fetch::epoch_error;
 use crate::server::handlers::produce::storage_error_code;
 use crate::server::handlers::topic_name;
+use crate::server::replication::ReplicaHost;
 use crate::server::response::{Response, encode};
 use crate::server::shard::Shard;
 use crate::storage::PartitionLog;
@@ -190,6 +192,49 @@ pub async fn offset_for_leader_epoch(
     )
 }
 
+/// How often a DeleteRecords on a replicated partition looks again at the
+/// followers' log starts.
+const LOW_WATERMARK_RECHECK: Duration = Duration::from_millis(20);
+
+/// DeleteRecords of one partition, on its owner: moves the log start to
+/// `requested` (-1: the HW). In a cluster only the leader takes it (Kafka's
+/// NOT_LEADER_OR_FOLLOWER elsewhere) and answers once every live replica's
+/// log start reached it (Kafka's low watermark; REQUEST_TIMED_OUT after
+/// `timeout`), so a failover never serves the deleted records again.
+async fn delete_before(
+    shard: &Rc<Shard>,
+    topic_partition: &TopicPartition,
+    log: &PartitionLog,
+    requested: i64,
+    timeout: Duration,
+) -> (ErrorCode, i64) {
+    let replicated = shard.context.config.cluster.is_some();
+    let low_watermark = || ReplicaHost::low_watermark(shard, topic_partition, log);
+    if replicated && let Err(error) = low_watermark() {
+        return (error, -1);
+    }
+    let offset = match requested {
+        -1 => log.visible_offset(),
+        offset => Offset(offset),
+    };
+    let start = match log.delete_records_before(offset) {
+        Ok(start) => start,
+        Err(error) => return (storage_error_code(&error), -1),
+    };
+    if !replicated {
+        return (ErrorCode::NONE, start.0);
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        match low_watermark() {
+            Ok(low) if low >= start => return (ErrorCode::NONE, low.0),
+            Ok(_) if Instant::now() >= deadline => return (ErrorCode::REQUEST_TIMED_OUT, -1),
+            Ok(_) => glommio::timer::sleep(LOW_WATERMARK_RECHECK).await,
+            Err(error) => return (error, -1),
+        }
+    }
+}
+
 pub async fn delete_records(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
     let body: DeleteRecordsRequest = request.decode_body()?;
     let mut topics = Vec::with_capacity(body.topics.len());
@@ -203,20 +248,22 @@ pub async fn delete_records(shard: &Rc<Shard>, request: &Request) -> Result<Resp
             };
             let requested = partition.offset;
             let missing = (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1);
-            let (error, low_watermark) = on_owner(shard, topic_partition, missing, move |log| {
-                Box::pin(async move {
-                    let offset = if requested == -1 {
-                        log.visible_offset()
-                    } else {
-                        Offset(requested)
-                    };
-                    match log.delete_records_before(offset) {
-                        Ok(start) => (ErrorCode::NONE, start.0),
-                        Err(error) => (storage_error_code(&error), -1),
-                    }
-                })
-            })
-            .await;
+            let timeout = Duration::from_millis(body.timeout_ms.max(0) as u64);
+            let owner = shard.image().owner(&topic_partition);
+            let deleted = match owner {
+                None => None,
+                Some(owner) => shard
+                    .on_shard(owner, move |owner| async move {
+                        let log = owner.log(&topic_partition)?;
+                        Some(
+                            delete_before(&owner, &topic_partition, &log, requested, timeout).await,
+                        )
+                    })
+                    .await
+                    .ok()
+                    .flatten(),
+            };
+            let (error, low_watermark) = deleted.unwrap_or(missing);
             partitions.push(
                 DeleteRecordsPartitionResult::default()
                     .with_partition_index(partition.partition_index)

@@ -143,6 +143,7 @@ pub async fn run(shard: Rc<Shard>, leader: BrokerId, mut stopped: oneshot::Recei
                 fetch_offset: asked.fetch_offset.0,
                 current_leader_epoch: registration.leader_epoch.0,
                 last_fetched_epoch: log.latest_epoch().map_or(-1, |epoch| epoch.0),
+                log_start_offset: log.log_start_offset().0,
             });
         let mut request = session.request(entries, LIMITS);
         request.replica_id = kafka_protocol::messages::BrokerId(local.0);
@@ -340,7 +341,26 @@ async fn take_answer(
         &log,
         Some(Offset(answer.high_watermark)),
     );
+    follow_log_start(topic_partition, &log, Offset(answer.log_start_offset));
     None
+}
+
+/// Kafka's follower moves its log start up to the leader's (DeleteRecords
+/// on the leader; `maybeIncrementLogStartOffset`), as far as its own high
+/// watermark: records the leader deleted are not served again by this
+/// replica once it leads.
+fn follow_log_start(
+    topic_partition: &TopicPartition,
+    log: &crate::storage::PartitionLog,
+    leader_start: Offset,
+) {
+    let start = leader_start.min(log.visible_offset());
+    if start <= log.log_start_offset() {
+        return;
+    }
+    if let Err(error) = log.delete_records_before(start) {
+        tracing::warn!(partition = %topic_partition, %error, "following the leader's log start failed");
+    }
 }
 
 /// Cuts a follower's log and tells its state machine.

@@ -68,6 +68,16 @@ fn now() -> u64 {
     now_ms().max(0) as u64
 }
 
+/// What a follower's fetch of one partition said, once its divergence
+/// check passed.
+#[derive(Clone, Copy, Debug)]
+pub struct FollowerFetched {
+    pub replica: BrokerId,
+    pub fetch_offset: Offset,
+    /// -1 when the request did not say.
+    pub log_start_offset: Offset,
+}
+
 /// Tells `replication` where `log` ends and what it holds; what that
 /// moves. (A log handle replaced by a truncation is read afresh by every
 /// caller, so its end may have gone down.)
@@ -232,9 +242,9 @@ impl ReplicaHost {
         shard: &Rc<Shard>,
         topic_partition: &TopicPartition,
         log: &PartitionLog,
-        replica: BrokerId,
-        fetch_offset: Offset,
+        fetched: FollowerFetched,
     ) -> Result<(), ErrorCode> {
+        let replica = fetched.replica;
         let eligible = shard
             .cluster_view()
             .is_some_and(|view| view.image.is_active(replica));
@@ -246,7 +256,8 @@ impl ReplicaHost {
             let mut actions = sync_log(replication, log);
             actions.extend(replication.follower_fetched(FollowerFetch {
                 replica,
-                fetch_offset,
+                fetch_offset: fetched.fetch_offset,
+                log_start_offset: fetched.log_start_offset,
                 eligible,
                 now_ms: now(),
             })?);
@@ -254,6 +265,20 @@ impl ReplicaHost {
         };
         apply(shard, topic_partition, log, actions);
         Ok(())
+    }
+
+    /// The partition's low watermark (what DeleteRecords waits for):
+    /// NOT_LEADER_OR_FOLLOWER unless this broker leads it.
+    pub fn low_watermark(
+        shard: &Shard,
+        topic_partition: &TopicPartition,
+        log: &PartitionLog,
+    ) -> Result<Offset, ErrorCode> {
+        let partitions = shard.replication.partitions.borrow();
+        partitions
+            .get(topic_partition)
+            .and_then(|replication| replication.low_watermark(log.log_start_offset()))
+            .ok_or(ErrorCode::NOT_LEADER_OR_FOLLOWER)
     }
 
     /// Waits until an `acks=all` produce ending before `end` is

@@ -1,0 +1,83 @@
+//! DeleteRecords on a replicated partition, as Kafka does it: only the
+//! leader takes it, and it answers once every live replica's log start
+//! reached the offset (the low watermark), followers having moved theirs
+//! to the leader's; so the leader can die right after the answer and the
+//! new leader does not serve the deleted records again.
+
+use std::time::{Duration, Instant};
+
+use brook_tests::cluster::Cluster;
+use kafka_protocol::messages::delete_records_request::{
+    DeleteRecordsPartition, DeleteRecordsTopic,
+};
+use kafka_protocol::messages::{ApiKey, DeleteRecordsRequest, DeleteRecordsResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::cluster_replication::{QUICK_FENCING, create_replicated, leaders};
+
+const BROOK: &str = env!("CARGO_BIN_EXE_brook-e2e");
+const TOPIC: &str = "trimmed";
+
+/// DeleteRecords of partition 0 before `offset`, sent to node `index`:
+/// (error code, low watermark).
+fn delete_records(cluster: &Cluster, index: usize, offset: i64) -> (i16, i64) {
+    let request = DeleteRecordsRequest::default()
+        .with_timeout_ms(10_000)
+        .with_topics(vec![
+            DeleteRecordsTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
+                .with_partitions(vec![
+                    DeleteRecordsPartition::default()
+                        .with_partition_index(0)
+                        .with_offset(offset),
+                ]),
+        ]);
+    let response: DeleteRecordsResponse = brook_tests::raw::exchange(
+        &mut brook_tests::raw::connect(&cluster.nodes[index]),
+        ApiKey::DeleteRecords,
+        2,
+        &request,
+    );
+    let answer = &response.topics[0].partitions[0];
+    (answer.error_code, answer.low_watermark)
+}
+
+#[test]
+fn deleted_records_stay_deleted_when_the_leader_dies_right_after() {
+    let root = tempfile::tempdir().unwrap();
+    let (mut cluster, _) = Cluster::formed(BROOK, root.path(), 3, &QUICK_FENCING);
+    create_replicated(&cluster, TOPIC, 1);
+    let leader = leaders(&cluster, 0, TOPIC).unwrap()[&0] as usize;
+    let mut stream = brook_tests::raw::connect(&cluster.nodes[leader]);
+    for _ in 0..10 {
+        brook_tests::raw::produce_filler(&mut stream, TOPIC, 0, 10, 100);
+    }
+    let follower = (leader + 1) % 3;
+    assert_eq!(
+        delete_records(&cluster, follower, 40),
+        (6, -1),
+        "a follower refuses it NOT_LEADER_OR_FOLLOWER"
+    );
+    let asked = Instant::now();
+    assert_eq!(delete_records(&cluster, leader, 40), (0, 40));
+    println!("answered in {:?}", asked.elapsed());
+    cluster.nodes[leader].kill();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let new_leader = loop {
+        let now = leaders(&cluster, follower, TOPIC).and_then(|leaders| leaders.get(&0).copied());
+        if let Some(now) = now.filter(|now| *now != leader as i32) {
+            break now as usize;
+        }
+        assert!(Instant::now() < deadline, "no new leader");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut stream = brook_tests::raw::connect(&cluster.nodes[new_leader]);
+    assert_eq!(brook_tests::raw::list_offset(&mut stream, TOPIC, 0, -2), 40);
+    assert_eq!(
+        brook_tests::raw::list_offset(&mut stream, TOPIC, 0, -1),
+        100
+    );
+    // The new leader deletes further, with one replica down: the live ones
+    // are enough.
+    assert_eq!(delete_records(&cluster, new_leader, 60), (0, 60));
+}
