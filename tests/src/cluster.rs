@@ -185,6 +185,16 @@ impl Cluster {
         seen_at(&self.nodes[index].address)
     }
 
+    /// Every node's log, each under a header naming it (what a failed
+    /// wait shows).
+    pub fn logs(&self) -> String {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(index, node)| format!("----- node {index}\n{}", node.log()))
+            .collect()
+    }
+
     /// DescribeCluster's controller from node `index`.
     pub fn described_controller(&self, index: usize) -> Option<i32> {
         let stream = std::net::TcpStream::connect(&self.nodes[index].address).ok()?;

@@ -132,7 +132,17 @@ impl PartitionLog {
     /// this handle.
     pub async fn truncate(&self, cut: LogCut, now_ms: i64) -> Result<PartitionLog, StorageError> {
         match cut {
-            LogCut::To(offset) if offset >= self.log_end_offset() => Ok(self.clone()),
+            LogCut::To(offset) if offset >= self.log_end_offset() => {
+                // Kafka's `truncateTo` past the end still drops the epochs
+                // that start at the end: this broker may have recorded an
+                // epoch as leader and appended nothing of it before another
+                // leader was elected. Kept, its fetches would name that
+                // epoch, which the leader never had, and diverge forever.
+                let _turn = self.append_turn().await?;
+                self.change_epochs(|epochs, log_end| Ok(epochs.truncate_from_end(log_end)))
+                    .await?;
+                Ok(self.clone())
+            }
             LogCut::To(offset) => {
                 self.wait_written(self.log_end_offset()).await?;
                 let point = self.cut_point(offset).await?;

@@ -110,12 +110,7 @@ impl PartitionLog {
     /// Makes `epoch` the log's current leader epoch (persisted before any
     /// batch of it is written), as a leader does when it takes over.
     pub async fn become_leader(&self, epoch: LeaderEpoch) -> Result<(), StorageError> {
-        let _permit = self
-            .inner
-            .append_lock
-            .acquire()
-            .await
-            .map_err(|_| self.closed_error())?;
+        let _turn = self.append_turn().await?;
         self.track_epoch(epoch).await
     }
 

@@ -16,6 +16,7 @@ use std::rc::Rc;
 use brook_engine::log::batch::BatchView;
 use brook_engine::log::compaction::record_parts::first_record_without_key;
 use brook_engine::log::config::LogConfig;
+use brook_engine::log::epoch_cache::LeaderEpochCache;
 use brook_engine::log::file_name::SegmentFileKind;
 use brook_engine::log::retention::{self, RetentionInput, SegmentSummary};
 use brook_engine::log::roll::IncomingBatch;
@@ -266,19 +267,31 @@ impl PartitionLog {
         if epoch.0 < 0 {
             return Ok(());
         }
-        let (path, epochs) = {
-            let state = self.inner.state.borrow();
-            if let Some(latest) = state.epochs.latest_epoch().filter(|latest| *latest > epoch) {
+        self.change_epochs(|epochs, log_end| {
+            if let Some(latest) = epochs.latest_epoch().filter(|latest| *latest > epoch) {
                 return Err(StorageError::StaleLeaderEpoch { epoch, latest });
             }
+            Ok(epochs.assign(epoch, log_end))
+        })
+        .await
+    }
+
+    /// Changes the epoch cache by `change` (given the log end; false when
+    /// it changed nothing). The cache takes the change only once the
+    /// checkpoint holds it: batches of an epoch the checkpoint does not
+    /// hold would fail recovery's check.
+    pub(crate) async fn change_epochs(
+        &self,
+        change: impl FnOnce(&mut LeaderEpochCache, Offset) -> Result<bool, StorageError>,
+    ) -> Result<(), StorageError> {
+        let (path, epochs) = {
+            let state = self.inner.state.borrow();
             let mut epochs = state.epochs.clone();
-            if !epochs.assign(epoch, state.log_end_offset) {
+            if !change(&mut epochs, state.log_end_offset)? {
                 return Ok(());
             }
             (state.dir().join(EPOCH_CHECKPOINT_FILE), epochs)
         };
-        // The cache takes the new epoch only once it is on disk: batches of
-        // an epoch the checkpoint does not hold would fail recovery's check.
         write_atomically(&path, epochs.encode().as_bytes()).await?;
         self.inner.state.borrow_mut().epochs = epochs;
         Ok(())

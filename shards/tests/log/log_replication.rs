@@ -298,3 +298,31 @@ fn a_log_emptied_to_start_at_the_leaders_start_takes_batches_from_there() {
         restarted.close().await.unwrap();
     });
 }
+
+/// A leader that recorded its epoch and appended nothing of it before
+/// another was elected holds an epoch no other replica has. The leader's
+/// DivergingEpoch answer then points at its own log end; that truncation
+/// cuts no batch but drops the empty epoch (Kafka's `truncateTo` past the
+/// end), on disk too, or every fetch would diverge again.
+#[test]
+fn truncating_at_the_end_drops_an_epoch_that_holds_no_batch() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("follower-0");
+    block_on(async move {
+        let log = open(&dir, LogConfig::default(), crashed()).await;
+        log.append(&batch(3, 10, 0), LeaderEpoch(0), now_ms())
+            .await
+            .unwrap();
+        log.become_leader(LeaderEpoch(2)).await.unwrap();
+        assert_eq!(log.latest_epoch(), Some(LeaderEpoch(2)));
+        let end = log.log_end_offset();
+        let truncated = log.truncate(LogCut::To(end), now_ms()).await.unwrap();
+        assert_eq!(truncated.log_end_offset(), end);
+        assert_eq!(truncated.latest_epoch(), Some(LeaderEpoch(0)));
+        truncated.flush().await.unwrap();
+        drop(truncated);
+        let reopened = open(&dir, LogConfig::default(), crashed()).await;
+        assert_eq!(reopened.latest_epoch(), Some(LeaderEpoch(0)));
+        reopened.close().await.unwrap();
+    });
+}

@@ -643,7 +643,7 @@ pub(crate) fn wait_for_full_isr(cluster: &Cluster, index: usize, topic: &str, pa
         assert!(
             Instant::now() < deadline,
             "{topic}: {placed:?}\n{}",
-            cluster.nodes[index].log()
+            cluster.logs()
         );
         std::thread::sleep(Duration::from_millis(100));
     }
