@@ -1,5 +1,5 @@
 //! DeleteRecords on a replicated partition, as Kafka does it: only the
-//! leader takes it, and it answers once every live replica's log start
+//! leader takes it (and ListOffsets), and it answers once every live replica's log start
 //! reached the offset (the low watermark), followers having moved theirs
 //! to the leader's; so the leader can die right after the answer and the
 //! new leader does not serve the deleted records again.
@@ -53,6 +53,13 @@ fn deleted_records_stay_deleted_when_the_leader_dies_right_after() {
         brook_tests::raw::produce_filler(&mut stream, TOPIC, 0, 10, 100);
     }
     let follower = (leader + 1) % 3;
+    // ListOffsets, like DeleteRecords, is the leader's to answer.
+    let mut to_follower = brook_tests::raw::connect(&cluster.nodes[follower]);
+    assert_eq!(
+        brook_tests::raw::list_offset_answer(&mut to_follower, TOPIC, 0, -1),
+        Some((6, -1)),
+        "a follower refuses ListOffsets NOT_LEADER_OR_FOLLOWER"
+    );
     assert_eq!(
         delete_records(&cluster, follower, 40),
         (6, -1),

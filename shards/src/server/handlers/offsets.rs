@@ -29,6 +29,10 @@ use crate::server::response::{Response, encode};
 use crate::server::shard::Shard;
 use crate::storage::PartitionLog;
 
+/// ListOffsets' `replica_id` of Kafka's debugging consumer, which may read
+/// a follower's offsets.
+const DEBUGGING_CONSUMER: i32 = -2;
+
 /// ListOffsets' special timestamps.
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
@@ -105,9 +109,18 @@ pub async fn list_offsets(shard: &Rc<Shard>, request: &Request) -> Result<Respon
                 partition: PartitionId(partition.partition_index),
             };
             let served = shard.leader_epoch_of(&topic_partition);
+            // Kafka answers from the leader only (its debugging consumer,
+            // replica id -2, may ask a follower): a follower's log ends
+            // and starts elsewhere.
+            let follower = body.replica_id.0 != DEBUGGING_CONSUMER
+                && shard
+                    .with_registration(&name, topic_partition.partition, |_| ())
+                    .is_some()
+                && !shard.leads(&name, topic_partition.partition);
             let (error, timestamp, offset) =
                 match epoch_error(partition.current_leader_epoch, served) {
                     Some(error) => (error, -1, -1),
+                    None if follower => (ErrorCode::NOT_LEADER_OR_FOLLOWER, -1, -1),
                     None => {
                         let missing = (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1);
                         let target = partition.timestamp;
