@@ -1,5 +1,5 @@
 //! DeleteRecords on a replicated partition, as Kafka does it: only the
-//! leader takes it (and ListOffsets), and it answers once every live replica's log start
+//! leader takes it (and ListOffsets and OffsetForLeaderEpoch), and it answers once every live replica's log start
 //! reached the offset (the low watermark), followers having moved theirs
 //! to the leader's; so the leader can die right after the answer and the
 //! new leader does not serve the deleted records again.
@@ -10,7 +10,10 @@ use brook_tests::cluster::Cluster;
 use kafka_protocol::messages::delete_records_request::{
     DeleteRecordsPartition, DeleteRecordsTopic,
 };
-use kafka_protocol::messages::{ApiKey, DeleteRecordsRequest, DeleteRecordsResponse, TopicName};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, DeleteRecordsRequest, DeleteRecordsResponse, OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 
 use crate::cluster_replication::{QUICK_FENCING, create_replicated, leaders};
@@ -60,6 +63,39 @@ fn deleted_records_stay_deleted_when_the_leader_dies_right_after() {
         Some((6, -1)),
         "a follower refuses ListOffsets NOT_LEADER_OR_FOLLOWER"
     );
+    let asked = |index: usize, replica_id: i32| {
+        use kafka_protocol::messages::offset_for_leader_epoch_request::{
+            OffsetForLeaderPartition, OffsetForLeaderTopic,
+        };
+        let request = OffsetForLeaderEpochRequest::default()
+            .with_replica_id(BrokerId(replica_id))
+            .with_topics(vec![
+                OffsetForLeaderTopic::default()
+                    .with_topic(TopicName(StrBytes::from_static_str(TOPIC)))
+                    .with_partitions(vec![
+                        OffsetForLeaderPartition::default()
+                            .with_partition(0)
+                            .with_current_leader_epoch(-1)
+                            .with_leader_epoch(0),
+                    ]),
+            ]);
+        let response: OffsetForLeaderEpochResponse = brook_tests::raw::exchange(
+            &mut brook_tests::raw::connect(&cluster.nodes[index]),
+            ApiKey::OffsetForLeaderEpoch,
+            4,
+            &request,
+        );
+        let answer = &response.topics[0].partitions[0];
+        (answer.error_code, answer.end_offset)
+    };
+    assert_eq!(
+        asked(follower, -1),
+        (6, -1),
+        "OffsetForLeaderEpoch likewise"
+    );
+    assert_eq!(asked(leader, -1), (0, 100));
+    // Kafka's debugging consumer may ask a follower.
+    assert_eq!(asked(follower, -2).0, 0);
     assert_eq!(
         delete_records(&cluster, follower, 40),
         (6, -1),

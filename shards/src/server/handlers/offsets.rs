@@ -29,9 +29,20 @@ use crate::server::response::{Response, encode};
 use crate::server::shard::Shard;
 use crate::storage::PartitionLog;
 
-/// ListOffsets' `replica_id` of Kafka's debugging consumer, which may read
-/// a follower's offsets.
+/// The `replica_id` of Kafka's debugging consumer, which may ask a
+/// follower for offsets (ListOffsets, OffsetForLeaderEpoch).
 const DEBUGGING_CONSUMER: i32 = -2;
+
+/// Whether a request for `topic_partition`'s offsets from `replica_id`
+/// reached a broker that knows the partition but does not lead it: Kafka
+/// answers those from the leader only (`fetchOnlyFromLeader`), since a
+/// follower's log ends and starts elsewhere.
+fn asks_a_follower(shard: &Shard, topic_partition: &TopicPartition, replica_id: i32) -> bool {
+    let (topic, partition) = (&topic_partition.topic, topic_partition.partition);
+    replica_id != DEBUGGING_CONSUMER
+        && shard.with_registration(topic, partition, |_| ()).is_some()
+        && !shard.leads(topic, partition)
+}
 
 /// ListOffsets' special timestamps.
 const LATEST: i64 = -1;
@@ -109,14 +120,7 @@ pub async fn list_offsets(shard: &Rc<Shard>, request: &Request) -> Result<Respon
                 partition: PartitionId(partition.partition_index),
             };
             let served = shard.leader_epoch_of(&topic_partition);
-            // Kafka answers from the leader only (its debugging consumer,
-            // replica id -2, may ask a follower): a follower's log ends
-            // and starts elsewhere.
-            let follower = body.replica_id.0 != DEBUGGING_CONSUMER
-                && shard
-                    .with_registration(&name, topic_partition.partition, |_| ())
-                    .is_some()
-                && !shard.leads(&name, topic_partition.partition);
+            let follower = asks_a_follower(shard, &topic_partition, body.replica_id.0);
             let (error, timestamp, offset) =
                 match epoch_error(partition.current_leader_epoch, served) {
                     Some(error) => (error, -1, -1),
@@ -168,9 +172,11 @@ pub async fn offset_for_leader_epoch(
                 partition: PartitionId(partition.partition),
             };
             let served = shard.leader_epoch_of(&topic_partition);
+            let follower = asks_a_follower(shard, &topic_partition, body.replica_id.0);
             let (error, epoch, end_offset) =
                 match epoch_error(partition.current_leader_epoch, served) {
                     Some(error) => (error, -1, -1),
+                    None if follower => (ErrorCode::NOT_LEADER_OR_FOLLOWER, -1, -1),
                     None => {
                         let requested = LeaderEpoch(partition.leader_epoch);
                         let missing = (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1);
