@@ -24,8 +24,18 @@ const TOPIC: &str = "trimmed";
 /// DeleteRecords of partition 0 before `offset`, sent to node `index`:
 /// (error code, low watermark).
 fn delete_records(cluster: &Cluster, index: usize, offset: i64) -> (i16, i64) {
+    delete_records_within(cluster, index, offset, 10_000)
+}
+
+/// As [`delete_records`], with the request's `timeout_ms`.
+fn delete_records_within(
+    cluster: &Cluster,
+    index: usize,
+    offset: i64,
+    timeout_ms: i32,
+) -> (i16, i64) {
     let request = DeleteRecordsRequest::default()
-        .with_timeout_ms(10_000)
+        .with_timeout_ms(timeout_ms)
         .with_topics(vec![
             DeleteRecordsTopic::default()
                 .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
@@ -123,4 +133,14 @@ fn deleted_records_stay_deleted_when_the_leader_dies_right_after() {
     // The new leader deletes further, with one replica down: the live ones
     // are enough.
     assert_eq!(delete_records(&cluster, new_leader, 60), (0, 60));
+    // A live follower that does not fetch (paused, its session not yet
+    // expired) holds the low watermark back: the request's timeout ends
+    // the wait with Kafka's REQUEST_TIMED_OUT.
+    let other = (0..3)
+        .find(|index| ![leader, new_leader].contains(index))
+        .unwrap();
+    cluster.nodes[other].signal(libc::SIGSTOP);
+    let timed_out = delete_records_within(&cluster, new_leader, 70, 300);
+    cluster.nodes[other].signal(libc::SIGCONT);
+    assert_eq!(timed_out, (7, -1), "REQUEST_TIMED_OUT");
 }
