@@ -392,6 +392,16 @@ impl BrokerProcess {
         }
     }
 
+    /// Starts the broker again on the same port and data directory at
+    /// once, with no retry: what a supervisor does right after a crash.
+    pub fn restart_once(&mut self) -> Result<(), BenchError> {
+        if self.is_kafka() {
+            return self.launch_kafka();
+        }
+        let listen = self.address.clone();
+        self.launch(&listen)
+    }
+
     /// What the broker logged past the first `offset` bytes of its log.
     fn log_since(&self, offset: u64) -> String {
         let log = std::fs::read(self.log_path()).unwrap_or_default();

@@ -72,6 +72,15 @@ impl Broker {
             .unwrap_or_else(|error| panic!("{error}"));
     }
 
+    /// Starts the broker again at once, as a supervisor does after a
+    /// crash: one try, and a failure to start panics (no waiting for the
+    /// port here; the broker must take it).
+    pub fn restart_at_once(&mut self) {
+        self.process
+            .restart_once()
+            .unwrap_or_else(|error| panic!("an immediate restart failed: {error}"));
+    }
+
     pub fn data_dir(&self) -> &Path {
         self.process.data_dir()
     }

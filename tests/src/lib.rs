@@ -8,6 +8,7 @@ pub mod groups;
 pub mod java;
 pub mod kafka;
 pub mod librdkafka;
+pub mod load;
 pub mod netns;
 pub mod raw;
 pub mod scrape;

@@ -92,8 +92,10 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
         crate::storage::StorageError::io("creating", &options.data_dir, source)
     })?;
     let listen = resolve_port(options.listen)?;
+    let mut addresses = vec![listen];
+    addresses.extend(controller_address(&options.config)?);
     // Held until the process exits; another process then starts.
-    let _exclusive = exclusive::claim(&options.data_dir, listen)?;
+    let _exclusive = exclusive::claim(&options.data_dir, &addresses)?;
     let cluster_id = meta_properties::load_or_create_cluster_id(
         &options.data_dir,
         options.config.broker_id,
@@ -225,6 +227,18 @@ fn resolve_port(listen: SocketAddr) -> Result<SocketAddr, ServerError> {
         address: listen,
         source,
     })
+}
+
+/// Where this node's controller listener binds (an empty host: every
+/// address), if it has one.
+fn controller_address(config: &BrokerConfig) -> Result<Option<SocketAddr>, ServerError> {
+    let Some(settings) = &config.cluster else {
+        return Ok(None);
+    };
+    let Some(listener) = settings.listener(&settings.controller_listener) else {
+        return Ok(None);
+    };
+    quorum::listener_address(listener).map(Some)
 }
 
 /// A cluster node's controlled shutdown (on shard 0), waited for here.

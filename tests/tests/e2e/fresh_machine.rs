@@ -209,5 +209,20 @@ fn a_second_broker_on_the_same_port_or_data_dir_refuses_to_start() {
         same_dir.contains("another process is using this directory"),
         "{same_dir}"
     );
+    // Another program's socket on the port: refused at once, naming it
+    // (a killed broker's leftover socket, which no process holds, is
+    // waited for instead; see crash_restart.rs).
+    let program = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = program.local_addr().unwrap().to_string();
+    let other_program = refused(&[
+        "--listen",
+        &taken,
+        "--data-dir",
+        elsewhere.path().to_str().unwrap(),
+    ]);
+    assert!(
+        other_program.contains(&format!("held by pid {}", std::process::id())),
+        "{other_program}"
+    );
     round_trip(&broker.address, "still-serving", 3);
 }

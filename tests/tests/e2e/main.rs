@@ -32,6 +32,7 @@ mod cluster_quorum;
 mod cluster_replication;
 mod cluster_transactions;
 mod crash_recovery;
+mod crash_restart;
 mod exactly_once;
 mod fetch_sessions;
 mod franz_go;

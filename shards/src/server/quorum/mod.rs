@@ -19,6 +19,7 @@
 
 mod broker;
 pub use broker::{ShutDown, shut_down_in_turn};
+pub use transport::listener_address;
 pub mod disk;
 mod reconcile;
 mod transport;
@@ -56,6 +57,7 @@ use futures::{FutureExt, StreamExt};
 use raft::eraftpb::Message;
 use rand::{Rng, SeedableRng};
 
+use crate::server::ServerError;
 use crate::server::controller::random_id;
 use crate::server::shard::Shard;
 
@@ -200,8 +202,11 @@ pub async fn wait_for_offset(shard: &Shard, offset: u64) {
     }
 }
 
-/// Starts the cluster tasks on shard 0.
-pub async fn start(shard: Rc<Shard>, settings: ClusterSettings) {
+/// Starts the cluster tasks on shard 0; an error when the controller
+/// listener cannot be bound (the node would be out of its quorum).
+pub async fn start(shard: Rc<Shard>, settings: ClusterSettings) -> Result<(), ServerError> {
+    let listener = settings.listener(&settings.controller_listener).cloned();
+    let bound = listener.as_ref().map(transport::bind).transpose()?;
     let quorum = if settings.roles.is_controller() {
         match start_voter(&shard, &settings) {
             Ok(quorum) => Some(quorum),
@@ -213,11 +218,12 @@ pub async fn start(shard: Rc<Shard>, settings: ClusterSettings) {
     } else {
         None
     };
-    if let Some(listener) = settings.listener(&settings.controller_listener).cloned() {
+    if let (Some(listener), Some(bound)) = (listener, bound) {
         glommio::spawn_local(transport::listen(
             shard.clone(),
             settings.clone(),
             listener,
+            bound,
             quorum.clone(),
         ))
         .detach();
@@ -227,6 +233,7 @@ pub async fn start(shard: Rc<Shard>, settings: ClusterSettings) {
         *shard.forward.borrow_mut() = Some(forward);
         glommio::spawn_local(broker::run(shard.clone(), settings.clone(), forwarded)).detach();
     }
+    Ok(())
 }
 
 fn start_voter(shard: &Rc<Shard>, settings: &ClusterSettings) -> Result<Rc<Quorum>, String> {

@@ -1,6 +1,8 @@
 //! The controller listener and the connections to other voters: frames in
 //! and out, the hello that checks `cluster.id`, bounded everything.
 
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::fd::{FromRawFd, IntoRawFd};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -15,6 +17,8 @@ use glommio::net::{TcpListener, TcpStream};
 use thiserror::Error;
 
 use super::{Input, Quorum};
+use crate::server::ServerError;
+use crate::server::exclusive::bind_listener;
 use crate::server::shard::Shard;
 
 /// How long a peer may take to say hello, or a request to be answered.
@@ -135,25 +139,46 @@ pub async fn send_to_peer(
     }
 }
 
-/// The controller listener: peers and brokers connect here.
-pub async fn listen(
-    shard: Rc<Shard>,
-    settings: ClusterSettings,
-    listener: Listener,
-    quorum: Option<Rc<Quorum>>,
-) {
+/// Where `listener` binds: its host (empty: every address) and port.
+pub fn listener_address(listener: &Listener) -> Result<SocketAddr, ServerError> {
     let host = if listener.host.is_empty() {
         "0.0.0.0"
     } else {
         listener.host.as_str()
     };
-    let bound = match TcpListener::bind(format!("{host}:{}", listener.port).as_str()) {
-        Ok(bound) => bound,
-        Err(error) => {
-            tracing::error!(listener = %listener.name, port = listener.port, %error, "cannot bind the controller listener");
-            return;
-        }
+    let unresolved = |source| ServerError::Listen {
+        address: SocketAddr::from(([0, 0, 0, 0], listener.port)),
+        source,
     };
+    (host, listener.port)
+        .to_socket_addrs()
+        .map_err(unresolved)?
+        .next()
+        .ok_or_else(|| {
+            unresolved(std::io::Error::other(format!(
+                "{host} resolves to no address"
+            )))
+        })
+}
+
+/// Binds the controller listener as the client listener is bound (see
+/// [`bind_listener`]): a restart after a crash takes the port again.
+pub fn bind(listener: &Listener) -> Result<TcpListener, ServerError> {
+    let address = listener_address(listener)?;
+    let bound = bind_listener(address).map_err(|source| ServerError::Listen { address, source })?;
+    // SAFETY: the descriptor of a bound, listening socket, given up by the
+    // std listener it came in.
+    Ok(unsafe { TcpListener::from_raw_fd(bound.into_raw_fd()) })
+}
+
+/// The controller listener: peers and brokers connect here.
+pub async fn listen(
+    shard: Rc<Shard>,
+    settings: ClusterSettings,
+    listener: Listener,
+    bound: TcpListener,
+    quorum: Option<Rc<Quorum>>,
+) {
     tracing::info!(listener = %listener.name, port = listener.port, "controller listener up");
     while !shard.is_stopping() {
         match bound.accept().await {
