@@ -338,10 +338,7 @@ async fn drive(shard: Rc<Shard>, quorum: Rc<Quorum>, mut inputs: mpsc::Receiver<
             }) => handle_request(&quorum, from, epoch, request, reply),
             None => {
                 let now = quorum.now_ms();
-                let (ticked, stall) = {
-                    let mut node = quorum.node.borrow_mut();
-                    (node.tick(now), node.last_stall_ms())
-                };
+                let ticked = quorum.node.borrow_mut().tick(now);
                 let fenced = ticked.fenced;
                 if !ticked.balanced.is_empty() {
                     tracing::info!(
@@ -349,7 +346,7 @@ async fn drive(shard: Rc<Shard>, quorum: Rc<Quorum>, mut inputs: mpsc::Receiver<
                         "moving leaderships back to preferred replicas"
                     );
                 }
-                if let Some(stall) = stall {
+                if let Some(stall) = ticked.stall_ms {
                     tracing::warn!(
                         stall_ms = stall,
                         "the controller's loop stalled; broker sessions do not count the stall"
