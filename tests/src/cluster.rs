@@ -25,8 +25,14 @@ pub struct Cluster {
 /// What one node says of the cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Seen {
+    /// The live brokers Metadata lists.
     pub brokers: Vec<i32>,
+    /// The active controller, as DescribeQuorum through this node names the
+    /// metadata log's leader (-1: none). Metadata's controller id is not
+    /// it: a KRaft broker names a live broker there, as Kafka's do.
     pub controller: i32,
+    /// Metadata's controller id.
+    pub metadata_controller: i32,
 }
 
 /// A free port on 127.0.0.1 (bound, then released for the broker to take).
@@ -56,8 +62,8 @@ fn node_arguments_at(id: usize, address: &str, voters: &str) -> Vec<String> {
     ]
 }
 
-/// Metadata from the broker at `address` (`host:port`), `None` if it does
-/// not answer.
+/// What the broker at `address` (`host:port`) says (Metadata, then
+/// DescribeQuorum), `None` if it does not answer.
 pub fn seen_at(address: &str) -> Option<Seen> {
     let mut stream = std::net::TcpStream::connect(address).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
@@ -75,7 +81,24 @@ pub fn seen_at(address: &str) -> Option<Seen> {
     brokers.sort();
     Some(Seen {
         brokers,
-        controller: response.controller_id.0,
+        controller: quorum_leader(&mut stream)?,
+        metadata_controller: response.controller_id.0,
+    })
+}
+
+/// The metadata log's leader as DescribeQuorum on `stream` names it (-1:
+/// none), `None` if the broker does not answer.
+fn quorum_leader(stream: &mut std::net::TcpStream) -> Option<i32> {
+    let response: DescribeQuorumResponse = raw::try_exchange(
+        stream,
+        ApiKey::DescribeQuorum,
+        0,
+        &metadata_quorum_request(),
+    )?;
+    let partition = response.topics.first()?.partitions.first()?;
+    Some(match partition.error_code {
+        0 => partition.leader_id.0,
+        _ => -1,
     })
 }
 
@@ -195,7 +218,16 @@ impl Cluster {
             .collect()
     }
 
-    /// DescribeCluster's controller from node `index`.
+    /// The active controller as DescribeQuorum through node `index` names
+    /// it (`None`: no answer, or no leader).
+    pub fn active_controller(&self, index: usize) -> Option<i32> {
+        let mut stream = std::net::TcpStream::connect(&self.nodes[index].address).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        quorum_leader(&mut stream).filter(|leader| *leader >= 0)
+    }
+
+    /// DescribeCluster's controller id from node `index` (a live broker,
+    /// as Kafka's KRaft brokers answer; not the active controller).
     pub fn described_controller(&self, index: usize) -> Option<i32> {
         let stream = std::net::TcpStream::connect(&self.nodes[index].address).ok()?;
         stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;

@@ -8,8 +8,11 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse};
+use kafka_protocol::messages::{
+    ApiKey, DescribeQuorumRequest, DescribeQuorumResponse, MetadataRequest, MetadataResponse,
+};
 
 use super::report::{Figure, NamedRun, Target};
 use super::{Bench, BenchError};
@@ -228,8 +231,8 @@ fn with_addresses(
 }
 
 /// What `address` answers to Metadata for `topic` (none: brokers only):
-/// the live brokers, the controller, and whether the topic is there.
-async fn metadata(address: SocketAddr, topic: Option<&str>) -> Option<(usize, i32, bool)> {
+/// the live brokers, and whether the topic is there.
+async fn metadata(address: SocketAddr, topic: Option<&str>) -> Option<(usize, bool)> {
     let cluster = Cluster::new(address, "brook-bench-failover");
     let connection = cluster.own_connection(address).await.ok()?;
     let topics =
@@ -243,7 +246,7 @@ async fn metadata(address: SocketAddr, topic: Option<&str>) -> Option<(usize, i3
         .ok()?;
     connection.close().await;
     let found = response.topics.iter().any(|topic| topic.error_code == 0);
-    Some((response.brokers.len(), response.controller_id.0, found))
+    Some((response.brokers.len(), found))
 }
 
 async fn create(address: SocketAddr, name: &str) -> Result<(), ClientError> {
@@ -284,28 +287,61 @@ pub(super) async fn all_formed(addresses: &[SocketAddr]) -> Result<i32, BenchErr
 }
 
 /// Every node of `addresses` names three brokers, and (`one_controller`)
-/// the same controller: Kafka's KRaft brokers name a random live broker as
-/// the controller in Metadata, so only its brokers count. The controller.
+/// DescribeQuorum names an active controller, which is returned (-1 when
+/// not asked: Kafka's KRaft brokers name a random live broker as the
+/// controller in Metadata, so only their brokers count).
 pub(super) async fn until_formed(
     addresses: &[SocketAddr],
     one_controller: bool,
 ) -> Result<i32, BenchError> {
     until("three brokers and one controller", async || {
-        let mut controllers = Vec::new();
         for address in addresses {
             match metadata(*address, None).await {
-                Some((brokers, controller, _)) if brokers == NODES && controller >= 0 => {
-                    controllers.push(controller)
-                }
+                Some((brokers, _)) if brokers == NODES => {}
                 _ => return None,
             }
         }
-        controllers
-            .iter()
-            .all(|controller| !one_controller || *controller == controllers[0])
-            .then(|| controllers[0])
+        match one_controller {
+            true => active_controller(addresses)
+                .await
+                .and_then(|controller| i32::try_from(controller).ok()),
+            false => Some(-1),
+        }
     })
     .await
+}
+
+/// The active controller's node id, as DescribeQuorum names the leader of
+/// the metadata log (Kafka's KRaft brokers, and Brook's, put a live broker
+/// in Metadata's controller id; DescribeQuorum they forward to the
+/// controller).
+pub(super) async fn active_controller(addresses: &[SocketAddr]) -> Option<usize> {
+    let request = DescribeQuorumRequest::default().with_topics(vec![
+        TopicData::default()
+            .with_topic_name(topic_name("__cluster_metadata"))
+            .with_partitions(vec![PartitionData::default().with_partition_index(0)]),
+    ]);
+    for address in addresses {
+        let cluster = Cluster::new(*address, "brook-bench-failover");
+        let Ok(connection) = cluster.own_connection(*address).await else {
+            continue;
+        };
+        let answered: Result<DescribeQuorumResponse, ClientError> = connection
+            .request(ApiKey::DescribeQuorum, 0, &request)
+            .await;
+        connection.close().await;
+        let leader = answered
+            .ok()
+            .filter(|response| response.error_code == 0)
+            .and_then(|response| response.topics.into_iter().next())
+            .and_then(|topic| topic.partitions.into_iter().next())
+            .filter(|partition| partition.error_code == 0)
+            .and_then(|partition| usize::try_from(partition.leader_id.0).ok());
+        if leader.is_some() {
+            return leader;
+        }
+    }
+    None
 }
 
 async fn measure(
@@ -325,7 +361,7 @@ async fn measure(
             for address in &addresses {
                 if !metadata(*address, Some(&name))
                     .await
-                    .is_some_and(|(_, _, found)| found)
+                    .is_some_and(|(_, found)| found)
                 {
                     return None;
                 }

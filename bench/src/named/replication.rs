@@ -22,15 +22,15 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use brook_engine::log::batch::Compression;
-use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, DescribeQuorumRequest, DescribeQuorumResponse, MetadataRequest, MetadataResponse,
-    ProduceRequest, ProduceResponse,
+    ApiKey, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse,
 };
 
-use super::failover::{NODES, duration_figure, samples_ms, until_formed, until_within};
+use super::failover::{
+    NODES, active_controller, duration_figure, samples_ms, until_formed, until_within,
+};
 use super::report::{Figure, NamedRun, Target};
 use super::{Bench, BenchError};
 use crate::broker::BrokerProcess;
@@ -340,38 +340,6 @@ async fn produce_one(cluster: &Cluster, leader: SocketAddr) -> bool {
             .flat_map(|topic| &topic.partition_responses)
             .all(|partition| partition.error_code == 0)
     })
-}
-
-/// The active controller's node id, as DescribeQuorum names the leader of
-/// the metadata log (Kafka's KRaft brokers put a random live broker in
-/// Metadata's controller id; DescribeQuorum they forward to the controller).
-async fn active_controller(addresses: &[SocketAddr]) -> Option<usize> {
-    let request = DescribeQuorumRequest::default().with_topics(vec![
-        TopicData::default()
-            .with_topic_name(topic_name("__cluster_metadata"))
-            .with_partitions(vec![PartitionData::default().with_partition_index(0)]),
-    ]);
-    for address in addresses {
-        let cluster = Cluster::new(*address, "brook-bench-replication");
-        let Ok(connection) = cluster.own_connection(*address).await else {
-            continue;
-        };
-        let answered: Result<DescribeQuorumResponse, ClientError> = connection
-            .request(ApiKey::DescribeQuorum, 0, &request)
-            .await;
-        connection.close().await;
-        let leader = answered
-            .ok()
-            .filter(|response| response.error_code == 0)
-            .and_then(|response| response.topics.into_iter().next())
-            .and_then(|topic| topic.partitions.into_iter().next())
-            .filter(|partition| partition.error_code == 0)
-            .and_then(|partition| usize::try_from(partition.leader_id.0).ok());
-        if leader.is_some() {
-            return leader;
-        }
-    }
-    None
 }
 
 async fn until<T>(what: &str, probe: impl AsyncFnMut() -> Option<T>) -> Result<T, BenchError> {

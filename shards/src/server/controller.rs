@@ -24,6 +24,7 @@ use brook_engine::log::config::LogConfig;
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::types::{BrokerId, PartitionId, TopicPartition};
 
+use crate::server::quorum::FORWARD_TIMEOUT;
 use crate::server::shard::Shard;
 use crate::storage::StorageError;
 
@@ -209,7 +210,7 @@ async fn forward(shard: &Rc<Shard>, change: Change) -> Vec<TopicOutcome> {
     };
     let answered = shard
         .on_shard(ShardId(0), move |first| async move {
-            crate::server::quorum::ask_controller(&first, request).await
+            crate::server::quorum::ask_controller(&first, request, FORWARD_TIMEOUT).await
         })
         .await;
     match answered {
@@ -227,7 +228,10 @@ async fn forward(shard: &Rc<Shard>, change: Change) -> Vec<TopicOutcome> {
                 })
                 .collect()
         }
-        _ => refuse_all(ErrorCode::NOT_CONTROLLER, "no active controller answered"),
+        _ => refuse_all(
+            ErrorCode::REQUEST_TIMED_OUT,
+            "no active controller answered in time",
+        ),
     }
 }
 

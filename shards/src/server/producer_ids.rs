@@ -113,6 +113,10 @@ impl ProducerIds {
     }
 }
 
+/// How long a block is asked for while no controller answers; the client
+/// meanwhile waits, then hears COORDINATOR_LOAD_IN_PROGRESS and retries.
+const GRANT_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A block from the active controller, asked for at this broker's epoch
 /// as the metadata log registers it.
 async fn granted_block(shard: &Shard, node: BrokerId) -> Result<(i64, i64), ErrorCode> {
@@ -125,7 +129,7 @@ async fn granted_block(shard: &Shard, node: BrokerId) -> Result<(i64, i64), Erro
         broker: node,
         broker_epoch,
     };
-    match crate::server::quorum::ask_controller(shard, request).await {
+    match crate::server::quorum::ask_controller(shard, request, GRANT_WAIT_MAX).await {
         Some(PeerResponse::ProducerIds {
             error,
             start,

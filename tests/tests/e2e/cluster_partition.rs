@@ -45,7 +45,7 @@ fn a_leader_cut_off_from_the_others_is_replaced_and_follows_once_healed() {
     let load = Load::start(&cluster, "cut", PARTITIONS);
     std::thread::sleep(Duration::from_secs(2));
     for cut_controller in [false, true] {
-        let controller = cluster.described_controller(0).expect("a controller") as usize;
+        let controller = cluster.active_controller(0).expect("a controller") as usize;
         let led = leaders(&cluster, 0, "cut").unwrap();
         let (&partition, &cut) = led
             .iter()

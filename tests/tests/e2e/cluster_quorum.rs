@@ -42,8 +42,11 @@ fn three_nodes_elect_one_controller_fence_a_stopped_broker_and_survive_the_contr
         seen.iter().all(|seen| seen.controller == controller),
         "{seen:?}"
     );
+    // Metadata and DescribeCluster name a live broker that forwards admin
+    // requests, as Kafka's KRaft brokers do: each names itself.
     for index in ALL {
-        assert_eq!(cluster.described_controller(index), Some(controller));
+        assert_eq!(cluster.described_controller(index), Some(index as i32));
+        assert_eq!(seen[index].metadata_controller, index as i32);
     }
 
     // SIGSTOP a broker past its session: fenced; SIGCONT: back.
@@ -77,11 +80,24 @@ fn three_nodes_elect_one_controller_fence_a_stopped_broker_and_survive_the_contr
         .collect();
     cluster.nodes[controller].kill();
     let killed = Instant::now();
+    // While the voters elect, Metadata still names a live broker, never
+    // -1: any broker forwards admin requests (Kafka's KRaft brokers too).
+    let no_controller_named = std::cell::Cell::new(0);
     let seen = cluster.wait_until(
         &survivors,
         Duration::from_secs(30),
         "a new controller",
-        |seen| seen.controller >= 0 && seen.controller != controller as i32,
+        |seen| {
+            if seen.metadata_controller < 0 {
+                no_controller_named.set(no_controller_named.get() + 1);
+            }
+            seen.controller >= 0 && seen.controller != controller as i32
+        },
+    );
+    assert_eq!(
+        no_controller_named.get(),
+        0,
+        "Metadata answered controller -1 during the election"
     );
     println!(
         "a new controller ({}) {:?} after kill -9",
@@ -715,7 +731,7 @@ fn kafka_topics_creates_through_any_broker_and_every_broker_describes_the_same()
             .map(|value| value.trim().to_owned())
             .unwrap_or_else(|| panic!("no {name} in {text}"))
     };
-    let controller = cluster.described_controller(asked).unwrap();
+    let controller = cluster.active_controller(asked).unwrap();
     let status = quorum(asked, "--status");
     println!("{status}");
     assert_eq!(

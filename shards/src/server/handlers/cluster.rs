@@ -120,17 +120,17 @@ fn advertised_brokers(shard: &Shard) -> Vec<Advertised> {
     if live.is_empty() { vec![this()] } else { live }
 }
 
-/// The active controller: this broker in a one-node cluster; in a cluster
-/// the one the broker side last reached (-1 while it knows none).
+/// The controller id clients are told (Metadata, DescribeCluster): in a
+/// cluster, as Kafka's KRaft brokers answer (KIP-590), a live broker that
+/// forwards admin requests to the active controller, never -1: this broker
+/// while it is live, else the first live one it knows (itself before it
+/// knows any). DescribeQuorum names the active controller itself.
 fn controller_id(shard: &Shard) -> BrokerId {
-    match &shard.context.config.cluster {
-        None => BrokerId(shard.context.broker_id),
-        Some(_) => BrokerId(
-            shard
-                .cluster_view()
-                .and_then(|view| view.controller)
-                .map_or(-1, |controller| controller.0),
-        ),
+    let this = shard.context.broker_id;
+    let live = advertised_brokers(shard);
+    match live.iter().any(|broker| broker.id == this) {
+        true => BrokerId(this),
+        false => BrokerId(live.first().map_or(this, |broker| broker.id)),
     }
 }
 

@@ -17,6 +17,7 @@ use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaE
 use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse};
 
 use super::{text, topic_name};
+use crate::server::quorum::FORWARD_TIMEOUT;
 use crate::server::response::{Response, encode};
 use crate::server::shard::Shard;
 
@@ -59,7 +60,7 @@ pub async fn elect_leaders(shard: &Rc<Shard>, request: &Request) -> Result<Respo
     };
     let answered = shard
         .on_shard(ShardId(0), move |first| async move {
-            crate::server::quorum::ask_controller(&first, forwarded).await
+            crate::server::quorum::ask_controller(&first, forwarded, FORWARD_TIMEOUT).await
         })
         .await;
     match answered {
@@ -68,8 +69,8 @@ pub async fn elect_leaders(shard: &Rc<Shard>, request: &Request) -> Result<Respo
             answer(request, ErrorCode::NONE, results)
         }
         _ => {
-            let error = ErrorCode::NOT_CONTROLLER;
-            let message = "no active controller answered";
+            let error = ErrorCode::REQUEST_TIMED_OUT;
+            let message = "no active controller answered in time";
             answer(request, error, failed(asked.as_deref(), error, message))
         }
     }

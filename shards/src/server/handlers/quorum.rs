@@ -17,6 +17,7 @@ use kafka_protocol::messages::describe_quorum_response::{
 use kafka_protocol::messages::{BrokerId, DescribeQuorumRequest, DescribeQuorumResponse};
 
 use super::{text, topic_name};
+use crate::server::quorum::FORWARD_TIMEOUT;
 use crate::server::response::{Response, encode};
 use crate::server::shard::Shard;
 
@@ -64,7 +65,12 @@ pub async fn describe_quorum(shard: &Rc<Shard>, request: &Request) -> Result<Res
     }
     let answered = shard
         .on_shard(ShardId(0), move |first| async move {
-            crate::server::quorum::ask_controller(&first, PeerRequest::DescribeQuorum).await
+            crate::server::quorum::ask_controller(
+                &first,
+                PeerRequest::DescribeQuorum,
+                FORWARD_TIMEOUT,
+            )
+            .await
         })
         .await;
     let partition = match answered {

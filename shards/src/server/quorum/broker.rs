@@ -332,6 +332,11 @@ async fn session(
             () = glommio::timer::sleep(FETCH_INTERVAL).fuse() => None,
         };
         if let Some((request, reply)) = forwarded {
+            if reply.is_canceled() {
+                // Its handler gave up (and asks again, or answered
+                // REQUEST_TIMED_OUT): not sent, so it cannot apply late.
+                continue;
+            }
             let response = session.ask(request).await?;
             let moved = match &response {
                 PeerResponse::NotController { leader } => Some(*leader),

@@ -168,12 +168,46 @@ impl Quorum {
     }
 }
 
-/// How long a forwarded admin request waits for the controller's answer.
-const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a forwarded request waits for the controller's answer, asked
+/// again meanwhile while the controller moves: Kafka's `request.timeout.ms`
+/// default, which bounds its brokers' forwarding the same way.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
+/// The pauses between asks while no controller answers: from the first to
+/// the last.
+const FORWARD_RETRY_MIN: Duration = Duration::from_millis(25);
+const FORWARD_RETRY_MAX: Duration = Duration::from_millis(500);
 
 /// Sends `request` to the active controller through this node's broker
-/// side (call on shard 0); `None` when none answered in time.
-pub async fn ask_controller(shard: &Shard, request: PeerRequest) -> Option<PeerResponse> {
+/// side (call on shard 0), asking again while the controller moves (an
+/// answer NotController, or no session with any): any broker can forward,
+/// so a client is never told NOT_CONTROLLER (Kafka's forwarding manager
+/// retries the same way). `None` when no controller answered within
+/// `limit` ([`FORWARD_TIMEOUT`] for a client's request): the caller
+/// answers REQUEST_TIMED_OUT.
+pub async fn ask_controller(
+    shard: &Shard,
+    request: PeerRequest,
+    limit: Duration,
+) -> Option<PeerResponse> {
+    let deadline = Instant::now() + limit;
+    let mut pause = FORWARD_RETRY_MIN;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        match ask_once(shard, request.clone(), left).await {
+            Some(PeerResponse::NotController { .. }) | None => {}
+            Some(answer) => return Some(answer),
+        }
+        glommio::timer::sleep(pause.min(left)).await;
+        pause = (pause * 2).min(FORWARD_RETRY_MAX);
+    }
+}
+
+/// One ask through the broker side, waiting at most `limit`; `None` when
+/// it was not answered (no session took it in time, or its session ended).
+async fn ask_once(shard: &Shard, request: PeerRequest, limit: Duration) -> Option<PeerResponse> {
     let mut forward = shard.forward.borrow().clone()?;
     let (reply, answer) = oneshot::channel();
     futures::SinkExt::send(&mut forward, (request, reply))
@@ -181,7 +215,7 @@ pub async fn ask_controller(shard: &Shard, request: PeerRequest) -> Option<PeerR
         .ok()?;
     transport::with_timeout(
         async { answer.await.map_err(|_| transport::PeerError::TimedOut) },
-        FORWARD_TIMEOUT,
+        limit,
     )
     .await
     .ok()

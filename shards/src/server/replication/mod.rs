@@ -40,6 +40,7 @@ use futures::FutureExt;
 use futures::channel::oneshot;
 
 use crate::server::quorum::ClusterView;
+use crate::server::quorum::FORWARD_TIMEOUT;
 use crate::server::shard::{Shard, now_ms};
 use crate::storage::PartitionLog;
 
@@ -487,8 +488,12 @@ async fn propose(shard: Rc<Shard>, topic_partition: TopicPartition, proposal: Is
         None => None,
         Some(request) => shard
             .on_shard(ShardId(0), move |first| async move {
-                crate::server::quorum::ask_controller(&first, PeerRequest::AlterPartition(request))
-                    .await
+                crate::server::quorum::ask_controller(
+                    &first,
+                    PeerRequest::AlterPartition(request),
+                    FORWARD_TIMEOUT,
+                )
+                .await
             })
             .await
             .ok()
