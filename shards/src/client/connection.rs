@@ -78,6 +78,9 @@ const API_VERSIONS_VERSION: i16 = 3;
 /// one executor.
 pub struct Connection {
     address: SocketAddr,
+    /// The socket's descriptor (read by the reader task, written by the
+    /// writer half), for socket options.
+    socket: RawFd,
     client_id: StrBytes,
     writer: RefCell<Option<WriteHalf<TcpStream>>>,
     /// Writes one frame at a time, so frames never interleave.
@@ -115,6 +118,7 @@ impl Connection {
         let waiting = Rc::new(RefCell::new(Waiting::default()));
         let connection = Rc::new(Connection {
             address,
+            socket,
             client_id: StrBytes::from_string(client_id.to_owned()),
             writer: RefCell::new(Some(writer)),
             writing: Semaphore::new(1),
@@ -130,6 +134,16 @@ impl Connection {
 
     pub fn address(&self) -> SocketAddr {
         self.address
+    }
+
+    /// Gives the connection up once its peer acknowledges nothing for
+    /// `limit` ([`crate::net::bound_liveness`]): for connections between
+    /// brokers.
+    pub fn bound_liveness(&self, limit: std::time::Duration) -> Result<(), ClientError> {
+        crate::net::bound_liveness(self.socket, limit).map_err(|error| ClientError::Io {
+            address: self.address,
+            reason: error.to_string(),
+        })
     }
 
     /// Whether the connection has failed (a later request fails at once).

@@ -125,7 +125,7 @@ fn cut_off(network: &mut Network, cluster: &Cluster, cut: usize, partition: i32)
 /// `acks=all` record is acknowledged), silences node 1's connections to
 /// node 0 mid-fetch, for good: no reset, no close, and a new connection
 /// works ([`Network::silence_connections`]); their local ports.
-fn silenced_follower(
+pub(crate) fn silenced_follower(
     tag: u8,
     root: &std::path::Path,
     socket_timeout_ms: u64,
@@ -147,7 +147,7 @@ fn silenced_follower(
 /// One `acks=all` record to node 0, which leads `topic`: it is acknowledged
 /// only once every ISR member (all three, for `replica.lag.time.max.ms`,
 /// 30 s) fetched it, within the produce's 10 s.
-fn produce_to_all(cluster: &Cluster, topic: &str, value: &str) {
+pub(crate) fn produce_to_all(cluster: &Cluster, topic: &str, value: &str) {
     let mut leader = brook_tests::raw::connect(&cluster.nodes[0]);
     let answer = brook_tests::raw::produce_batch(&mut leader, topic, 0, -1, one_record(value));
     assert_eq!(
@@ -176,7 +176,9 @@ fn a_fetch_connection_gone_silent_is_replaced_after_the_socket_timeout() {
 /// minutes): a partition later led by that leader gets a new fetcher,
 /// over a new connection, rather than queueing behind the old one. (A
 /// leader cut off by a network partition and healed left such a fetcher
-/// behind on the broker that took its partitions over.)
+/// behind on the broker that took its partitions over. Peer connections
+/// now also have a liveness bound of a few seconds, which frees a silent
+/// connection either way; the stop frees it at once.)
 #[test]
 fn a_fetcher_with_nothing_left_to_follow_stops_mid_fetch() {
     let root = tempfile::tempdir().unwrap();

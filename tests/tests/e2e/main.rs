@@ -26,6 +26,7 @@ mod cluster_delete_records;
 mod cluster_epochs;
 mod cluster_java;
 mod cluster_leader_balance;
+mod cluster_liveness;
 mod cluster_partition;
 mod cluster_producer_ids;
 mod cluster_quorum;

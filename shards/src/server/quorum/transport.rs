@@ -2,7 +2,7 @@
 //! and out, the hello that checks `cluster.id`, bounded everything.
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::os::fd::{FromRawFd, IntoRawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -17,11 +17,12 @@ use glommio::net::{TcpListener, TcpStream};
 use thiserror::Error;
 
 use super::{Input, Quorum};
+use crate::net::{PEER_CONNECT_TIMEOUT, PEER_LIVENESS_TIMEOUT, bound_liveness};
 use crate::server::ServerError;
 use crate::server::exclusive::bind_listener;
 use crate::server::shard::Shard;
 
-/// How long a peer may take to say hello, or a request to be answered.
+/// How long a peer may take to say hello, or a registration to be answered.
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(5);
 /// Reconnection backoff to a voter: from the first to the last.
 const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(50);
@@ -93,17 +94,22 @@ pub async fn expect_hello(
     }
 }
 
+/// A connection to a voter, set up within [`PEER_CONNECT_TIMEOUT`] and
+/// given up once the voter acknowledges nothing for
+/// [`PEER_LIVENESS_TIMEOUT`] (see [`bound_liveness`]).
 pub async fn connect(host: &str, port: u16) -> Result<TcpStream, PeerError> {
     let address = format!("{host}:{port}");
-    with_timeout(
+    let stream = with_timeout(
         async {
             Ok(TcpStream::connect(address.as_str())
                 .await
                 .map_err(std::io::Error::from)?)
         },
-        PEER_TIMEOUT,
+        PEER_CONNECT_TIMEOUT,
     )
-    .await
+    .await?;
+    bound_liveness(stream.as_raw_fd(), PEER_LIVENESS_TIMEOUT)?;
+    Ok(stream)
 }
 
 /// Sends Raft frames to one voter, reconnecting with backoff; what is
@@ -215,6 +221,9 @@ async fn serve_peer(
     node: BrokerId,
     quorum: Option<Rc<Quorum>>,
 ) -> Result<(), PeerError> {
+    // A peer gone without a word (a partition) frees this task and its
+    // connection, as the peer's side frees its own.
+    bound_liveness(stream.as_raw_fd(), PEER_LIVENESS_TIMEOUT)?;
     let (mut reader, mut writer) = stream.split();
     let from = expect_hello(&mut reader, cluster_id).await?;
     let hello = encode_frame(&PeerFrame::Hello {

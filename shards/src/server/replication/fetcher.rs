@@ -39,6 +39,7 @@ use super::ReplicaHost;
 use crate::client::cluster::{reconnect_backoff, within};
 use crate::client::fetch_session::{ClientSession, FetchLimits, SessionEntry};
 use crate::client::{ClientError, Connection};
+use crate::net::{PEER_CONNECT_TIMEOUT, PEER_LIVENESS_TIMEOUT};
 use crate::server::shard::{Shard, now_ms};
 use crate::storage::LogCut;
 
@@ -100,8 +101,8 @@ pub async fn run(shard: Rc<Shard>, leader: BrokerId, mut stopped: oneshot::Recei
                     glommio::timer::sleep(reconnect_backoff(failures)).await;
                     within(
                         "connecting to the leader",
-                        socket_timeout,
-                        connect(&shard, leader, &client_id),
+                        socket_timeout.min(PEER_CONNECT_TIMEOUT),
+                        connect(&shard, leader, &client_id, socket_timeout),
                     )
                     .await
                 })
@@ -243,15 +244,24 @@ fn is_stopped(stopped: &mut oneshot::Receiver<()>) -> bool {
     !matches!(stopped.try_recv(), Ok(None))
 }
 
+/// A connection to `leader`, given up once the leader acknowledges nothing
+/// for [`PEER_LIVENESS_TIMEOUT`] (or `replica.socket.timeout.ms`, when
+/// shorter): a fetch in flight when a partition began then ends within
+/// seconds of the heal instead of waiting out TCP's backoff.
 async fn connect(
     shard: &Shard,
     leader: BrokerId,
     client_id: &str,
+    socket_timeout: Duration,
 ) -> Result<Rc<Connection>, ClientError> {
     let address = crate::server::peers::broker_address(shard, leader)
         .ok_or_else(|| ClientError::Resolve(format!("broker {leader}")))?;
     let connection = Connection::connect(address, client_id).await?;
-    if let Err(error) = connection.negotiate().await {
+    let prepared = match connection.bound_liveness(socket_timeout.min(PEER_LIVENESS_TIMEOUT)) {
+        Ok(()) => connection.negotiate().await,
+        Err(error) => Err(error),
+    };
+    if let Err(error) = prepared {
         connection.close().await;
         return Err(error);
     }
