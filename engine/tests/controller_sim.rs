@@ -27,6 +27,9 @@ fn a_sweep_of_seeds_keeps_every_invariant_and_exercises_the_faults() {
     // Leaderships went back to preferred replicas (a replica must be
     // fenced, come back and rejoin the ISR first: 70 in 1,000 seeds).
     assert!(total.balanced > count / 50, "{total:?}");
+    // Clients were shown most topics (the visibility invariant was
+    // exercised, not skipped).
+    assert!(total.topics_shown > total.topics / 2, "{total:?}");
 }
 
 #[test]
@@ -78,5 +81,22 @@ fn the_checker_catches_a_leader_elected_outside_the_isr() {
     );
     let mut config = SimConfig::new(violation.seed);
     config.bug = Some(Bug::ElectOutOfIsr);
+    assert_eq!(Simulation::new(config).run(), Err(violation));
+}
+
+/// Brokers that show a topic as soon as they apply it: a client asking the
+/// brokers in turn hears "unknown" after "exists", and the checker must see
+/// it (the rule: `cluster::visibility`).
+#[test]
+fn the_checker_catches_a_topic_shown_before_every_live_broker_serves_it() {
+    let violation = sweep(0, 200, |config| config.bug = Some(Bug::ShowAppliedTopics))
+        .expect_err("topics shown on apply went unnoticed for 200 seeds");
+    println!("caught: {violation}");
+    assert!(
+        violation.what.contains("after a live broker showed it"),
+        "{violation}"
+    );
+    let mut config = SimConfig::new(violation.seed);
+    config.bug = Some(Bug::ShowAppliedTopics);
     assert_eq!(Simulation::new(config).run(), Err(violation));
 }

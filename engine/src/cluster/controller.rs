@@ -210,6 +210,7 @@ pub fn heartbeat(
     image: &ClusterImage,
     sessions: &mut BrokerSessions,
     request: HeartbeatRequest,
+    caught_up_at: u64,
     now_ms: u64,
 ) -> HeartbeatOutcome {
     let HeartbeatRequest { broker, epoch, .. } = request;
@@ -225,7 +226,12 @@ pub fn heartbeat(
     if request.want_shut_down || (known.in_controlled_shutdown && !known.fenced) {
         return controlled_shutdown(image, broker, epoch);
     }
-    let records = if known.fenced && request.applied_offset >= epoch as u64 {
+    // Unfenced once it serves its own registration (Kafka's rule) and as
+    // far as brokers were told every live broker serves: otherwise it
+    // could lack a topic the others already show
+    // ([`crate::cluster::visibility`]).
+    let caught_up = request.applied_offset >= (epoch as u64).max(caught_up_at);
+    let records = if known.fenced && caught_up {
         let mut records = vec![MetadataRecord::UnfenceBroker { id: broker, epoch }];
         records.extend(elect_offline_partitions(image, broker));
         records
@@ -754,7 +760,7 @@ pub(crate) mod tests {
             assert_eq!(sessions.looked(now), None);
         }
         for id in [1, 2] {
-            heartbeat(&image, &mut sessions, beat(id, id as i64, 4), 3_000);
+            heartbeat(&image, &mut sessions, beat(id, id as i64, 4), 0, 3_000);
         }
         // The loop stalls 12 s: broker 3, last heard at 1,000, and the two
         // others, heard at 3,000, would all be past the 9 s session.
@@ -767,7 +773,7 @@ pub(crate) mod tests {
             assert_eq!(sessions.looked(now), None);
             if now % 2_000 == 0 {
                 for id in [1, 2] {
-                    heartbeat(&image, &mut sessions, beat(id, id as i64, 4), now);
+                    heartbeat(&image, &mut sessions, beat(id, id as i64, 4), 0, now);
                 }
             }
         }
@@ -792,7 +798,7 @@ pub(crate) mod tests {
         sessions.restart_all(&image, 1_000);
         assert!(sessions.expired(&image, 10_000).is_empty());
         for id in [1, 3] {
-            heartbeat(&image, &mut sessions, beat(id, id as i64, 4), 9_000);
+            heartbeat(&image, &mut sessions, beat(id, id as i64, 4), 0, 9_000);
         }
         let expired = sessions.expired(&image, 10_001);
         assert_eq!(
@@ -803,8 +809,13 @@ pub(crate) mod tests {
             }]
         );
         image.apply(5, &expired).unwrap();
+        // It comes back serving its registration but not as far as brokers
+        // were told every live broker serves (7): still fenced, or it could
+        // lack a topic the others show.
+        let behind = heartbeat(&image, &mut sessions, beat(2, 2, 5), 7, 11_000);
+        assert!(behind.fenced && behind.records.is_empty());
         // It comes back: a heartbeat at its epoch, caught up, unfences it.
-        let outcome = heartbeat(&image, &mut sessions, beat(2, 2, 5), 11_000);
+        let outcome = heartbeat(&image, &mut sessions, beat(2, 2, 5), 5, 11_000);
         assert_eq!(outcome.error, ErrorCode::NONE);
         assert!(outcome.fenced);
         assert_eq!(
@@ -820,16 +831,16 @@ pub(crate) mod tests {
             .apply(6, &[MetadataRecord::RegisterBroker(registration(2, 9))])
             .unwrap();
         assert!(
-            heartbeat(&fresh, &mut sessions, beat(2, 6, 5), 11_000)
+            heartbeat(&fresh, &mut sessions, beat(2, 6, 5), 0, 11_000)
                 .records
                 .is_empty()
         );
         assert_eq!(
-            heartbeat(&fresh, &mut sessions, beat(2, 2, 6), 11_000).error,
+            heartbeat(&fresh, &mut sessions, beat(2, 2, 6), 0, 11_000).error,
             ErrorCode::STALE_BROKER_EPOCH
         );
         assert_eq!(
-            heartbeat(&fresh, &mut sessions, beat(7, 1, 6), 11_000).error,
+            heartbeat(&fresh, &mut sessions, beat(7, 1, 6), 0, 11_000).error,
             ErrorCode::BROKER_ID_NOT_REGISTERED
         );
     }
@@ -864,7 +875,7 @@ pub(crate) mod tests {
         let mut sessions = BrokerSessions::new(BROKER_SESSION_TIMEOUT_MS_DEFAULT);
         sessions.restart_all(&image, 0);
         for id in [1, 3] {
-            heartbeat(&image, &mut sessions, beat(id, id as i64, 5), 9_000);
+            heartbeat(&image, &mut sessions, beat(id, id as i64, 5), 0, 9_000);
         }
         let records = sessions.expired(&image, 9_001);
         assert_eq!(
@@ -905,7 +916,7 @@ pub(crate) mod tests {
             .count();
         assert_eq!(offline, 1, "broker 2's partition is offline, its ISR kept");
         let mut sessions = BrokerSessions::new(BROKER_SESSION_TIMEOUT_MS_DEFAULT);
-        let outcome = heartbeat(&image, &mut sessions, beat(2, 2, 6), 0);
+        let outcome = heartbeat(&image, &mut sessions, beat(2, 2, 6), 0, 0);
         assert_eq!(
             outcome.records[0],
             MetadataRecord::UnfenceBroker {
@@ -944,7 +955,7 @@ pub(crate) mod tests {
         };
         let before = leaders(&image);
         assert!(before.contains(&BrokerId(1)));
-        let first = heartbeat(&image, &mut sessions, stopping, 0);
+        let first = heartbeat(&image, &mut sessions, stopping, 0, 0);
         assert_eq!(
             (first.error, first.should_shut_down),
             (ErrorCode::NONE, false)
@@ -967,7 +978,7 @@ pub(crate) mod tests {
         // It leads nothing now: fenced, and told to stop; a plain
         // heartbeat in controlled shutdown goes the same way.
         for request in [stopping, beat(1, 1, 6)] {
-            let second = heartbeat(&image, &mut sessions, request, 0);
+            let second = heartbeat(&image, &mut sessions, request, 0, 0);
             assert!(second.should_shut_down);
             assert_eq!(
                 second.records,
@@ -986,7 +997,7 @@ pub(crate) mod tests {
                 }],
             )
             .unwrap();
-        let fenced = heartbeat(&image, &mut sessions, stopping, 0);
+        let fenced = heartbeat(&image, &mut sessions, stopping, 0, 0);
         assert!(fenced.should_shut_down && fenced.records.is_empty());
         // A broker in controlled shutdown is offered no new replicas.
         let mut shutting = three_brokers();

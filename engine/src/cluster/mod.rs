@@ -23,3 +23,4 @@ pub mod sim;
 pub mod topic_changes;
 pub mod topic_config;
 pub mod topic_pages;
+pub mod visibility;

@@ -29,7 +29,7 @@ use crate::cluster::alter_partition::{self, AlterPartitionRequest, AlterPartitio
 use crate::cluster::controller::TopicRequest;
 use crate::cluster::elections::{ElectionType, PartitionElection, TopicElections};
 use crate::cluster::image::TopicId;
-use crate::cluster::quorum::{Catchup, QuorumDescription, ReplicaProgress};
+use crate::cluster::quorum::{Catchup, Fetched, MetadataFetch, QuorumDescription, ReplicaProgress};
 use crate::cluster::records::{
     BrokerRegistration, Reader, RecordError, put_registration, put_string,
 };
@@ -53,10 +53,10 @@ pub enum PeerRequest {
         /// shutdown).
         want_shut_down: bool,
     },
-    /// Committed metadata after `offset`.
-    Fetch {
-        offset: u64,
-    },
+    /// Committed metadata after `fetch.offset`; with how far the broker's
+    /// shards serve the log and the `served_by_all` it last heard
+    /// ([`crate::cluster::visibility`]).
+    Fetch(MetadataFetch),
     /// CreateTopics, forwarded by any broker to the active controller.
     CreateTopics {
         topics: Vec<TopicRequest>,
@@ -124,7 +124,7 @@ pub enum PeerResponse {
         /// The broker asked to shut down and leads nothing now.
         should_shut_down: bool,
     },
-    Fetched(Catchup),
+    Fetched(Fetched),
     /// The node asked is not the active controller; `leader` may be.
     NotController {
         leader: Option<BrokerId>,
@@ -272,9 +272,11 @@ fn encode_request(out: &mut Vec<u8>, request: &PeerRequest) {
             out.put_u64(*applied);
             out.put_u8(u8::from(*want_shut_down));
         }
-        PeerRequest::Fetch { offset } => {
+        PeerRequest::Fetch(fetch) => {
             out.put_u8(3);
-            out.put_u64(*offset);
+            out.put_u64(fetch.offset);
+            out.put_u64(fetch.served);
+            out.put_u64(fetch.served_by_all);
         }
         PeerRequest::CreateTopics {
             topics,
@@ -425,12 +427,20 @@ fn encode_response(out: &mut Vec<u8>, response: &PeerResponse) {
             out.put_u8(u8::from(*fenced));
             out.put_u8(u8::from(*should_shut_down));
         }
-        PeerResponse::Fetched(Catchup::Snapshot(snapshot)) => {
+        PeerResponse::Fetched(Fetched {
+            catchup: Catchup::Snapshot(snapshot),
+            served_by_all,
+        }) => {
             out.put_u8(3);
+            out.put_u64(*served_by_all);
             out.extend(snapshot.write_to_bytes().expect("snapshots encode"));
         }
-        PeerResponse::Fetched(Catchup::Entries(entries)) => {
+        PeerResponse::Fetched(Fetched {
+            catchup: Catchup::Entries(entries),
+            served_by_all,
+        }) => {
             out.put_u8(4);
+            out.put_u64(*served_by_all);
             out.put_u32(entries.len() as u32);
             for entry in entries {
                 let bytes = entry.write_to_bytes().expect("entries encode");
@@ -544,9 +554,11 @@ fn decode_request(reader: &mut Reader<'_>) -> Result<PeerRequest, PeerWireError>
             applied: reader.i64()? as u64,
             want_shut_down: reader.u8()? != 0,
         },
-        3 => PeerRequest::Fetch {
+        3 => PeerRequest::Fetch(MetadataFetch {
             offset: reader.i64()? as u64,
-        },
+            served: reader.i64()? as u64,
+            served_by_all: reader.i64()? as u64,
+        }),
         4 => {
             let validate_only = reader.u8()? != 0;
             let count = reader.count(12)?;
@@ -667,8 +679,15 @@ fn decode_response(reader: &mut Reader<'_>) -> Result<PeerResponse, PeerWireErro
             fenced: reader.u8()? != 0,
             should_shut_down: reader.u8()? != 0,
         },
-        3 => PeerResponse::Fetched(Catchup::Snapshot(parse::<Snapshot>(reader.bytes)?)),
+        3 => {
+            let served_by_all = reader.i64()? as u64;
+            PeerResponse::Fetched(Fetched {
+                catchup: Catchup::Snapshot(parse::<Snapshot>(reader.bytes)?),
+                served_by_all,
+            })
+        }
         4 => {
+            let served_by_all = reader.i64()? as u64;
             let count = reader.count(4)?.min(CATCHUP_ENTRIES_MAX);
             let entries = (0..count)
                 .map(|_| {
@@ -679,7 +698,10 @@ fn decode_response(reader: &mut Reader<'_>) -> Result<PeerResponse, PeerWireErro
                     parse::<Entry>(bytes)
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            PeerResponse::Fetched(Catchup::Entries(entries))
+            PeerResponse::Fetched(Fetched {
+                catchup: Catchup::Entries(entries),
+                served_by_all,
+            })
         }
         5 => PeerResponse::NotController {
             leader: Some(reader.i32()?).filter(|id| *id >= 0).map(BrokerId),
@@ -820,7 +842,11 @@ mod tests {
             PeerFrame::Request {
                 correlation: 6,
                 epoch: 3,
-                request: PeerRequest::Fetch { offset: 3 },
+                request: PeerRequest::Fetch(MetadataFetch {
+                    offset: 3,
+                    served: 2,
+                    served_by_all: 1,
+                }),
             },
             PeerFrame::Response {
                 correlation: 5,
@@ -851,12 +877,18 @@ mod tests {
             PeerFrame::Response {
                 correlation: 6,
                 epoch: 3,
-                response: PeerResponse::Fetched(Catchup::Entries(vec![entry.clone(), entry])),
+                response: PeerResponse::Fetched(Fetched {
+                    catchup: Catchup::Entries(vec![entry.clone(), entry]),
+                    served_by_all: 9,
+                }),
             },
             PeerFrame::Response {
                 correlation: 6,
                 epoch: 3,
-                response: PeerResponse::Fetched(Catchup::Snapshot(snapshot)),
+                response: PeerResponse::Fetched(Fetched {
+                    catchup: Catchup::Snapshot(snapshot),
+                    served_by_all: 0,
+                }),
             },
             PeerFrame::Response {
                 correlation: 7,

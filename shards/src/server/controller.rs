@@ -153,6 +153,13 @@ async fn forward(shard: &Rc<Shard>, change: Change) -> Vec<TopicOutcome> {
             .map(|name| TopicOutcome::failed(name, error, message))
             .collect()
     };
+    let creates = matches!(
+        change,
+        Change::Create {
+            validate_only: false,
+            ..
+        }
+    );
     let request = match change {
         Change::Create {
             topics,
@@ -215,7 +222,12 @@ async fn forward(shard: &Rc<Shard>, change: Change) -> Vec<TopicOutcome> {
         .await;
     match answered {
         Ok(Some(PeerResponse::Topics { results, offset })) => {
-            crate::server::quorum::wait_for_offset(shard, offset).await;
+            let created: Vec<TopicId> = results
+                .iter()
+                .filter(|result| creates && result.error == ErrorCode::NONE)
+                .map(|result| result.id)
+                .collect();
+            crate::server::quorum::wait_for_offset(shard, offset, &created).await;
             results
                 .into_iter()
                 .map(|result| TopicOutcome {

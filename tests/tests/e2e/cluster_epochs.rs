@@ -11,6 +11,7 @@ use std::time::Duration;
 use brook_engine::cluster::peer_wire::{
     PeerFrame, PeerRequest, PeerResponse, decode_frame, encode_frame, frame_length,
 };
+use brook_engine::cluster::quorum::MetadataFetch;
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::types::BrokerId;
 use brook_tests::broker::Broker;
@@ -114,7 +115,7 @@ fn requests_from_another_controller_epoch_are_refused() {
         cluster.controller_port(controller),
         &cluster_id(&cluster.nodes[controller]),
     );
-    let fetch = || PeerRequest::Fetch { offset: 0 };
+    let fetch = || PeerRequest::Fetch(MetadataFetch::default());
     assert_eq!(
         peer.ask(first_epoch, fetch()),
         (
@@ -199,14 +200,21 @@ fn metadata_image(
     port: u16,
     cluster_id: &str,
 ) -> brook_engine::cluster::cluster_image::ClusterImage {
-    use brook_engine::cluster::quorum::{Catchup, apply_catchup};
+    use brook_engine::cluster::quorum::{Catchup, Fetched, apply_catchup};
     let mut peer = Peer::connect(port, cluster_id);
     let mut image = brook_engine::cluster::cluster_image::ClusterImage::default();
     loop {
         let offset = image.offset;
-        match peer.ask(0, PeerRequest::Fetch { offset }).1 {
-            PeerResponse::Fetched(Catchup::Entries(entries)) if entries.is_empty() => return image,
-            PeerResponse::Fetched(catchup) => {
+        let fetch = MetadataFetch {
+            offset,
+            ..MetadataFetch::default()
+        };
+        match peer.ask(0, PeerRequest::Fetch(fetch)).1 {
+            PeerResponse::Fetched(Fetched {
+                catchup: Catchup::Entries(entries),
+                ..
+            }) if entries.is_empty() => return image,
+            PeerResponse::Fetched(Fetched { catchup, .. }) => {
                 apply_catchup(&mut image, &catchup).unwrap();
             }
             other => panic!("not a catch-up: {other:?}"),

@@ -31,6 +31,7 @@ mod cluster_partition;
 mod cluster_producer_ids;
 mod cluster_quorum;
 mod cluster_replication;
+mod cluster_topic_visibility;
 mod cluster_transactions;
 mod crash_recovery;
 mod crash_restart;

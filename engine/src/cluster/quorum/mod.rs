@@ -24,6 +24,8 @@
 pub mod progress;
 pub mod store;
 
+use std::collections::BTreeMap;
+
 use raft::eraftpb::{Entry, EntryType, HardState, Message, Snapshot};
 use raft::{RawNode, StateRole};
 use thiserror::Error;
@@ -36,6 +38,7 @@ use crate::cluster::elections::{self, ELECTIONS_PER_BALANCE_MAX};
 use crate::cluster::records::{
     BrokerRegistration, MetadataRecord, RecordError, decode_batch, encode_batch,
 };
+use crate::cluster::visibility;
 use crate::protocol::errors::ErrorCode;
 use crate::types::BrokerId;
 
@@ -193,6 +196,35 @@ pub struct ControllerNode {
     config: QuorumConfig,
     /// What DescribeQuorum reports, while this node leads.
     progress: QuorumProgress,
+    /// How far each broker serves the metadata log, as its fetches say:
+    /// the active controller's account (cleared when it takes over, since
+    /// a broker may have restarted since it last heard).
+    served: BTreeMap<BrokerId, u64>,
+    /// The term whose leadership `served` was heard in.
+    served_term: u64,
+    /// The highest `served_by_all` known to have been told to a broker (by
+    /// this node, or by an earlier controller as brokers report it): a
+    /// fenced broker is unfenced only once it serves that far, so a broker
+    /// that comes back never lacks a topic others already show.
+    told_served_by_all: u64,
+}
+
+/// A broker's metadata fetch: where it fetches from, how far its shards
+/// serve the log, and the `served_by_all` it last heard.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MetadataFetch {
+    pub offset: u64,
+    pub served: u64,
+    pub served_by_all: u64,
+}
+
+/// The answer to a [`MetadataFetch`]: committed metadata after its offset,
+/// and the offset every live broker serves (0 from a node that does not
+/// lead: only the active controller keeps the account).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fetched {
+    pub catchup: Catchup,
+    pub served_by_all: u64,
 }
 
 impl ControllerNode {
@@ -227,6 +259,9 @@ impl ControllerNode {
             balance_at: None,
             config,
             progress: QuorumProgress::default(),
+            served: BTreeMap::new(),
+            served_term: 0,
+            told_served_by_all: 0,
         })
     }
 
@@ -343,19 +378,62 @@ impl ControllerNode {
     pub fn fetch(
         &mut self,
         from: BrokerId,
-        offset: u64,
+        request: MetadataFetch,
         entries_max: usize,
         now_ms: u64,
-    ) -> Catchup {
+    ) -> Fetched {
+        let offset = request.offset;
         if self.is_leader() && !self.config.voters.contains(&from) {
             let leader_end = self.raw.raft.raft_log.last_index();
             self.progress
                 .observer_fetched(from, offset, leader_end, now_ms);
         }
-        if self.is_leader() && !self.applied_own_term() {
-            return Catchup::Entries(Vec::new());
+        self.note_served(from, request);
+        let served_by_all = self.served_by_all();
+        let catchup = if self.is_leader() && !self.applied_own_term() {
+            Catchup::Entries(Vec::new())
+        } else {
+            self.committed_since(offset, entries_max)
+        };
+        Fetched {
+            catchup,
+            served_by_all,
         }
-        self.committed_since(offset, entries_max)
+    }
+
+    /// The active controller's account of what `from` serves, and of what
+    /// brokers were told.
+    fn note_served(&mut self, from: BrokerId, request: MetadataFetch) {
+        self.told_served_by_all = self.told_served_by_all.max(request.served_by_all);
+        if self.leading_served_account() {
+            // The latest word, not the highest: a restarted broker serves
+            // less.
+            self.served.insert(from, request.served);
+        }
+    }
+
+    /// Whether this node leads, its account of what brokers serve started
+    /// afresh when its leadership did.
+    fn leading_served_account(&mut self) -> bool {
+        if !self.is_leader() {
+            return false;
+        }
+        if self.served_term != self.term() {
+            self.served.clear();
+            self.served_term = self.term();
+        }
+        true
+    }
+
+    /// The offset every live broker of the committed image serves
+    /// ([`visibility::served_by_all`]); 0 on a node that does not lead.
+    pub fn served_by_all(&mut self) -> u64 {
+        if !self.leading_served_account() {
+            return 0;
+        }
+        let served_by_all = visibility::served_by_all(&self.image, &self.served);
+        self.told_served_by_all = self.told_served_by_all.max(served_by_all);
+        served_by_all
     }
 
     /// Whether the image holds an entry of this node's current term. A node
@@ -488,7 +566,9 @@ impl ControllerNode {
     ) -> Result<HeartbeatOutcome, QuorumError> {
         self.refresh_sessions(now_ms)?;
         let latest = &self.latest.as_ref().expect("refresh_sessions builds it").1;
-        let mut outcome = controller::heartbeat(latest, &mut self.sessions, request, now_ms);
+        let caught_up_at = self.told_served_by_all;
+        let mut outcome =
+            controller::heartbeat(latest, &mut self.sessions, request, caught_up_at, now_ms);
         if !outcome.records.is_empty() {
             self.propose(outcome.records.clone())?;
         }
@@ -782,13 +862,15 @@ mod tests {
         let mut controller = ControllerNode::new(config, store).unwrap();
         // The restart re-applies what was committed.
         while controller.ready().unwrap().is_some() {}
-        let served =
-            |controller: &mut ControllerNode| match controller.fetch(BrokerId(7), 0, 512, 0) {
-                Catchup::Entries(entries) => {
-                    entries.iter().map(|entry| entry.index).collect::<Vec<_>>()
-                }
-                Catchup::Snapshot(_) => panic!("no snapshot was taken"),
-            };
+        let served = |controller: &mut ControllerNode| match controller
+            .fetch(BrokerId(7), MetadataFetch::default(), 512, 0)
+            .catchup
+        {
+            Catchup::Entries(entries) => {
+                entries.iter().map(|entry| entry.index).collect::<Vec<_>>()
+            }
+            Catchup::Snapshot(_) => panic!("no snapshot was taken"),
+        };
         assert_eq!(
             served(&mut controller),
             [1, 2, 3],

@@ -5,11 +5,14 @@ use std::collections::BTreeMap;
 
 use rand::Rng;
 
-use super::{Checked, Event, HEARTBEAT_INTERVAL_MS, Payload, Simulation};
+use super::{Bug, Checked, Event, HEARTBEAT_INTERVAL_MS, Payload, Simulation};
 use crate::cluster::controller::{HeartbeatRequest, TopicDefaults, TopicRequest, create_topic};
 use crate::cluster::image::TopicId;
-use crate::cluster::quorum::{Catchup, ControllerNode, QuorumError, Registered, apply_catchup};
+use crate::cluster::quorum::{
+    ControllerNode, Fetched, MetadataFetch, QuorumError, Registered, apply_catchup,
+};
 use crate::cluster::records::{BrokerRegistration, Endpoint};
+use crate::cluster::visibility::Visibility;
 use crate::protocol::errors::ErrorCode;
 use crate::types::BrokerId;
 
@@ -49,7 +52,13 @@ impl Simulation {
         self.maybe_alter_partition(node, target);
         let fetch_from = self.rng.gen_range(0..self.config.voters);
         let offset = self.nodes[node].image.offset;
-        self.send(node, fetch_from, Payload::Fetch { offset });
+        let fetch = MetadataFetch {
+            offset,
+            // A simulated broker serves what it applied at once.
+            served: offset,
+            served_by_all: self.nodes[node].visibility.served_by_all(),
+        };
+        self.send(node, fetch_from, Payload::Fetch(fetch));
         let interval = if self.nodes[node].epoch.is_some() {
             HEARTBEAT_INTERVAL_MS / 4
         } else {
@@ -142,10 +151,11 @@ impl Simulation {
         self.drain(to)
     }
 
-    pub(super) fn on_fetched(&mut self, node: usize, catchup: &Catchup) -> Checked {
+    pub(super) fn on_fetched(&mut self, node: usize, fetched: &Fetched) -> Checked {
+        self.nodes[node].visibility.learn(fetched.served_by_all);
         let mut image = self.nodes[node].image.clone();
         let before = image.offset;
-        match apply_catchup(&mut image, catchup) {
+        match apply_catchup(&mut image, &fetched.catchup) {
             Ok(_) => {}
             // A stale answer (to a request sent before a restart, or
             // overtaken by a later one) is dropped.
@@ -158,8 +168,76 @@ impl Simulation {
             self.check_digest(node, &image)?;
             self.check_partitions(node, &image)?;
         }
+        self.nodes[node].visibility.follow(&image);
         self.nodes[node].image = image;
         Ok(())
+    }
+
+    /// A client asks a random broker which topics exist: a live broker
+    /// must know every topic a live broker showed before (it shows it, or
+    /// holds the answer until it may), and what it shows counts as shown
+    /// from then on. Brokers not live (down, paused, not registered or
+    /// fenced at their epoch in the active controller's committed image)
+    /// are not asked: Kafka's rule is about live brokers, and a fenced
+    /// broker is not counted in `served_by_all`.
+    pub(super) fn ask_topics(&mut self) -> Checked {
+        let next = self.asks.gen_range(20..200);
+        self.schedule(next, Event::AskTopics);
+        let node = self.asks.gen_range(0..self.nodes.len());
+        if !self.is_live_broker(node) {
+            return Ok(());
+        }
+        let state = &self.nodes[node];
+        if let Some(lost) = self
+            .shown
+            .iter()
+            .find(|topic| state.visibility.of(**topic) == Visibility::Unknown)
+        {
+            return Err(self.violation(format!(
+                "broker {node} (view at {}) told a client topic {lost:?} is unknown after a live broker showed it",
+                state.image.offset
+            )));
+        }
+        let shows_applied = self.config.bug == Some(Bug::ShowAppliedTopics);
+        let visible: Vec<TopicId> = state
+            .image
+            .topics
+            .keys()
+            .copied()
+            .filter(|topic| match state.visibility.of(*topic) {
+                Visibility::Visible => true,
+                Visibility::Pending => shows_applied,
+                Visibility::Unknown => false,
+            })
+            .collect();
+        self.report.topics_shown += visible
+            .iter()
+            .filter(|topic| !self.shown.contains(topic))
+            .count() as u64;
+        self.shown.extend(visible);
+        Ok(())
+    }
+
+    /// Up, running, and registered unfenced at its current epoch in the
+    /// committed image of the active controller of the highest term.
+    fn is_live_broker(&self, node: usize) -> bool {
+        let state = &self.nodes[node];
+        let Some(epoch) = state.epoch.filter(|_| state.up && !state.paused) else {
+            return false;
+        };
+        let leader = self
+            .nodes
+            .iter()
+            .filter_map(|node| node.controller.as_ref())
+            .filter(|controller| controller.is_leader())
+            .max_by_key(|controller| controller.term());
+        leader.is_some_and(|leader| {
+            leader
+                .image()
+                .brokers
+                .get(&state.id)
+                .is_some_and(|broker| !broker.fenced && broker.epoch == epoch)
+        })
     }
 
     pub(super) fn create_topic(&mut self) {

@@ -17,6 +17,8 @@
 //!   keeps its own account of heartbeats delivered);
 //! - every partition's registration is sound and its epochs move forward
 //!   ([`partitions`]); a broker told it may shut down leads nothing;
+//! - a topic that a live broker told a client exists is never unknown to a
+//!   live broker asked later ([`crate::cluster::visibility`]);
 //! - and at the end, with the faults healed: one controller, every broker
 //!   caught up, registered and unfenced; a broker then stopped for longer
 //!   than the session is fenced, and unfenced once it returns.
@@ -38,10 +40,11 @@ use crate::cluster::alter_partition::AlterPartitionRequest;
 use crate::cluster::cluster_image::ClusterImage;
 use crate::cluster::image::TopicId;
 use crate::cluster::quorum::{
-    Catchup, ControllerNode, MetadataStore, Output, QuorumConfig, QuorumError, node_of, raft_id,
-    tick_interval_ms,
+    ControllerNode, Fetched, MetadataFetch, MetadataStore, Output, QuorumConfig, QuorumError,
+    node_of, raft_id, tick_interval_ms,
 };
 use crate::cluster::records::{BrokerRegistration, MetadataRecord};
+use crate::cluster::visibility::TopicVisibility;
 use crate::protocol::errors::ErrorCode;
 use crate::types::BrokerId;
 
@@ -60,6 +63,9 @@ const CATCHUP_ENTRIES_MAX: usize = 64;
 /// `controlled.shutdown` time too) before it stops anyway.
 const SHUTDOWN_TIMEOUT_MS: u64 = 5_000;
 
+/// Mixed into the seed for the client's own random stream.
+const ASKS_STREAM: u64 = 0x5eed_a5c5;
+
 /// A rule broken on purpose.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Bug {
@@ -71,6 +77,9 @@ pub enum Bug {
     /// The active controller elects the first live replica of an offline
     /// partition, in the ISR or not, and leaves the ISR as it was.
     ElectOutOfIsr,
+    /// Brokers show a topic as soon as they apply it, not once every live
+    /// broker serves it ([`crate::cluster::visibility`]).
+    ShowAppliedTopics,
 }
 
 #[derive(Clone, Debug)]
@@ -131,6 +140,8 @@ pub struct Report {
     /// Leaderships the active controller's balancing runs moved back to
     /// preferred replicas (proposed).
     pub balanced: u64,
+    /// Topics a live broker showed a client.
+    pub topics_shown: u64,
 }
 
 impl<'a> std::iter::Sum<&'a Report> for Report {
@@ -148,6 +159,7 @@ impl<'a> std::iter::Sum<&'a Report> for Report {
             isr_refusals: sum.isr_refusals + report.isr_refusals,
             controlled_shutdowns: sum.controlled_shutdowns + report.controlled_shutdowns,
             balanced: sum.balanced + report.balanced,
+            topics_shown: sum.topics_shown + report.topics_shown,
         })
     }
 }
@@ -165,10 +177,8 @@ enum Payload {
     /// The error, a hint of the controller, and `should_shut_down`.
     HeartbeatAnswer(ErrorCode, Option<BrokerId>, bool),
     AlterPartition(Box<AlterPartitionRequest>),
-    Fetch {
-        offset: u64,
-    },
-    Fetched(Box<Catchup>),
+    Fetch(MetadataFetch),
+    Fetched(Box<Fetched>),
     CreateTopic(String),
 }
 
@@ -195,6 +205,8 @@ enum Event {
     Partition(Vec<usize>, u64),
     Heal,
     CreateTopic,
+    /// A client asks a broker which topics exist (Metadata).
+    AskTopics,
     /// Injects a random fault and schedules the next one.
     Fault,
 }
@@ -217,6 +229,8 @@ struct Node {
     held: Vec<Event>,
     /// The broker side.
     image: ClusterImage,
+    /// Which of its topics the broker may show ([`TopicVisibility`]).
+    visibility: TopicVisibility,
     incarnation: u64,
     epoch: Option<i64>,
     controller_hint: Option<BrokerId>,
@@ -245,6 +259,12 @@ pub struct Simulation {
     digests: BTreeMap<u64, u64>,
     partitions: BTreeMap<(TopicId, usize), partitions::Seen>,
     topics_asked: u64,
+    /// Topics some live broker has told a client exist.
+    shown: BTreeSet<TopicId>,
+    /// The client's own random choices (which broker, when), apart from
+    /// the main stream so that adding the client left other runs as they
+    /// were.
+    asks: ChaCha8Rng,
     report: Report,
 }
 
@@ -263,6 +283,7 @@ impl std::fmt::Debug for Simulation {
 impl Simulation {
     pub fn new(config: SimConfig) -> Simulation {
         let rng = ChaCha8Rng::seed_from_u64(config.seed);
+        let asks = ChaCha8Rng::seed_from_u64(config.seed ^ ASKS_STREAM);
         let nodes = (0..config.voters + config.brokers_only)
             .map(|index| Node {
                 id: BrokerId(index as i32),
@@ -272,6 +293,7 @@ impl Simulation {
                 paused: false,
                 held: Vec::new(),
                 image: ClusterImage::default(),
+                visibility: TopicVisibility::default(),
                 incarnation: 0,
                 epoch: None,
                 controller_hint: None,
@@ -296,6 +318,8 @@ impl Simulation {
             digests: BTreeMap::new(),
             partitions: BTreeMap::new(),
             topics_asked: 0,
+            shown: BTreeSet::new(),
+            asks,
             report: Report::default(),
         }
     }
@@ -347,6 +371,7 @@ impl Simulation {
             self.schedule(delay, Event::BrokerTimer(node));
         }
         self.schedule(1_000, Event::CreateTopic);
+        self.schedule(1_000, Event::AskTopics);
         self.schedule(500, Event::Fault);
         self.run_until(self.config.faulty_ms)?;
         self.heal_everything();
@@ -451,6 +476,7 @@ impl Simulation {
                 self.create_topic();
                 Ok(())
             }
+            Event::AskTopics => self.ask_topics(),
             Event::Fault => {
                 self.inject_fault();
                 Ok(())
@@ -480,6 +506,7 @@ impl Simulation {
         state.epoch = None;
         state.shutting_down = None;
         state.image = ClusterImage::default();
+        state.visibility = TopicVisibility::default();
         self.report.crashes += 1;
     }
 
@@ -771,20 +798,16 @@ impl Simulation {
                 want_shut_down,
             } => self.on_heartbeat(from, to, epoch, applied, want_shut_down),
             Payload::AlterPartition(request) => self.on_alter_partition(to, &request),
-            Payload::Fetch { offset } => {
+            Payload::Fetch(fetch) => {
                 let now_ms = self.now_ms;
                 if let Some(controller) = self.nodes[to].controller.as_mut() {
-                    let catchup = controller.fetch(
-                        BrokerId(from as i32),
-                        offset,
-                        CATCHUP_ENTRIES_MAX,
-                        now_ms,
-                    );
-                    self.send(to, from, Payload::Fetched(Box::new(catchup)));
+                    let fetched =
+                        controller.fetch(BrokerId(from as i32), fetch, CATCHUP_ENTRIES_MAX, now_ms);
+                    self.send(to, from, Payload::Fetched(Box::new(fetched)));
                 }
                 Ok(())
             }
-            Payload::Fetched(catchup) => self.on_fetched(to, &catchup),
+            Payload::Fetched(fetched) => self.on_fetched(to, &fetched),
             Payload::Registered(result, hint) => {
                 let state = &mut self.nodes[to];
                 match result {

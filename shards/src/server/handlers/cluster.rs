@@ -3,9 +3,11 @@
 
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use brook_engine::cluster::image::{MetadataImage, TopicId, TopicMetadata, validate_topic_name};
 use brook_engine::cluster::topic_pages::{Cursor, PageTopic, page};
+use brook_engine::cluster::visibility::Visibility;
 use brook_engine::group::records::OFFSETS_TOPIC_NAME;
 use brook_engine::protocol::acl::{
     AUTHORIZED_OPERATIONS_OMITTED, AclResource, authorized_operations, authorized_operations_if,
@@ -73,6 +75,65 @@ pub(crate) async fn ensure_topics(shard: &Rc<Shard>, names: &[String]) -> Arc<Me
         }
     }
     shard.image()
+}
+
+/// How long a request about topics waits while some of them are applied
+/// here but not yet known to be served by every live broker (normally one
+/// metadata fetch of this broker, tens of ms); then they are left out.
+const PENDING_TOPICS_WAIT_MAX: Duration = Duration::from_secs(2);
+/// How often the wait looks again.
+const PENDING_TOPICS_POLL: Duration = Duration::from_millis(5);
+
+/// The topics clients may be told of now: in a cluster, only those every
+/// live broker serves ([`Visibility`]), so that a client asking the
+/// brokers in turn never hears "exists" from one and "unknown" from the
+/// next. Topics of `wanted` (every topic: `None`) that this broker has
+/// applied but does not yet know to be served everywhere are waited for,
+/// at most [`PENDING_TOPICS_WAIT_MAX`]; so is this broker's first view of
+/// the cluster after a start.
+pub(crate) async fn client_image(
+    shard: &Rc<Shard>,
+    image: Arc<MetadataImage>,
+    wanted: Option<&[String]>,
+) -> Arc<MetadataImage> {
+    if shard.context.config.cluster.is_none() {
+        return image;
+    }
+    let deadline = Instant::now() + PENDING_TOPICS_WAIT_MAX;
+    let mut image = image;
+    loop {
+        let settled = shard.cluster_view().is_some_and(|view| {
+            let ids = match wanted {
+                None => image
+                    .topics
+                    .values()
+                    .map(|topic| topic.id)
+                    .collect::<Vec<_>>(),
+                Some(names) => names
+                    .iter()
+                    .filter_map(|name| image.topic(name))
+                    .map(|topic| topic.id)
+                    .collect(),
+            };
+            !view.visibility.any_pending(ids.into_iter())
+        });
+        if settled || Instant::now() >= deadline {
+            break;
+        }
+        glommio::timer::sleep(PENDING_TOPICS_POLL).await;
+        image = shard.image();
+    }
+    let Some(view) = shard.cluster_view() else {
+        // No view of the cluster yet: the topics this broker had.
+        return image;
+    };
+    let shown = |topic: &TopicMetadata| view.visibility.of(topic.id) == Visibility::Visible;
+    if image.topics.values().all(shown) {
+        return image;
+    }
+    let mut visible = (*image).clone();
+    visible.topics.retain(|_, topic| shown(topic));
+    Arc::new(visible)
 }
 
 pub(crate) fn uuid(id: TopicId) -> Uuid {
@@ -245,16 +306,17 @@ pub async fn metadata(shard: &Rc<Shard>, request: &Request) -> Result<Response, 
         .topics
         .filter(|topics| version > 0 || !topics.is_empty());
     let auto_create = version < 4 || body.allow_auto_topic_creation;
-    let image = match &wanted {
-        Some(topics) if auto_create => {
-            let names: Vec<String> = topics
-                .iter()
-                .filter_map(|topic| topic.name.as_ref().map(|name| name.to_string()))
-                .collect();
-            ensure_topics(shard, &names).await
-        }
+    let names: Option<Vec<String>> = wanted.as_ref().map(|topics| {
+        topics
+            .iter()
+            .filter_map(|topic| topic.name.as_ref().map(|name| name.to_string()))
+            .collect()
+    });
+    let image = match &names {
+        Some(names) if auto_create => ensure_topics(shard, names).await,
         _ => shard.image(),
     };
+    let image = client_image(shard, image, names.as_deref()).await;
     // Without an authorizer every supported operation is allowed (Kafka's
     // answer); v8+ asks for them. Topics named by an unknown id get none.
     let topic_operations = authorized_operations_if(
@@ -437,7 +499,7 @@ fn partition_metadata(
 
 /// DescribeTopicPartitions (KIP-966; the Java admin client's first choice
 /// for describing topics): Metadata's partition view, paged by a cursor.
-pub fn describe_topic_partitions(
+pub async fn describe_topic_partitions(
     shard: &Rc<Shard>,
     request: &Request,
 ) -> Result<Response, FrameError> {
@@ -451,7 +513,8 @@ pub fn describe_topic_partitions(
         topic: cursor.topic_name.to_string(),
         partition: cursor.partition_index,
     });
-    let image = shard.image();
+    let wanted = (!requested.is_empty()).then_some(requested.as_slice());
+    let image = client_image(shard, shard.image(), wanted).await;
     let operations = authorized_operations(AclResource::Topic);
     let response = match page(
         &image,

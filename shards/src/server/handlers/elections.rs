@@ -65,7 +65,7 @@ pub async fn elect_leaders(shard: &Rc<Shard>, request: &Request) -> Result<Respo
         .await;
     match answered {
         Ok(Some(PeerResponse::Elected { results, offset })) => {
-            crate::server::quorum::wait_for_offset(shard, offset).await;
+            crate::server::quorum::wait_for_offset(shard, offset, &[]).await;
             answer(request, ErrorCode::NONE, results)
         }
         _ => {

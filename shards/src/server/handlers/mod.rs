@@ -62,7 +62,9 @@ async fn handle(shard: &Rc<Shard>, request: Request) -> Response {
         ApiKey::ListConfigResources => configs::list_config_resources(shard, &request),
         ApiKey::DescribeLogDirs => cluster::describe_log_dirs(shard, &request).await,
         ApiKey::AlterReplicaLogDirs => cluster::alter_replica_log_dirs(shard, &request),
-        ApiKey::DescribeTopicPartitions => cluster::describe_topic_partitions(shard, &request),
+        ApiKey::DescribeTopicPartitions => {
+            cluster::describe_topic_partitions(shard, &request).await
+        }
         ApiKey::DescribeQuorum => quorum::describe_quorum(shard, &request).await,
         ApiKey::ElectLeaders => elections::elect_leaders(shard, &request).await,
         ApiKey::FindCoordinator => groups::find_coordinator(shard, &request).await,

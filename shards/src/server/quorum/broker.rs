@@ -13,8 +13,11 @@ use brook_engine::cluster::node_config::ClusterSettings;
 use brook_engine::cluster::peer_wire::{
     CATCHUP_ENTRIES_MAX, PeerFrame, PeerRequest, PeerResponse, encode_frame,
 };
-use brook_engine::cluster::quorum::{Catchup, QuorumError, answer_is_current, apply_catchup};
+use brook_engine::cluster::quorum::{
+    Catchup, Fetched, MetadataFetch, QuorumError, answer_is_current, apply_catchup,
+};
 use brook_engine::cluster::records::{BrokerRegistration, Endpoint};
+use brook_engine::cluster::visibility::TopicVisibility;
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::types::BrokerId;
 use glommio::net::TcpStream;
@@ -32,6 +35,10 @@ use futures::{FutureExt, StreamExt};
 /// and what bounds how long a change takes to reach every broker (measured
 /// with `brook bench run controller-failover`: 200 ms gave a 207 ms p50).
 const FETCH_INTERVAL: Duration = Duration::from_millis(50);
+/// The interval while this broker has topics it may not show yet: the
+/// next fetches tell it (and the controller) sooner that every live broker
+/// serves them, which a CreateTopics and a held Metadata request wait for.
+const PENDING_FETCH_INTERVAL: Duration = Duration::from_millis(10);
 /// Metadata fetches in a row before the broker heartbeats again: a long
 /// log (512 entries a fetch) is caught up over several sessions' rounds.
 const CATCHUP_ROUNDS_MAX: usize = 64;
@@ -169,7 +176,11 @@ struct BrokerState {
     image: ClusterImage,
     controller: Option<BrokerId>,
     controller_epoch: Rc<Cell<u64>>,
-    published: (u64, Option<BrokerId>),
+    /// Which topics clients may be told of (see its module).
+    visibility: TopicVisibility,
+    /// What the shards were last given: the image's offset (how far this
+    /// broker serves the log), the controller, and `served_by_all`.
+    published: (u64, Option<BrokerId>, u64),
 }
 
 pub async fn run(shard: Rc<Shard>, settings: ClusterSettings, forwarded: Forwarded) {
@@ -182,7 +193,8 @@ pub async fn run(shard: Rc<Shard>, settings: ClusterSettings, forwarded: Forward
         image: ClusterImage::default(),
         controller: None,
         controller_epoch: Rc::new(Cell::new(0)),
-        published: (0, None),
+        visibility: TopicVisibility::default(),
+        published: (0, None, 0),
     };
     let mut next_voter = 0usize;
     // The voter whose session failed last: not asked again first.
@@ -275,7 +287,9 @@ async fn session(
                 Some(epoch) => PeerRequest::Heartbeat {
                     broker: state.settings.node,
                     epoch,
-                    applied: state.image.offset,
+                    // What the shards serve: the controller unfences a
+                    // broker only once it serves far enough.
+                    applied: state.published.0,
                     want_shut_down: shard.shut_down.get() != ShutDown::Running,
                 },
             };
@@ -327,9 +341,13 @@ async fn session(
             reconcile(shard, &state.image).await;
         }
         publish(shard, state).await;
+        let interval = match state.visibility.any_pending_at_all() {
+            true => PENDING_FETCH_INTERVAL,
+            false => FETCH_INTERVAL,
+        };
         let forwarded = futures::select_biased! {
             forwarded = state.forwarded.next() => forwarded,
-            () = glommio::timer::sleep(FETCH_INTERVAL).fuse() => None,
+            () = glommio::timer::sleep(interval).fuse() => None,
         };
         if let Some((request, reply)) = forwarded {
             if reply.is_canceled() {
@@ -364,14 +382,19 @@ async fn catch_up(
     state: &mut BrokerState,
 ) -> Result<bool, PeerError> {
     for _ in 0..CATCHUP_ROUNDS_MAX {
-        let PeerResponse::Fetched(catchup) = session
-            .ask(PeerRequest::Fetch {
-                offset: state.image.offset,
-            })
-            .await?
+        let fetch = MetadataFetch {
+            offset: state.image.offset,
+            served: state.published.0,
+            served_by_all: state.visibility.served_by_all(),
+        };
+        let PeerResponse::Fetched(Fetched {
+            catchup,
+            served_by_all,
+        }) = session.ask(PeerRequest::Fetch(fetch)).await?
         else {
             return Ok(true);
         };
+        state.visibility.learn(served_by_all);
         let more = match &catchup {
             Catchup::Snapshot(_) => true,
             Catchup::Entries(entries) => entries.len() >= CATCHUP_ENTRIES_MAX,
@@ -395,7 +418,12 @@ async fn catch_up(
 
 /// Gives every shard the new view when the image or the controller moved.
 async fn publish(shard: &Rc<Shard>, state: &mut BrokerState) {
-    let current = (state.image.offset, state.controller);
+    state.visibility.follow(&state.image);
+    let current = (
+        state.image.offset,
+        state.controller,
+        state.visibility.served_by_all(),
+    );
     if current == state.published {
         return;
     }
@@ -403,6 +431,7 @@ async fn publish(shard: &Rc<Shard>, state: &mut BrokerState) {
     let view = Arc::new(ClusterView {
         image: Arc::new(state.image.clone()),
         controller: state.controller,
+        visibility: state.visibility.clone(),
     });
     for target in shard.context.shard_ids() {
         let view = view.clone();

@@ -50,6 +50,7 @@ use brook_engine::cluster::quorum::{
 };
 use brook_engine::cluster::records::MetadataRecord;
 use brook_engine::cluster::topic_changes::{add_partitions, alter_topic_configs};
+use brook_engine::cluster::visibility::{TopicVisibility, Visibility};
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::types::BrokerId;
 use futures::channel::{mpsc, oneshot};
@@ -67,11 +68,13 @@ const INBOX_MAX: usize = 4_096;
 const PEER_QUEUE_MAX: usize = 1_024;
 
 /// What every shard knows of the cluster: the image at the broker's
-/// latest applied offset and the active controller.
+/// latest applied offset, the active controller, and which topics clients
+/// may be told of ([`TopicVisibility`]).
 #[derive(Clone, Debug, Default)]
 pub struct ClusterView {
     pub image: Arc<ClusterImage>,
     pub controller: Option<BrokerId>,
+    pub visibility: TopicVisibility,
 }
 
 enum Input {
@@ -221,18 +224,28 @@ async fn ask_once(shard: &Shard, request: PeerRequest, limit: Duration) -> Optio
     .ok()
 }
 
+/// How long a forwarded change waits for this broker to serve it.
+const SERVE_WAIT_MAX: Duration = Duration::from_secs(10);
+/// How often that wait looks again.
+const SERVE_POLL: Duration = Duration::from_millis(5);
+
 /// Waits (a bounded while) until this shard's view of the cluster holds
-/// `offset`, so a topic just created is served once its creator hears so.
-pub async fn wait_for_offset(shard: &Shard, offset: u64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+/// `offset` and clients may be told of every topic of `shown`
+/// (`cluster::visibility`): a topic just created is answered once every
+/// live broker serves it, so a client may use it through any broker.
+pub async fn wait_for_offset(shard: &Shard, offset: u64, shown: &[TopicId]) {
+    let deadline = Instant::now() + SERVE_WAIT_MAX;
     while Instant::now() < deadline {
-        if shard
-            .cluster_view()
-            .is_some_and(|view| view.image.offset >= offset)
-        {
+        let served = shard.cluster_view().is_some_and(|view| {
+            view.image.offset >= offset
+                && shown
+                    .iter()
+                    .all(|id| view.visibility.of(*id) == Visibility::Visible)
+        });
+        if served {
             return;
         }
-        glommio::timer::sleep(Duration::from_millis(20)).await;
+        glommio::timer::sleep(SERVE_POLL).await;
     }
 }
 
@@ -477,9 +490,9 @@ fn handle_request(
                 Err(error) => not_controller(error),
             }
         }
-        PeerRequest::Fetch { offset } => PeerResponse::Fetched(node.fetch(
+        PeerRequest::Fetch(fetch) => PeerResponse::Fetched(node.fetch(
             from,
-            offset,
+            fetch,
             brook_engine::cluster::peer_wire::CATCHUP_ENTRIES_MAX,
             wall_ms(),
         )),
