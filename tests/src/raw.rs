@@ -21,12 +21,29 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use crate::broker::Broker;
 
-/// A connection with a read timeout, so a missing answer fails the test.
+/// How long a connection from [`connect`] waits for an answer to a request
+/// that carries no timeout of its own.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// The `timeout_ms` of the Produce requests sent here: how long the broker
+/// waits for `acks=all` before it answers REQUEST_TIMED_OUT.
+pub const PRODUCE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How much longer than a request's own timeout a test waits for its
+/// answer. The broker answers by its timeout at the latest; the answer
+/// then still has to be written and read on a loaded machine. With no
+/// margin the two timeouts raced: a test read nothing at 10 s while the
+/// broker's REQUEST_TIMED_OUT, right, was on its way.
+pub const ANSWER_MARGIN: Duration = Duration::from_secs(5);
+
+/// A connection with a read timeout ([`READ_TIMEOUT`]), so a missing
+/// answer fails the test.
 pub fn connect(broker: &Broker) -> TcpStream {
-    let stream = TcpStream::connect(&broker.address).expect("connecting");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+    connect_to(&broker.address)
+}
+
+/// [`connect`] to `address`.
+pub fn connect_to(address: &str) -> TcpStream {
+    let stream = TcpStream::connect(address).expect("connecting");
+    stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
     stream
 }
 
@@ -83,6 +100,31 @@ pub fn exchange<Q: Encodable, R: Decodable>(
 ) -> R {
     try_exchange(stream, api_key, version, request)
         .unwrap_or_else(|| panic!("{api_key:?} v{version}: no answer, or not a whole response"))
+}
+
+/// [`exchange`] for a request that carries its own `timeout`: its answer
+/// is waited for `timeout` + [`ANSWER_MARGIN`], then the stream's read
+/// timeout is what it was.
+pub fn exchange_within<Q: Encodable, R: Decodable>(
+    stream: &mut TcpStream,
+    api_key: ApiKey,
+    version: i16,
+    request: &Q,
+    timeout: Duration,
+) -> R {
+    let read_timeout = stream.read_timeout().unwrap();
+    stream
+        .set_read_timeout(Some(timeout + ANSWER_MARGIN))
+        .unwrap();
+    let answer = try_exchange(stream, api_key, version, request);
+    stream.set_read_timeout(read_timeout).unwrap();
+    answer.unwrap_or_else(|| {
+        panic!(
+            "{api_key:?} v{version}: no answer within {:?} (its timeout {timeout:?}), or not a \
+             whole response",
+            timeout + ANSWER_MARGIN
+        )
+    })
 }
 
 /// [`exchange`], with `None` when the broker does not answer (closed, timed
@@ -171,7 +213,8 @@ pub fn produce_filler(
 }
 
 /// Produces `batch` to one partition with `acks` (not 0) and returns the
-/// partition's answer.
+/// partition's answer, waiting past the request's timeout
+/// ([`PRODUCE_TIMEOUT`]) for it: REQUEST_TIMED_OUT is an answer too.
 pub fn produce_batch(
     stream: &mut TcpStream,
     topic: &str,
@@ -184,13 +227,14 @@ pub fn produce_batch(
         .with_records(Some(Bytes::from(batch)));
     let request = ProduceRequest::default()
         .with_acks(acks)
-        .with_timeout_ms(10_000)
+        .with_timeout_ms(PRODUCE_TIMEOUT.as_millis() as i32)
         .with_topic_data(vec![
             TopicProduceData::default()
                 .with_name(topic_name(topic))
                 .with_partition_data(vec![data]),
         ]);
-    let mut response: ProduceResponse = exchange(stream, ApiKey::Produce, 9, &request);
+    let mut response: ProduceResponse =
+        exchange_within(stream, ApiKey::Produce, 9, &request, PRODUCE_TIMEOUT);
     response.responses.remove(0).partition_responses.remove(0)
 }
 
@@ -230,4 +274,81 @@ pub fn list_offset_answer(
     )?;
     let answer = response.topics.first()?.partitions.first()?;
     Some((answer.error_code, answer.offset))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+
+    use kafka_protocol::messages::ResponseHeader;
+    use kafka_protocol::messages::produce_response::{
+        PartitionProduceResponse, TopicProduceResponse,
+    };
+
+    use super::*;
+
+    /// Kafka's REQUEST_TIMED_OUT.
+    const REQUEST_TIMED_OUT: i16 = 7;
+    /// How late, past the request's timeout, the fake broker answers: a
+    /// broker on a loaded machine is that late, well inside the margin.
+    const ANSWER_LATE_BY: Duration = Duration::from_secs(1);
+
+    /// A broker that takes one Produce and answers REQUEST_TIMED_OUT
+    /// [`ANSWER_LATE_BY`] after the request's `timeout_ms`.
+    fn answer_after_the_timeout(listener: TcpListener) {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut size = [0u8; 4];
+        stream.read_exact(&mut size).unwrap();
+        let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
+        stream.read_exact(&mut body).unwrap();
+        let mut body = Bytes::from(body);
+        let version = 9;
+        let header =
+            RequestHeader::decode(&mut body, ApiKey::Produce.request_header_version(version))
+                .unwrap();
+        let request = ProduceRequest::decode(&mut body, version).unwrap();
+        let timeout = Duration::from_millis(request.timeout_ms as u64);
+        std::thread::sleep(timeout + ANSWER_LATE_BY);
+        let response = ProduceResponse::default().with_responses(vec![
+            TopicProduceResponse::default()
+                .with_name(request.topic_data[0].name.clone())
+                .with_partition_responses(vec![
+                    PartitionProduceResponse::default()
+                        .with_index(0)
+                        .with_error_code(REQUEST_TIMED_OUT),
+                ]),
+        ]);
+        let mut buffer = BytesMut::new();
+        ResponseHeader::default()
+            .with_correlation_id(header.correlation_id)
+            .encode(
+                &mut buffer,
+                ApiKey::Produce.response_header_version(version),
+            )
+            .unwrap();
+        response.encode(&mut buffer, version).unwrap();
+        stream
+            .write_all(&(buffer.len() as i32).to_be_bytes())
+            .unwrap();
+        stream.write_all(&buffer).unwrap();
+    }
+
+    /// The broker was right to answer REQUEST_TIMED_OUT at the request's
+    /// timeout; the test must read that answer, not give up at the same
+    /// moment (the socket's read timeout once equalled `timeout_ms`).
+    #[test]
+    fn an_answer_that_comes_at_the_produce_timeout_is_read() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let broker = std::thread::spawn(move || answer_after_the_timeout(listener));
+        let mut stream = connect_to(&address);
+        let answer = produce_batch(&mut stream, "late", 0, -1, Vec::new());
+        assert_eq!(answer.error_code, REQUEST_TIMED_OUT, "{answer:?}");
+        assert_eq!(
+            stream.read_timeout().unwrap(),
+            Some(READ_TIMEOUT),
+            "the connection's own read timeout is back"
+        );
+        broker.join().unwrap();
+    }
 }

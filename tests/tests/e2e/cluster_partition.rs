@@ -96,7 +96,8 @@ fn cut_off(network: &mut Network, cluster: &Cluster, cut: usize, partition: i32)
         isolated.elapsed()
     );
     // The old leader takes a write (it still believes it leads) but cannot
-    // acknowledge it to acks=all.
+    // acknowledge it to acks=all: it answers an error, REQUEST_TIMED_OUT at
+    // the request's timeout at the latest, which `produce_batch` waits past.
     let lone = encode_batch(
         &[NewRecord {
             key: Some("lone".into()),
@@ -107,14 +108,16 @@ fn cut_off(network: &mut Network, cluster: &Cluster, cut: usize, partition: i32)
         &BatchOptions::default(),
     );
     let mut old_leader = brook_tests::raw::connect(&cluster.nodes[cut]);
+    let asked = Instant::now();
     let answer = brook_tests::raw::produce_batch(&mut old_leader, "cut", partition, -1, lone);
     assert_ne!(
         answer.error_code, 0,
         "the cut-off leader acknowledged acks=all: {answer:?}"
     );
     println!(
-        "the cut-off leader answered acks=all with error {}",
-        answer.error_code
+        "the cut-off leader answered acks=all with error {} after {:?}",
+        answer.error_code,
+        asked.elapsed()
     );
     std::thread::sleep(CUT_FOR.saturating_sub(isolated.elapsed()));
 }

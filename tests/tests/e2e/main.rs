@@ -35,6 +35,7 @@ mod cluster_topic_visibility;
 mod cluster_transactions;
 mod crash_recovery;
 mod crash_restart;
+mod dev_cluster;
 mod exactly_once;
 mod fetch_sessions;
 mod franz_go;
