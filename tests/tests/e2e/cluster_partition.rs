@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use brook_engine::log::builder::{BatchOptions, NewRecord, encode_batch};
 use brook_engine::types::TimestampMs;
 use brook_tests::cluster::Cluster;
+use brook_tests::load::{Busy, rounds};
 use brook_tests::netns::Network;
 
 use crate::cluster_replication::{
@@ -36,31 +37,34 @@ const CUT_FOR: Duration = Duration::from_secs(12);
 /// the old leader truncates what only it holds, follows and rejoins the
 /// ISR. Every acknowledged record is then read exactly once, the lone
 /// writes are gone, and the replicas are identical.
+///
+/// On a busy machine; `BROOK_E2E_LONG=1` runs ten rounds of the two cuts
+/// (leaderships go back to preferred replicas between them, within
+/// `leader.imbalance.check.interval.seconds=1`).
 #[test]
 fn a_leader_cut_off_from_the_others_is_replaced_and_follows_once_healed() {
+    let _busy = Busy::start();
     let mut network = Network::create(0, 3);
     let root = tempfile::tempdir().unwrap();
-    let (mut cluster, _) = Cluster::formed_in(BROOK, root.path(), &network, 3, &QUICK_FENCING);
+    let mut settings = QUICK_FENCING.to_vec();
+    settings.extend(["--set", "leader.imbalance.check.interval.seconds=1"]);
+    let (mut cluster, _) = Cluster::formed_in(BROOK, root.path(), &network, 3, &settings);
     create_replicated(&cluster, "cut", PARTITIONS);
     let load = Load::start(&cluster, "cut", PARTITIONS);
     std::thread::sleep(Duration::from_secs(2));
-    for cut_controller in [false, true] {
-        let controller = cluster.active_controller(0).expect("a controller") as usize;
-        let led = leaders(&cluster, 0, "cut").unwrap();
-        let (&partition, &cut) = led
-            .iter()
-            .find(|(_, leader)| (**leader as usize == controller) == cut_controller)
-            .expect("every node leads a partition");
-        let cut = cut as usize;
-        cut_off(&mut network, &cluster, cut, partition);
-        network.heal();
-        let healed = Instant::now();
-        let other = (cut + 1) % 3;
-        wait_for_full_isr(&cluster, other, "cut", PARTITIONS);
-        println!(
-            "node {cut} (the controller: {cut_controller}) healed and back in every ISR after {:?}",
-            healed.elapsed()
-        );
+    for round in 0..rounds(1, 10) {
+        for cut_controller in [false, true] {
+            let (partition, cut) = led_by(&cluster, cut_controller);
+            cut_off(&mut network, &cluster, cut, partition);
+            network.heal();
+            let healed = Instant::now();
+            let other = (cut + 1) % 3;
+            wait_for_full_isr(&cluster, other, "cut", PARTITIONS);
+            println!(
+                "round {round}: node {cut} (the controller: {cut_controller}) healed and back in every ISR after {:?}",
+                healed.elapsed()
+            );
+        }
     }
     std::thread::sleep(Duration::from_secs(1));
     let deliveries = load.finish();
@@ -72,6 +76,32 @@ fn a_leader_cut_off_from_the_others_is_replaced_and_follows_once_healed() {
     check_exactly_once(&deliveries, &read);
     let copies = tempfile::tempdir().unwrap();
     kill_and_compare_replicas(&mut cluster, "cut", PARTITIONS, false, copies.path());
+}
+
+/// A partition of "cut" and its leader: one the active controller leads
+/// (`by_controller`), or one another node leads; waits for one (after a
+/// cut, leaderships go back to preferred replicas within a second).
+fn led_by(cluster: &Cluster, by_controller: bool) -> (i32, usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let controller = cluster.active_controller(0).map(|id| id as usize);
+        let found = controller
+            .zip(leaders(cluster, 0, "cut"))
+            .and_then(|(controller, led)| {
+                led.into_iter()
+                    .find(|(_, leader)| (*leader as usize == controller) == by_controller)
+            });
+        if let Some((partition, leader)) = found {
+            return (partition, leader as usize);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no partition led by {} the controller\n{}",
+            if by_controller { "" } else { "other than" },
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// Cuts node `cut`, the leader of `partition`, off for [`CUT_FOR`]: the
