@@ -24,9 +24,16 @@ fn main() {
             ("--bug", _) if pair.get(1).is_some_and(|name| name == "elect-out-of-isr") => {
                 bug = Some(Bug::ElectOutOfIsr)
             }
+            ("--bug", _)
+                if pair
+                    .get(1)
+                    .is_some_and(|name| name == "show-applied-topics") =>
+            {
+                bug = Some(Bug::ShowAppliedTopics)
+            }
             _ => {
                 eprintln!(
-                    "usage: controller_sim [--seeds N] [--first S] [--bug forget-vote|fence-early|elect-out-of-isr]"
+                    "usage: controller_sim [--seeds N] [--first S] [--bug forget-vote|fence-early|elect-out-of-isr|show-applied-topics]"
                 );
                 std::process::exit(2);
             }
