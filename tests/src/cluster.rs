@@ -277,6 +277,35 @@ impl Cluster {
         )
     }
 
+    /// The active controller as DescribeQuorum through node `index` says
+    /// (`None`: no answer, an error, or no leader yet). Metadata's
+    /// controller id is not it while a broker knows no controller: the
+    /// broker then names itself, as Kafka's brokers name any live broker.
+    pub fn quorum_leader(&self, index: usize) -> Option<usize> {
+        let response = self.described_quorum(index, 1)?;
+        let partition = response.topics.first()?.partitions.first()?;
+        let leader = partition.leader_id.0;
+        (response.error_code == 0 && partition.error_code == 0 && leader >= 0)
+            .then_some(leader as usize)
+    }
+
+    /// Waits until DescribeQuorum through node `index` names a controller
+    /// other than `old`; that one.
+    pub fn wait_for_new_controller(&self, index: usize, old: usize) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(leader) = self.quorum_leader(index).filter(|leader| *leader != old) {
+                return leader;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no controller but {old} through node {index}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Node `index`'s controller listener port, from `controller.quorum.voters`.
     pub fn controller_port(&self, index: usize) -> u16 {
         self.voters

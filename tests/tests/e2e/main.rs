@@ -22,6 +22,7 @@ mod broker_versions;
 mod cli;
 mod client_groups;
 mod client_transactions;
+mod cluster_controller_restart;
 mod cluster_delete_records;
 mod cluster_epochs;
 mod cluster_java;
