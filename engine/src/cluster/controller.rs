@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::cluster::cluster_image::ClusterImage;
+use crate::cluster::cluster_image::{ClusterImage, TopicRegistration};
 use crate::cluster::elections::{broker_leaves, elect_offline_partitions, fence_brokers};
 use crate::cluster::image::{PARTITIONS_MAX, TopicId, validate_topic_name};
 use crate::cluster::manual_assignment::manual_partitions;
@@ -300,6 +300,10 @@ pub struct TopicRequest {
     /// Manual replica assignments, (partition, replicas); empty: the
     /// controller places the partitions.
     pub assignments: Vec<(i32, Vec<BrokerId>)>,
+    /// The id the asker chose for the new topic, so that the request asked
+    /// again finds its own topic ([`create_topics`]); `None`: the
+    /// controller draws one.
+    pub id: Option<TopicId>,
 }
 
 /// The broker defaults a CreateTopics falls back to, and the log
@@ -495,7 +499,10 @@ pub struct Created {
 /// CreateTopics for a whole request, in one batch of records: each topic
 /// is checked against the image with the request's earlier topics in it
 /// (a name given twice is refused the second time). `ids[i]` is topic
-/// `i`'s new id.
+/// `i`'s new id; a topic already registered under its name with that very
+/// id is this request asked again (a broker forwards it again when the
+/// controller that committed it died before answering): it succeeds again,
+/// with no records, where another request's topic of that name is refused.
 pub fn create_topics(
     image: &ClusterImage,
     requests: &[TopicRequest],
@@ -509,24 +516,35 @@ pub fn create_topics(
         .iter()
         .zip(ids)
         .map(|(request, id)| {
+            if let Some(registered) = scratch
+                .topic_by_name(&request.name)
+                .filter(|registered| registered.id == *id)
+            {
+                // This very request again (its id is the asker's), its
+                // first answer lost with a controller that committed it.
+                return Ok(created(registered));
+            }
             let topic = create_topic(&scratch, request, defaults, *id)?;
             scratch.apply(scratch.offset + 1, &topic).map_err(|error| {
                 Refusal::new(ErrorCode::UNKNOWN_SERVER_ERROR, error.to_string())
             })?;
             let registered = scratch.topics.get(id).expect("just applied");
-            let created = Created {
-                id: *id,
-                partitions: registered.partitions.len() as i32,
-                replication_factor: registered
-                    .partitions
-                    .first()
-                    .map_or(0, |first| first.replicas.len() as i16),
-            };
             records.extend(topic);
-            Ok(created)
+            Ok(created(registered))
         })
         .collect();
     (results, records)
+}
+
+fn created(registered: &TopicRegistration) -> Created {
+    Created {
+        id: registered.id,
+        partitions: registered.partitions.len() as i32,
+        replication_factor: registered
+            .partitions
+            .first()
+            .map_or(0, |first| first.replicas.len() as i16),
+    }
 }
 
 /// DeleteTopics for a whole request, in one batch.
@@ -625,6 +643,7 @@ pub(crate) mod tests {
             replication_factor,
             configs: BTreeMap::from([("retention.ms".into(), "60000".into())]),
             assignments: Vec::new(),
+            id: None,
         }
     }
 
@@ -748,6 +767,27 @@ pub(crate) mod tests {
         );
         image.apply(6, &records).unwrap();
         assert!(image.topic_by_name("a").is_none());
+    }
+
+    /// A broker forwards a CreateTopics again when the controller that
+    /// committed it died before answering: the topic it finds under its own
+    /// id is its own, and succeeds again; another request's id is refused.
+    #[test]
+    fn a_create_asked_again_with_its_own_id_succeeds_with_no_records() {
+        let mut image = three_brokers();
+        let requests = vec![request("a", 2, 3)];
+        let ids = [TopicId([1; 16])];
+        let (first, records) = create_topics(&image, &requests, &defaults(), &ids);
+        image.apply(5, &records).unwrap();
+        let (again, records) = create_topics(&image, &requests, &defaults(), &ids);
+        assert_eq!(again, first);
+        assert!(records.is_empty(), "{records:?}");
+        let (other, records) = create_topics(&image, &requests, &defaults(), &[TopicId([2; 16])]);
+        assert_eq!(
+            other[0].as_ref().unwrap_err().error,
+            ErrorCode::TOPIC_ALREADY_EXISTS
+        );
+        assert!(records.is_empty());
     }
 
     #[test]

@@ -299,6 +299,8 @@ fn encode_request(out: &mut Vec<u8>, request: &PeerRequest) {
                     out.put_i32(*partition);
                     put_brokers(out, replicas);
                 }
+                // The asker's id, all zeros for none (no topic has it).
+                out.put_slice(&topic.id.unwrap_or_default().0);
             }
         }
         PeerRequest::DeleteTopics { names } => {
@@ -561,7 +563,7 @@ fn decode_request(reader: &mut Reader<'_>) -> Result<PeerRequest, PeerWireError>
         }),
         4 => {
             let validate_only = reader.u8()? != 0;
-            let count = reader.count(12)?;
+            let count = reader.count(28)?;
             let topics = (0..count)
                 .map(|_| {
                     let name = reader.string()?;
@@ -575,12 +577,14 @@ fn decode_request(reader: &mut Reader<'_>) -> Result<PeerRequest, PeerWireError>
                     let assignments = (0..assignments)
                         .map(|_| Ok((reader.i32()?, brokers(reader)?)))
                         .collect::<Result<Vec<_>, RecordError>>()?;
+                    let id = Some(reader.topic_id()?).filter(|id| !id.is_zero());
                     Ok(TopicRequest {
                         name,
                         partitions,
                         replication_factor,
                         configs,
                         assignments,
+                        id,
                     })
                 })
                 .collect::<Result<Vec<_>, RecordError>>()?;
@@ -1026,6 +1030,7 @@ mod tests {
                         replication_factor: 3,
                         configs: BTreeMap::from([("retention.ms".into(), "1000".into())]),
                         assignments: vec![(0, vec![BrokerId(1), BrokerId(2)]), (1, vec![])],
+                        id: Some(TopicId([5; 16])),
                     }],
                     validate_only: true,
                 },

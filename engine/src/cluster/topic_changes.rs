@@ -171,6 +171,7 @@ mod tests {
             replication_factor,
             configs: BTreeMap::from([("retention.ms".into(), "60000".into())]),
             assignments: Vec::new(),
+            id: None,
         };
         let records = create_topic(
             &image,

@@ -173,6 +173,10 @@ async fn forward(shard: &Rc<Shard>, change: Change) -> Vec<TopicOutcome> {
                     replication_factor: topic.replication_factor,
                     configs: topic.configs,
                     assignments: topic.assignments,
+                    // Ours, so that the request asked again of the next
+                    // controller (the first died before answering) finds
+                    // the topic it made.
+                    id: Some(topic.id.unwrap_or_else(|| TopicId(random_id()))),
                 })
                 .collect(),
             validate_only,

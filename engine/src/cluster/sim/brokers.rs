@@ -267,6 +267,7 @@ impl Simulation {
             replication_factor,
             configs: BTreeMap::new(),
             assignments: Vec::new(),
+            id: None,
         };
         // The id is the request's own: a duplicated request carries it too.
         let number: u64 = request.name["topic-".len()..].parse().unwrap_or(0);

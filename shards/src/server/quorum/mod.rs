@@ -504,7 +504,12 @@ fn handle_request(
             topics,
             validate_only,
         } => {
-            let ids: Vec<TopicId> = topics.iter().map(|_| TopicId(random_id())).collect();
+            // The forwarding broker's ids: a request it asks again finds
+            // its own topics.
+            let ids: Vec<TopicId> = topics
+                .iter()
+                .map(|topic| topic.id.unwrap_or_else(|| TopicId(random_id())))
+                .collect();
             let proposed = node.latest_image().map(|image| {
                 let (results, records) =
                     create_topics(image, &topics, &quorum.topic_defaults, &ids);
