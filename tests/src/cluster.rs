@@ -81,14 +81,14 @@ pub fn seen_at(address: &str) -> Option<Seen> {
     brokers.sort();
     Some(Seen {
         brokers,
-        controller: quorum_leader(&mut stream)?,
+        controller: leader_through(&mut stream)?,
         metadata_controller: response.controller_id.0,
     })
 }
 
 /// The metadata log's leader as DescribeQuorum on `stream` names it (-1:
 /// none), `None` if the broker does not answer.
-fn quorum_leader(stream: &mut std::net::TcpStream) -> Option<i32> {
+fn leader_through(stream: &mut std::net::TcpStream) -> Option<i32> {
     let response: DescribeQuorumResponse = raw::try_exchange(
         stream,
         ApiKey::DescribeQuorum,
@@ -216,14 +216,6 @@ impl Cluster {
             .enumerate()
             .map(|(index, node)| format!("----- node {index}\n{}", node.log()))
             .collect()
-    }
-
-    /// The active controller as DescribeQuorum through node `index` names
-    /// it (`None`: no answer, or no leader).
-    pub fn active_controller(&self, index: usize) -> Option<i32> {
-        let mut stream = std::net::TcpStream::connect(&self.nodes[index].address).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        quorum_leader(&mut stream).filter(|leader| *leader >= 0)
     }
 
     /// DescribeCluster's controller id from node `index` (a live broker,

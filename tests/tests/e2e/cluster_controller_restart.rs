@@ -189,6 +189,15 @@ fn describe_cluster(stream: &mut TcpStream) -> Answer {
             response.controller_id.0
         ));
     }
+    // All three are live then (the killed broker's registration outlives
+    // it until its session ends, or it is back): a broker that lists fewer
+    // (one restarted a moment ago knew only itself) tells a client of a
+    // cluster that is not there.
+    if brokers != [0, 1, 2] {
+        return Answer::Refused(format!(
+            "brokers {brokers:?} listed, not the three live ones"
+        ));
+    }
     Answer::Done(format!(
         "controller {}, brokers {brokers:?}",
         response.controller_id.0

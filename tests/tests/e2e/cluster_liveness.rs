@@ -46,7 +46,7 @@ fn a_voter_whose_connections_to_the_controller_went_silent_is_heard_again() {
     let network = Network::create(3, 3);
     let root = tempfile::tempdir().unwrap();
     let (cluster, _) = Cluster::formed_in(BROOK, root.path(), &network, 3, &QUICK_FENCING);
-    let controller = cluster.active_controller(0).expect("a controller") as usize;
+    let controller = cluster.quorum_leader(0).expect("a controller");
     let voter = (controller + 1) % 3;
     let silenced = network.silence_connections(voter, controller, CONTROLLER_PORT);
     assert!(

@@ -84,7 +84,7 @@ fn a_leader_cut_off_from_the_others_is_replaced_and_follows_once_healed() {
 fn led_by(cluster: &Cluster, by_controller: bool) -> (i32, usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let controller = cluster.active_controller(0).map(|id| id as usize);
+        let controller = cluster.quorum_leader(0);
         let found = controller
             .zip(leaders(cluster, 0, "cut"))
             .and_then(|(controller, led)| {

@@ -616,7 +616,7 @@ fn kafka_topics_creates_through_any_broker_and_every_broker_describes_the_same()
             .map(|value| value.trim().to_owned())
             .unwrap_or_else(|| panic!("no {name} in {text}"))
     };
-    let controller = cluster.active_controller(asked).unwrap();
+    let controller = cluster.quorum_leader(asked).unwrap();
     let status = quorum(asked, "--status");
     println!("{status}");
     assert_eq!(
@@ -635,7 +635,7 @@ fn kafka_topics_creates_through_any_broker_and_every_broker_describes_the_same()
         assert!(voters.contains(&endpoint), "{endpoint} not in {voters}");
     }
     assert_eq!(field(&status, "CurrentObservers:"), "[]");
-    let from_controller = quorum(controller as usize, "--status");
+    let from_controller = quorum(controller, "--status");
     for name in ["LeaderId:", "LeaderEpoch:", "CurrentVoters:"] {
         assert_eq!(
             field(&from_controller, name),
@@ -658,7 +658,7 @@ fn kafka_topics_creates_through_any_broker_and_every_broker_describes_the_same()
     let mut expected: Vec<(String, String)> = ALL
         .iter()
         .map(|index| {
-            let role = if *index as i32 == controller {
+            let role = if *index == controller {
                 "Leader"
             } else {
                 "Follower"

@@ -388,8 +388,10 @@ fn brook_dev_cluster_starts_three_nodes_and_stops_them_on_ctrl_c() {
 }
 
 /// Two of the three voters killed with kill -9, then Ctrl-C: the last node
-/// can never finish a controlled shutdown (no quorum to grant it), and is
-/// killed rather than waited for; no node outlives the command.
+/// cannot have a controlled shutdown granted by a quorum, and is killed
+/// rather than waited for (unless it was the active controller and still
+/// led, with nothing to hand over: then it grants its own at once and stops
+/// cleanly); no node outlives the command.
 #[test]
 fn brook_dev_cluster_stops_a_node_that_lost_its_quorum_on_ctrl_c() {
     let _one = one_at_a_time();
@@ -403,8 +405,13 @@ fn brook_dev_cluster_stops_a_node_that_lost_its_quorum_on_ctrl_c() {
     });
     let (status, took) = cluster.stop_with(libc::SIGINT);
     assert_eq!(cluster.running_nodes(), [0usize; 0], "{}", cluster.output());
+    // A clean exit is not reported; any other end of node 2 is.
+    let stopped_cleanly = !cluster
+        .stderr_lines()
+        .iter()
+        .any(|line| line.contains("node 2 "));
     assert!(
-        reported_killed(&cluster.stderr_lines(), 2),
+        reported_killed(&cluster.stderr_lines(), 2) || stopped_cleanly,
         "{}",
         cluster.output()
     );

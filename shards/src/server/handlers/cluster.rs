@@ -83,6 +83,11 @@ pub(crate) async fn ensure_topics(shard: &Rc<Shard>, names: &[String]) -> Arc<Me
 const PENDING_TOPICS_WAIT_MAX: Duration = Duration::from_secs(2);
 /// How often the wait looks again.
 const PENDING_TOPICS_POLL: Duration = Duration::from_millis(5);
+/// How long a request about the cluster waits for a starting node to have
+/// caught up with the metadata log (Kafka's brokers process no request
+/// before that). Through a controller's election after a kill -9 it took
+/// a restarted node up to about 2 s here under load.
+const FIRST_VIEW_WAIT_MAX: Duration = Duration::from_secs(10);
 
 /// The topics clients may be told of now: in a cluster, only those every
 /// live broker serves ([`Visibility`]), so that a client asking the
@@ -99,8 +104,13 @@ pub(crate) async fn client_image(
     if shard.context.config.cluster.is_none() {
         return image;
     }
+    first_view(shard).await;
     let deadline = Instant::now() + PENDING_TOPICS_WAIT_MAX;
-    let mut image = image;
+    // The newest image: the wait may have let this broker apply more.
+    let mut image = match shard.cluster_view() {
+        Some(_) => shard.image(),
+        None => image,
+    };
     loop {
         let settled = shard.cluster_view().is_some_and(|view| {
             let ids = match wanted {
@@ -134,6 +144,20 @@ pub(crate) async fn client_image(
     let mut visible = (*image).clone();
     visible.topics.retain(|_, topic| shown(topic));
     Arc::new(visible)
+}
+
+/// Waits, at most [`FIRST_VIEW_WAIT_MAX`], for a cluster node's first
+/// view of the cluster after its start: until then it knows only itself,
+/// and a client told of a one-broker cluster by a broker that restarted a
+/// moment ago would believe it.
+async fn first_view(shard: &Shard) {
+    if shard.context.config.cluster.is_none() {
+        return;
+    }
+    let deadline = Instant::now() + FIRST_VIEW_WAIT_MAX;
+    while shard.cluster_view().is_none() && Instant::now() < deadline {
+        glommio::timer::sleep(PENDING_TOPICS_POLL).await;
+    }
 }
 
 pub(crate) fn uuid(id: TopicId) -> Uuid {
@@ -372,8 +396,12 @@ pub async fn metadata(shard: &Rc<Shard>, request: &Request) -> Result<Response, 
     encode(request, &response)
 }
 
-pub fn describe_cluster(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
+pub async fn describe_cluster(
+    shard: &Rc<Shard>,
+    request: &Request,
+) -> Result<Response, FrameError> {
     let body: DescribeClusterRequest = request.decode_body()?;
+    first_view(shard).await;
     let brokers = advertised_brokers(shard)
         .into_iter()
         .map(|broker| {

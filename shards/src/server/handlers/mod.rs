@@ -46,7 +46,7 @@ async fn handle(shard: &Rc<Shard>, request: Request) -> Response {
     let handled = match request.api_key {
         ApiKey::ApiVersions => api_versions(shard, &request),
         ApiKey::Metadata => cluster::metadata(shard, &request).await,
-        ApiKey::DescribeCluster => cluster::describe_cluster(shard, &request),
+        ApiKey::DescribeCluster => cluster::describe_cluster(shard, &request).await,
         ApiKey::Fetch => fetch::handle(shard, &request).await,
         ApiKey::ListOffsets => offsets::list_offsets(shard, &request).await,
         ApiKey::OffsetForLeaderEpoch => offsets::offset_for_leader_epoch(shard, &request).await,

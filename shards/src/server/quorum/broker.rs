@@ -178,6 +178,10 @@ struct BrokerState {
     controller_epoch: Rc<Cell<u64>>,
     /// Which topics clients may be told of (see its module).
     visibility: TopicVisibility,
+    /// Whether the image has reached the committed log's end once since
+    /// this broker started: nothing is published before (a view of an empty
+    /// image told clients of a one-broker cluster with no topics).
+    caught_up: bool,
     /// What the shards were last given: the image's offset (how far this
     /// broker serves the log), the controller, and `served_by_all`.
     published: (u64, Option<BrokerId>, u64),
@@ -194,6 +198,7 @@ pub async fn run(shard: Rc<Shard>, settings: ClusterSettings, forwarded: Forward
         controller: None,
         controller_epoch: Rc::new(Cell::new(0)),
         visibility: TopicVisibility::default(),
+        caught_up: false,
         published: (0, None, 0),
     };
     let mut next_voter = 0usize;
@@ -410,6 +415,10 @@ async fn catch_up(
             }
         }
         if !more {
+            // An empty answer from a controller elected a moment ago means
+            // "nothing yet", not the end of a log that has at least this
+            // broker's registration in it.
+            state.caught_up |= state.image.offset > 0;
             return Ok(true);
         }
     }
@@ -418,6 +427,9 @@ async fn catch_up(
 
 /// Gives every shard the new view when the image or the controller moved.
 async fn publish(shard: &Rc<Shard>, state: &mut BrokerState) {
+    if !state.caught_up {
+        return;
+    }
     state.visibility.follow(&state.image);
     let current = (
         state.image.offset,

@@ -172,9 +172,12 @@ impl Quorum {
 }
 
 /// How long a forwarded request waits for the controller's answer, asked
-/// again meanwhile while the controller moves: Kafka's `request.timeout.ms`
-/// default, which bounds its brokers' forwarding the same way.
-pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
+/// again meanwhile while the controller moves. Kafka's brokers bound their
+/// forwarding by `request.timeout.ms` (30 s); this is half of it so that,
+/// with the wait for this broker to serve the change after it
+/// ([`wait_for_offset`], up to 10 s), a client hears within its own
+/// default `request.timeout.ms` of 30 s.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(15);
 /// The pauses between asks while no controller answers: from the first to
 /// the last.
 const FORWARD_RETRY_MIN: Duration = Duration::from_millis(25);
