@@ -203,6 +203,18 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
         let signal = signals::wait_for_termination();
         tracing::info!(signal, "stopping");
         if stopper.config.cluster.is_some() {
+            // A second signal (Ctrl-C again, a supervisor's second
+            // SIGTERM) stops at once: a controlled shutdown that no quorum
+            // can grant waits its whole bound otherwise.
+            let impatient = stopper.clone();
+            std::thread::spawn(move || {
+                let signal = signals::wait_for_termination();
+                tracing::warn!(
+                    signal,
+                    "stopping at once, without waiting for the controlled shutdown"
+                );
+                stop_all(&impatient);
+            });
             shut_down_in_turn(&stopper);
         }
         stop_all(&stopper);

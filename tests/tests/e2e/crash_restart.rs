@@ -141,3 +141,40 @@ fn a_killed_cluster_node_restarts_at_once_and_rejoins_losing_nothing() {
     println!("the consumers read {fetched:?} records through the restarts");
     report("a node of three", restarts);
 }
+
+/// A cluster node told to stop (SIGTERM) whose controlled shutdown no
+/// quorum can grant (the other two voters were killed) waits for it, as
+/// Kafka's brokers do, up to its bound (30 s); a second SIGTERM (a user's
+/// second Ctrl-C, a supervisor that signals again) stops it at once,
+/// cleanly. On a busy machine.
+#[test]
+fn a_second_sigterm_stops_a_node_whose_controlled_shutdown_cannot_be_granted() {
+    let _busy = Busy::start();
+    let root = tempfile::tempdir().unwrap();
+    let (mut cluster, _) = Cluster::formed(BROOK, root.path(), 3, &QUICK_FENCING);
+    create_replicated(&cluster, "held", 3);
+    for node in [0, 1] {
+        cluster.nodes[node].kill();
+    }
+    let survivor = &mut cluster.nodes[2];
+    survivor.signal(libc::SIGTERM);
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        !survivor.log().contains("shard stopped"),
+        "the controlled shutdown was granted without a quorum:\n{}",
+        survivor.log()
+    );
+    let asked = Instant::now();
+    assert_eq!(
+        survivor.stop_within(Duration::from_secs(15)),
+        Some(true),
+        "a second SIGTERM did not stop the node:\n{}",
+        survivor.log()
+    );
+    assert!(
+        survivor.log().contains("stopping at once"),
+        "{}",
+        survivor.log()
+    );
+    println!("stopped {:?} after the second SIGTERM", asked.elapsed());
+}
