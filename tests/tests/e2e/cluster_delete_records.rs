@@ -116,9 +116,16 @@ fn deleted_records_stay_deleted_when_the_leader_dies_right_after() {
     println!("answered in {:?}", asked.elapsed());
     cluster.nodes[leader].kill();
     let deadline = Instant::now() + Duration::from_secs(30);
+    // A new leader as the new leader itself sees it: the follower asked may
+    // apply the election before the broker it names does (which answers
+    // NOT_LEADER_OR_FOLLOWER meanwhile, and a client asks again).
     let new_leader = loop {
         let now = leaders(&cluster, follower, TOPIC).and_then(|leaders| leaders.get(&0).copied());
-        if let Some(now) = now.filter(|now| *now != leader as i32) {
+        let serving = now.filter(|now| *now != leader as i32).filter(|now| {
+            leaders(&cluster, *now as usize, TOPIC).and_then(|leaders| leaders.get(&0).copied())
+                == Some(*now)
+        });
+        if let Some(now) = serving {
             break now as usize;
         }
         assert!(Instant::now() < deadline, "no new leader");
