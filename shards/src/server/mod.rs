@@ -150,6 +150,14 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
     for unknown in &context.config.unknown {
         tracing::warn!(setting = %unknown, "ignoring unknown config");
     }
+    // Before the shards: its listener is bound here, so a port taken fails
+    // the start, and shard 0's broker side finds its own voter listening.
+    let controller = context
+        .config
+        .cluster
+        .clone()
+        .map(|settings| quorum::ControllerThread::start(context.clone(), settings))
+        .transpose()?;
     let (ready_sender, ready) = flume::unbounded();
     let mut executors = Vec::new();
     for (index, jobs) in receivers.into_iter().enumerate() {
@@ -188,6 +196,7 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
         executors
             .into_iter()
             .for_each(|executor| drop(executor.join()));
+        drop(controller);
         return Err(ServerError::Shard { shard: 0, reason });
     }
     if let Some(listener) = metrics_listener {
@@ -222,6 +231,9 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
     for executor in executors {
         let _ = executor.join();
     }
+    // The voter stops last: while the shards close their logs, after this
+    // node's controlled shutdown, it still counts for the quorum.
+    drop(controller);
     Ok(())
 }
 

@@ -308,11 +308,7 @@ pub async fn run_shard(
     glommio::spawn_local(transactions::run_timers(shard.clone())).detach();
     glommio::spawn_local(crate::server::metrics::run_state_gauges(shard.clone())).detach();
     if let (0, Some(settings)) = (id.0, shard.context.config.cluster.clone()) {
-        if let Err(error) = crate::server::quorum::start(shard.clone(), settings).await {
-            let _ = ready.send(Err(format!("shard {}: {error}", id.0)));
-            shard.stop();
-            return;
-        }
+        crate::server::quorum::start(shard.clone(), settings);
     }
     // Dropped once sent: a shard that dies before it reports then shows as a
     // disconnect instead of leaving start-up waiting.

@@ -96,3 +96,90 @@ fn a_silent_fetch_connection_is_given_up_long_before_the_socket_timeout() {
     let (_network, cluster, _) = silenced_follower(4, root.path(), 600_000, "idle");
     produce_to_all(&cluster, "idle", "after");
 }
+
+/// The threads of process `pid` whose name (`/proc/…/comm`) starts with
+/// `prefix`.
+fn threads_named(pid: u32, prefix: &str) -> Vec<i32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter(|task| {
+                    std::fs::read_to_string(task.path().join("comm"))
+                        .is_ok_and(|comm| comm.starts_with(prefix))
+                })
+                .filter_map(|task| task.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Puts thread `tid` in scheduling `policy` (priority 0): `SCHED_IDLE`
+/// runs it only when its core has nothing else to run.
+fn set_policy(tid: i32, policy: libc::c_int) {
+    let parameters = libc::sched_param { sched_priority: 0 };
+    // SAFETY: a valid sched_param; an unknown tid only makes the call fail.
+    let result = unsafe { libc::sched_setscheduler(tid, policy, &parameters) };
+    assert_eq!(
+        result,
+        0,
+        "sched_setscheduler({tid}): {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// The active controller and its epoch (the metadata log leader's Raft
+/// term) as DescribeQuorum through node `asked` says.
+fn controller_and_epoch(cluster: &Cluster, asked: usize) -> Option<(i32, i32)> {
+    let response = cluster.described_quorum(asked, 1)?;
+    let partition = response.topics.first()?.partitions.first()?;
+    (response.error_code == 0 && partition.error_code == 0)
+        .then_some((partition.leader_id.0, partition.leader_epoch))
+}
+
+/// The active controller's node has its data path starved: its shard's
+/// thread only runs when its core has nothing else to (SCHED_IDLE, beside
+/// the busy machine's spinning threads), as a shard hogged by its data
+/// path would leave anything sharing its thread waiting. The controller
+/// voter runs on a thread of its own, so it keeps the quorum: no other
+/// voter is elected and the epoch stays the same for the whole starvation.
+/// With the voter on shard 0, its ticks and heartbeats to the other voters
+/// stalled and they elected another controller within seconds.
+#[test]
+fn a_controller_whose_data_path_is_starved_keeps_its_quorum() {
+    let _busy = Busy::start();
+    let root = tempfile::tempdir().unwrap();
+    let (cluster, _) = Cluster::formed(BROOK, root.path(), 3, &[]);
+    let controller = cluster.quorum_leader(0).expect("a controller");
+    let asked = (controller + 1) % 3;
+    let before = controller_and_epoch(&cluster, asked).expect("DescribeQuorum answered");
+    // glommio names an executor's thread and its blocking pool's
+    // "<name>-<executor id>".
+    let shard = threads_named(cluster.nodes[controller].pid(), "brook-shard-0-");
+    assert!(!shard.is_empty(), "node {controller} has no shard thread");
+    shard
+        .iter()
+        .for_each(|thread| set_policy(*thread, libc::SCHED_IDLE));
+    let length = Duration::from_secs(brook_tests::load::rounds(20, 120) as u64);
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    while started.elapsed() < length {
+        let now = controller_and_epoch(&cluster, asked);
+        if seen.last().is_none_or(|(_, last)| *last != now) {
+            seen.push((started.elapsed(), now));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    shard
+        .iter()
+        .for_each(|thread| set_policy(*thread, libc::SCHED_OTHER));
+    println!(
+        "node {controller}'s shard starved for {length:?}: controller and epoch through node {asked}: {seen:?}"
+    );
+    assert!(
+        seen.iter().all(|(_, now)| *now == Some(before)),
+        "the controller (node {controller}, epoch {}) changed while its shard was starved: {seen:?}\n{}",
+        before.1,
+        cluster.logs()
+    );
+}

@@ -1,11 +1,18 @@
-//! The cluster runtime on shard 0 of a node started with
-//! `controller.quorum.voters`: the controller voter (a
-//! [`ControllerNode`] driven over real sockets, its state on disk through
-//! [`disk::QuorumDisk`]) and the broker side (registration, heartbeats,
-//! metadata catch-up) that publishes the cluster image to every shard.
+//! The cluster runtime of a node started with `controller.quorum.voters`:
+//! the controller voter (a [`ControllerNode`] driven over real sockets, its
+//! state on disk through [`disk::QuorumDisk`]) with the controller
+//! listener, on an executor thread of their own ([`ControllerThread`]); and
+//! the broker side (registration, heartbeats, metadata catch-up) on shard
+//! 0, which publishes the cluster image to every shard.
 //!
-//! Tasks, all on shard 0 and never holding a `RefCell` borrow across an
-//! await:
+//! The voter has its own thread, unpinned, so that data-path work on a
+//! shard cannot hold back its Raft ticks and peer IO: a voter sharing a
+//! starved shard's thread stopped heartbeating and the other voters
+//! elected another controller within seconds. Its broker side reaches it
+//! over TCP, as it reaches any other voter.
+//!
+//! Tasks, never holding a `RefCell` borrow across an await. On the
+//! controller thread:
 //! - the driver: one loop owning the [`ControllerNode`]; it takes ticks,
 //!   peers' Raft messages and brokers' requests from a bounded inbox, then
 //!   drains every ready: persist (blocking pool), then send;
@@ -14,8 +21,10 @@
 //!   requests; garbage or oversized frames close the connection with a log
 //!   line;
 //! - one sender per other voter, reconnecting with backoff; a full queue
-//!   drops Raft messages (Raft resends);
-//! - the broker side, a client of whichever voter is the active controller.
+//!   drops Raft messages (Raft resends).
+//!
+//! On shard 0: the broker side, a client of whichever voter is the active
+//! controller.
 
 mod broker;
 pub use broker::{ShutDown, shut_down_in_turn};
@@ -39,7 +48,7 @@ use brook_engine::cluster::controller::{
 };
 use brook_engine::cluster::elections::elect_leaders;
 use brook_engine::cluster::image::TopicId;
-use brook_engine::cluster::node_config::ClusterSettings;
+use brook_engine::cluster::node_config::{ClusterSettings, Listener};
 use brook_engine::cluster::peer_wire::{
     PeerFrame, PeerRequest, PeerResponse, TopicResult, encode_frame,
 };
@@ -58,9 +67,9 @@ use futures::{FutureExt, StreamExt};
 use raft::eraftpb::Message;
 use rand::{Rng, SeedableRng};
 
-use crate::server::ServerError;
 use crate::server::controller::random_id;
 use crate::server::shard::Shard;
+use crate::server::{ServerContext, ServerError};
 
 /// Inputs the driver queues before senders wait.
 const INBOX_MAX: usize = 4_096;
@@ -252,51 +261,100 @@ pub async fn wait_for_offset(shard: &Shard, offset: u64, shown: &[TopicId]) {
     }
 }
 
-/// Starts the cluster tasks on shard 0; an error when the controller
-/// listener cannot be bound (the node would be out of its quorum).
-pub async fn start(shard: Rc<Shard>, settings: ClusterSettings) -> Result<(), ServerError> {
-    let listener = settings.listener(&settings.controller_listener).cloned();
-    let bound = listener.as_ref().map(transport::bind).transpose()?;
-    let quorum = if settings.roles.is_controller() {
-        match start_voter(&shard, &settings) {
+/// Starts the broker side on shard 0 (a node with the broker role).
+pub fn start(shard: Rc<Shard>, settings: ClusterSettings) {
+    if settings.roles.is_broker() {
+        let (forward, forwarded) = mpsc::channel(FORWARDED_MAX);
+        *shard.forward.borrow_mut() = Some(forward);
+        glommio::spawn_local(broker::run(shard, settings, forwarded)).detach();
+    }
+}
+
+/// The executor thread that runs this node's controller voter and
+/// controller listener (see the module's doc), until stopped.
+#[derive(Debug)]
+pub struct ControllerThread {
+    /// Dropped to stop the thread.
+    stop: Option<flume::Sender<()>>,
+    thread: Option<glommio::ExecutorJoinHandle<()>>,
+}
+
+impl ControllerThread {
+    /// Binds the controller listener (an error when it cannot be: the node
+    /// would be out of its quorum) and starts the thread: the voter (a node
+    /// with the controller role) and the listener. A voter whose disk
+    /// state cannot be opened is logged and left out; the node then runs
+    /// as a broker only.
+    pub fn start(
+        context: Arc<ServerContext>,
+        settings: ClusterSettings,
+    ) -> Result<ControllerThread, ServerError> {
+        let bound = match settings.listener(&settings.controller_listener) {
+            Some(listener) => Some((listener.clone(), transport::bind_std(listener)?)),
+            None => None,
+        };
+        let (stop, stopped) = flume::bounded::<()>(1);
+        let thread = crate::runtime::executor_builder(glommio::Placement::Unbound)
+            .name("brook-quorum")
+            .spawn(move || {
+                crate::runtime::guarded(run_controller(context, settings, bound, stopped))
+            })
+            .map_err(|error| ServerError::Shard {
+                shard: 0,
+                reason: format!("starting the controller thread: {error}"),
+            })?;
+        Ok(ControllerThread {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+/// The controller thread's work: starts the voter (a node with the
+/// controller role) and the listener, then waits to be stopped; the tasks
+/// it started are detached and end with the thread.
+async fn run_controller(
+    context: Arc<ServerContext>,
+    settings: ClusterSettings,
+    bound: Option<(Listener, std::net::TcpListener)>,
+    stopped: flume::Receiver<()>,
+) {
+    let quorum = match settings.roles.is_controller() {
+        false => None,
+        true => match start_voter(&context, &settings) {
             Ok(quorum) => Some(quorum),
             Err(error) => {
                 tracing::error!(%error, "the controller voter cannot start; this node runs as a broker only");
                 None
             }
-        }
-    } else {
-        None
+        },
     };
-    if let (Some(listener), Some(bound)) = (listener, bound) {
-        glommio::spawn_local(transport::listen(
-            shard.clone(),
-            settings.clone(),
-            listener,
-            bound,
-            quorum.clone(),
-        ))
-        .detach();
+    if let Some((listener, bound)) = bound {
+        glommio::spawn_local(transport::listen(settings, listener, bound, quorum)).detach();
     }
-    if settings.roles.is_broker() {
-        let (forward, forwarded) = mpsc::channel(FORWARDED_MAX);
-        *shard.forward.borrow_mut() = Some(forward);
-        glommio::spawn_local(broker::run(shard.clone(), settings.clone(), forwarded)).detach();
-    }
-    Ok(())
+    let _ = stopped.recv_async().await;
 }
 
-fn start_voter(shard: &Rc<Shard>, settings: &ClusterSettings) -> Result<Rc<Quorum>, String> {
+/// Dropping it stops the voter and the listener and waits for the thread.
+impl Drop for ControllerThread {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn start_voter(context: &ServerContext, settings: &ClusterSettings) -> Result<Rc<Quorum>, String> {
     let voters: Vec<BrokerId> = settings.voters.iter().map(|voter| voter.id).collect();
     let raft_ids: Vec<u64> = voters.iter().copied().map(raft_id).collect();
-    let (disk, store) = disk::QuorumDisk::open(&shard.context.data_dir, &raft_ids)
-        .map_err(|error| error.to_string())?;
+    let (disk, store) =
+        disk::QuorumDisk::open(&context.data_dir, &raft_ids).map_err(|error| error.to_string())?;
     let config = QuorumConfig {
         node: settings.node,
         voters,
         session_timeout_ms: settings.session_timeout_ms,
-        snapshot_after_bytes: shard
-            .context
+        snapshot_after_bytes: context
             .config
             .given
             .get("metadata.log.max.record.bytes.between.snapshots")
@@ -319,7 +377,6 @@ fn start_voter(shard: &Rc<Shard>, settings: &ClusterSettings) -> Result<Rc<Quoru
         let (sender, frames) = mpsc::channel(PEER_QUEUE_MAX);
         peers.insert(voter.id, RefCell::new(sender));
         glommio::spawn_local(transport::send_to_peer(
-            shard.clone(),
             voter.clone(),
             settings.cluster_id.clone(),
             hello.clone(),
@@ -335,10 +392,9 @@ fn start_voter(shard: &Rc<Shard>, settings: &ClusterSettings) -> Result<Rc<Quoru
         waiting: RefCell::new(Vec::new()),
         started: Instant::now(),
         topic_defaults: TopicDefaults {
-            log: shard.context.config.log_defaults.clone(),
-            partitions: shard.context.config.num_partitions as i32,
-            replication_factor: shard
-                .context
+            log: context.config.log_defaults.clone(),
+            partitions: context.config.num_partitions as i32,
+            replication_factor: context
                 .config
                 .given
                 .get("default.replication.factor")
@@ -348,15 +404,15 @@ fn start_voter(shard: &Rc<Shard>, settings: &ClusterSettings) -> Result<Rc<Quoru
         failed: std::cell::Cell::new(false),
     });
     let seed = (settings.node.0 as u64) ^ (crate::server::shard::now_ms() as u64).rotate_left(17);
-    glommio::spawn_local(drive(shard.clone(), quorum.clone(), inputs, seed)).detach();
+    glommio::spawn_local(drive(quorum.clone(), inputs, seed)).detach();
     Ok(quorum)
 }
 
 /// The driver loop (see the module's doc).
-async fn drive(shard: Rc<Shard>, quorum: Rc<Quorum>, mut inputs: mpsc::Receiver<Input>, seed: u64) {
+async fn drive(quorum: Rc<Quorum>, mut inputs: mpsc::Receiver<Input>, seed: u64) {
     let mut jitter = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let mut next_tick = Instant::now() + Duration::from_millis(tick_interval_ms(jitter.r#gen()));
-    while !shard.is_stopping() && !quorum.failed.get() {
+    while !quorum.failed.get() {
         let wait = next_tick.saturating_duration_since(Instant::now());
         // An overdue tick goes first: a flood of peers' messages must not
         // hold back elections and session expiry.

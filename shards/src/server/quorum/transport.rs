@@ -20,7 +20,6 @@ use super::{Input, Quorum};
 use crate::net::{PEER_CONNECT_TIMEOUT, PEER_LIVENESS_TIMEOUT, bound_liveness};
 use crate::server::ServerError;
 use crate::server::exclusive::bind_listener;
-use crate::server::shard::Shard;
 
 /// How long a peer may take to say hello, or a registration to be answered.
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -115,14 +114,13 @@ pub async fn connect(host: &str, port: u16) -> Result<TcpStream, PeerError> {
 /// Sends Raft frames to one voter, reconnecting with backoff; what is
 /// queued while the voter is unreachable is dropped (Raft resends).
 pub async fn send_to_peer(
-    shard: Rc<Shard>,
     voter: Voter,
     cluster_id: String,
     hello: Vec<u8>,
     mut frames: mpsc::Receiver<Vec<u8>>,
 ) {
     let mut backoff = RECONNECT_BACKOFF_MIN;
-    while !shard.is_stopping() {
+    loop {
         let session = async {
             let mut stream = connect(&voter.host, voter.port).await?;
             write_bytes(&mut stream, &hello).await?;
@@ -169,24 +167,23 @@ pub fn listener_address(listener: &Listener) -> Result<SocketAddr, ServerError> 
 
 /// Binds the controller listener as the client listener is bound (see
 /// [`bind_listener`]): a restart after a crash takes the port again.
-pub fn bind(listener: &Listener) -> Result<TcpListener, ServerError> {
+pub fn bind_std(listener: &Listener) -> Result<std::net::TcpListener, ServerError> {
     let address = listener_address(listener)?;
-    let bound = bind_listener(address).map_err(|source| ServerError::Listen { address, source })?;
-    // SAFETY: the descriptor of a bound, listening socket, given up by the
-    // std listener it came in.
-    Ok(unsafe { TcpListener::from_raw_fd(bound.into_raw_fd()) })
+    bind_listener(address).map_err(|source| ServerError::Listen { address, source })
 }
 
 /// The controller listener: peers and brokers connect here.
 pub async fn listen(
-    shard: Rc<Shard>,
     settings: ClusterSettings,
     listener: Listener,
-    bound: TcpListener,
+    bound: std::net::TcpListener,
     quorum: Option<Rc<Quorum>>,
 ) {
+    // SAFETY: the descriptor of a bound, listening socket, given up by the
+    // std listener it came in.
+    let bound = unsafe { TcpListener::from_raw_fd(bound.into_raw_fd()) };
     tracing::info!(listener = %listener.name, port = listener.port, "controller listener up");
-    while !shard.is_stopping() {
+    loop {
         match bound.accept().await {
             Ok(stream) => {
                 let peer = stream
