@@ -90,6 +90,10 @@ impl ErrorCode {
     pub const ELIGIBLE_LEADERS_NOT_AVAILABLE: ErrorCode = ErrorCode(83);
     /// ElectLeaders: the partition already has the leader asked for.
     pub const ELECTION_NOT_NEEDED: ErrorCode = ErrorCode(84);
+    /// DescribeCluster asked a broker for controller endpoints (KIP-919).
+    pub const MISMATCHED_ENDPOINT_TYPE: ErrorCode = ErrorCode(114);
+    /// DescribeCluster asked for an endpoint type Kafka does not know.
+    pub const UNSUPPORTED_ENDPOINT_TYPE: ErrorCode = ErrorCode(115);
 
     pub fn is_error(self) -> bool {
         self != ErrorCode::NONE

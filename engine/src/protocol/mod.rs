@@ -5,6 +5,7 @@
 //! generated from Kafka's own schemas.
 
 pub mod acl;
+pub mod endpoint_type;
 pub mod errors;
 pub mod fetch;
 pub mod fetch_session;

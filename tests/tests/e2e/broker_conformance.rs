@@ -209,6 +209,34 @@ const SOURCE_TOPIC: i8 = 1;
 const SOURCE_STATIC_BROKER: i8 = 4;
 const SOURCE_DEFAULT: i8 = 5;
 
+/// DescribeCluster names the endpoint type it meant (KIP-919): a broker
+/// answers for brokers, refuses controllers with MISMATCHED_ENDPOINT_TYPE
+/// and an unknown type with UNSUPPORTED_ENDPOINT_TYPE, as Kafka's brokers
+/// do (the Java admin client bootstrapped with `bootstrap.controllers` at a
+/// broker then fails with MismatchedEndpointTypeException), instead of
+/// listing brokers as controllers.
+#[test]
+fn describe_cluster_for_controllers_at_a_broker_is_a_mismatched_endpoint() {
+    let (_dir, _broker, mut stream) = start();
+    for version in 1..=2 {
+        for (endpoint_type, error) in [(1, 0), (2, 114), (3, 115), (0, 115)] {
+            let request = DescribeClusterRequest::default().with_endpoint_type(endpoint_type);
+            let cluster: DescribeClusterResponse =
+                exchange(&mut stream, ApiKey::DescribeCluster, version, &request);
+            assert_eq!(cluster.error_code, error, "v{version} type {endpoint_type}");
+            assert_eq!(cluster.endpoint_type, 1, "v{version} type {endpoint_type}");
+            assert_eq!(
+                cluster.brokers.is_empty(),
+                error != 0,
+                "v{version} type {endpoint_type}: {cluster:?}"
+            );
+            if error != 0 {
+                assert!(cluster.error_message.is_some(), "{cluster:?}");
+            }
+        }
+    }
+}
+
 #[test]
 fn describe_configs_covers_groups_the_broker_and_kafkas_topic_configs() {
     let (_dir, _broker, mut stream) = start();

@@ -12,6 +12,7 @@ use brook_engine::group::records::OFFSETS_TOPIC_NAME;
 use brook_engine::protocol::acl::{
     AUTHORIZED_OPERATIONS_OMITTED, AclResource, authorized_operations, authorized_operations_if,
 };
+use brook_engine::protocol::endpoint_type;
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::frame::{FrameError, Request};
 use brook_engine::txn::records::TRANSACTION_STATE_TOPIC_NAME;
@@ -401,6 +402,17 @@ pub async fn describe_cluster(
     request: &Request,
 ) -> Result<Response, FrameError> {
     let body: DescribeClusterRequest = request.decode_body()?;
+    // v0 has no endpoint type: it asks for brokers.
+    let endpoint_type = match request.api_version {
+        0 => endpoint_type::BROKER,
+        _ => body.endpoint_type,
+    };
+    if let Err((error, message)) = endpoint_type::broker_answers(endpoint_type) {
+        let response = DescribeClusterResponse::default()
+            .with_error_code(error.0)
+            .with_error_message(Some(text(&message)));
+        return encode(request, &response);
+    }
     first_view(shard).await;
     let brokers = advertised_brokers(shard)
         .into_iter()
@@ -412,11 +424,6 @@ pub async fn describe_cluster(
                 .with_rack(broker.rack.as_deref().map(text))
         })
         .collect();
-    let endpoint_type = if request.api_version >= 1 {
-        body.endpoint_type
-    } else {
-        1
-    };
     let response = DescribeClusterResponse::default()
         .with_endpoint_type(endpoint_type)
         .with_cluster_id(text(&shard.context.cluster_id))
