@@ -159,16 +159,20 @@ pub fn create_topic(stream: &mut TcpStream, name: &str, partitions: i32) {
     );
 }
 
+/// How long an admin request sent here may take (its `timeout_ms`).
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Creates `topic` as described (waiting up to 30 s), or panics with why not.
 pub fn create(stream: &mut TcpStream, topic: CreatableTopic) {
     let name = topic.name.to_string();
-    let created: CreateTopicsResponse = exchange(
+    let created: CreateTopicsResponse = exchange_within(
         stream,
         ApiKey::CreateTopics,
         7,
         &CreateTopicsRequest::default()
             .with_topics(vec![topic])
-            .with_timeout_ms(30_000),
+            .with_timeout_ms(ADMIN_TIMEOUT.as_millis() as i32),
+        ADMIN_TIMEOUT,
     );
     assert_eq!(
         created.topics[0].error_code, 0,
@@ -179,13 +183,14 @@ pub fn create(stream: &mut TcpStream, topic: CreatableTopic) {
 
 /// Deletes topic `name` (waiting up to 30 s), or panics with why not.
 pub fn delete_topic(stream: &mut TcpStream, name: &str) {
-    let deleted: DeleteTopicsResponse = exchange(
+    let deleted: DeleteTopicsResponse = exchange_within(
         stream,
         ApiKey::DeleteTopics,
         4,
         &DeleteTopicsRequest::default()
             .with_topic_names(vec![topic_name(name)])
-            .with_timeout_ms(30_000),
+            .with_timeout_ms(ADMIN_TIMEOUT.as_millis() as i32),
+        ADMIN_TIMEOUT,
     );
     assert_eq!(deleted.responses[0].error_code, 0, "deleting {name}");
 }

@@ -45,11 +45,12 @@ fn delete_records_within(
                         .with_offset(offset),
                 ]),
         ]);
-    let response: DeleteRecordsResponse = brook_tests::raw::exchange(
+    let response: DeleteRecordsResponse = brook_tests::raw::exchange_within(
         &mut brook_tests::raw::connect(&cluster.nodes[index]),
         ApiKey::DeleteRecords,
         2,
         &request,
+        Duration::from_millis(timeout_ms as u64),
     );
     let answer = &response.topics[0].partitions[0];
     (answer.error_code, answer.low_watermark)

@@ -161,11 +161,12 @@ fn elect_leaders_refuses_unknown_partitions_as_kafka_does() {
                     .with_topic(TopicName(StrBytes::from_static_str("unknown")))
                     .with_partitions(vec![0]),
             ]));
-        let response: ElectLeadersResponse = brook_tests::raw::exchange(
+        let response: ElectLeadersResponse = brook_tests::raw::exchange_within(
             &mut brook_tests::raw::connect(&cluster.nodes[1]),
             ApiKey::ElectLeaders,
             version,
             &request,
+            Duration::from_secs(30),
         );
         let results: Vec<(String, i32, i16, Option<String>)> = response
             .replica_election_results

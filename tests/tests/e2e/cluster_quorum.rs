@@ -339,13 +339,14 @@ fn a_topic_created_through_any_broker_is_the_same_on_every_broker_and_takes_reco
         .with_name(TopicName(StrBytes::from_static_str("orders")))
         .with_num_partitions(6)
         .with_replication_factor(3);
-    let created: CreateTopicsResponse = brook_tests::raw::exchange(
+    let created: CreateTopicsResponse = brook_tests::raw::exchange_within(
         &mut stream,
         ApiKey::CreateTopics,
         7,
         &CreateTopicsRequest::default()
             .with_topics(vec![topic.clone()])
             .with_timeout_ms(30_000),
+        Duration::from_secs(30),
     );
     assert_eq!(
         created.topics[0].error_code, 0,
@@ -743,8 +744,13 @@ fn grow_topic(cluster: &Cluster, index: usize, topic: &str, total: i32) -> i16 {
                 .with_assignments(None),
         ])
         .with_timeout_ms(30_000);
-    let response: CreatePartitionsResponse =
-        brook_tests::raw::exchange(&mut stream, ApiKey::CreatePartitions, 3, &request);
+    let response: CreatePartitionsResponse = brook_tests::raw::exchange_within(
+        &mut stream,
+        ApiKey::CreatePartitions,
+        3,
+        &request,
+        Duration::from_secs(30),
+    );
     response.results[0].error_code
 }
 
