@@ -152,10 +152,15 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
     }
     // Before the shards: its listener is bound here, so a port taken fails
     // the start, and shard 0's broker side finds its own voter listening.
+    // A broker-only node without a controller listener has none.
     let controller = context
         .config
         .cluster
         .clone()
+        .filter(|settings| {
+            settings.roles.is_controller()
+                || settings.listener(&settings.controller_listener).is_some()
+        })
         .map(|settings| quorum::ControllerThread::start(context.clone(), settings))
         .transpose()?;
     let (ready_sender, ready) = flume::unbounded();
