@@ -492,7 +492,12 @@ impl Coordinator for GroupCoordinator {
         })
         .await?;
         let records = replayed.records;
-        tracing::info!(partition, records, groups = coordinator.groups.len(), elapsed = ?started.elapsed(), "loaded consumer groups");
+        // An empty partition (most of the 50, on most brokers) is not news.
+        if records > 0 {
+            tracing::info!(partition, records, groups = coordinator.groups.len(), elapsed = ?started.elapsed(), "loaded consumer groups");
+        } else {
+            tracing::debug!(partition, "loaded consumer groups: none");
+        }
         Ok((coordinator, replayed))
     }
 

@@ -465,7 +465,11 @@ impl Coordinator for TransactionCoordinator {
         })
         .await?;
         let actions = coordinator.finish_loading(now_ms());
-        tracing::info!(partition, records, "loaded transaction state");
+        if records > 0 {
+            tracing::info!(partition, records, "loaded transaction state");
+        } else {
+            tracing::debug!(partition, "loaded transaction state: none");
+        }
         Ok((coordinator, actions))
     }
 

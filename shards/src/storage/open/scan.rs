@@ -76,8 +76,14 @@ pub(super) async fn scan_segment(
         rebuilt.time_entries.extend(rebuilt.indexer.on_seal());
     }
     if cut {
-        let reason = stop.map_or_else(|| "trailing bytes".to_owned(), |stop| stop.to_string());
-        tracing::warn!(path = %log_path.display(), valid_bytes, file_bytes, %reason, "truncating log after its last valid batch");
+        if unwritten {
+            // What an unclean stop normally leaves: space written as zeros
+            // or reserved past the last batch, never acknowledged data.
+            tracing::info!(path = %log_path.display(), valid_bytes, file_bytes, "trimming the unwritten tail an unclean stop left after the last batch (expected)");
+        } else {
+            let reason = stop.map_or_else(|| "trailing bytes".to_owned(), |stop| stop.to_string());
+            tracing::warn!(path = %log_path.display(), valid_bytes, file_bytes, %reason, "truncating log after its last valid batch");
+        }
         log_file
             .truncate(valid_bytes)
             .await
