@@ -204,23 +204,96 @@ where
     Fut: Future<Output = Result<(), CliError>> + 'static,
 {
     let args = args.clone();
+    let brokers = BrokersGiven::of(&args.brokers);
     let outcome = session::block_on(async move {
         let session = Rc::new(Session::connect(&args).await?);
         let result = body(session.clone()).await;
         session.close().await;
         result
     });
-    exit(name, outcome)
+    exit_with(name, outcome, Some(&brokers))
 }
 
 /// The exit status for a subcommand's outcome, printing its error.
 pub fn exit(name: &str, outcome: Result<(), CliError>) -> ExitCode {
+    exit_with(name, outcome, None)
+}
+
+/// [`exit`], with a hint after the error for those a newcomer meets first.
+fn exit_with(
+    name: &str,
+    outcome: Result<(), CliError>,
+    brokers: Option<&BrokersGiven>,
+) -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) if error.is_broken_pipe() => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("brook {name}: {error}");
+            // One line still: scripts read the first.
+            match error.hint(name, brokers) {
+                Some(hint) => eprintln!("brook {name}: {error}; {hint}"),
+                None => eprintln!("brook {name}: {error}"),
+            }
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// The bootstrap brokers a command used and where they came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokersGiven {
+    pub brokers: String,
+    /// `--brokers`, `BROOK_BROKERS`, or the default.
+    pub from: &'static str,
+}
+
+impl BrokersGiven {
+    /// Where `brokers` came from: clap takes `--brokers` over
+    /// `BROOK_BROKERS` over the default.
+    fn of(brokers: &str) -> BrokersGiven {
+        let env = std::env::var("BROOK_BROKERS").ok();
+        let from = if env.as_deref() == Some(brokers) {
+            "BROOK_BROKERS"
+        } else if env.is_none() && brokers == BROKERS_DEFAULT {
+            "the default"
+        } else {
+            "--brokers"
+        };
+        BrokersGiven {
+            brokers: brokers.to_owned(),
+            from,
+        }
+    }
+}
+
+/// UNKNOWN_TOPIC_OR_PARTITION.
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+
+impl CliError {
+    /// What to try next, for an error of `command` that does not say it: no
+    /// broker at the address (which address, from where), a topic that does
+    /// not exist where one is read or written.
+    pub fn hint(&self, command: &str, brokers: Option<&BrokersGiven>) -> Option<String> {
+        let uses_topics = ["produce", "consume", "offsets"].contains(&command);
+        match (self, brokers) {
+            (CliError::Client(ClientError::Connect { .. }), Some(given)) => Some(format!(
+                "is a broker running at {} ({})? `brook serve` starts one on {BROKERS_DEFAULT}; \
+                 --brokers or BROOK_BROKERS points the tools elsewhere",
+                given.brokers, given.from
+            )),
+            (
+                CliError::Kafka {
+                    code: UNKNOWN_TOPIC_OR_PARTITION,
+                    ..
+                },
+                _,
+            ) if uses_topics => Some(
+                "the topic does not exist: `brook topic create <topic>` creates it (`brook topic \
+                 list` lists them), or a broker with auto.create.topics.enable=true creates it \
+                 on first use"
+                    .to_owned(),
+            ),
+            _ => None,
         }
     }
 }
@@ -228,6 +301,37 @@ pub fn exit(name: &str, outcome: Result<(), CliError>) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_connection_and_an_unknown_topic_say_what_to_try() {
+        let refused = CliError::Client(ClientError::Connect {
+            address: "127.0.0.1:1".parse().unwrap(),
+            reason: "Connection refused".to_owned(),
+        });
+        let given = BrokersGiven {
+            brokers: "127.0.0.1:1".to_owned(),
+            from: "--brokers",
+        };
+        let hint = refused.hint("topic", Some(&given)).unwrap();
+        assert!(hint.contains("127.0.0.1:1 (--brokers)"), "{hint}");
+        let unknown = CliError::Kafka {
+            what: "topic t".to_owned(),
+            code: 3,
+        };
+        assert!(
+            unknown
+                .hint("produce", None)
+                .unwrap()
+                .contains("brook topic create")
+        );
+        // Deleting or describing one: creating it is no answer.
+        assert_eq!(unknown.hint("topic", None), None);
+        let other = CliError::Kafka {
+            what: "topic t".to_owned(),
+            code: 38,
+        };
+        assert_eq!(other.hint("produce", None), None);
+    }
 
     #[test]
     fn formats_are_table_json_or_a_template() {

@@ -26,6 +26,12 @@ fn unknown_topic_is_named_with_kafkas_error() {
     let run = brook(&broker, &["offsets", "no-such-topic"]);
     one_line_error(&run, "offsets", "UNKNOWN_TOPIC_OR_PARTITION (3)");
     assert!(run.stderr.contains("no-such-topic"), "{run:?}");
+    // What to do about it, on the same line.
+    assert!(
+        run.stderr
+            .contains("the topic does not exist: `brook topic create <topic>` creates it"),
+        "{run:?}"
+    );
 }
 
 #[test]
@@ -58,6 +64,18 @@ fn a_refused_connection_fails_at_once_with_one_line() {
     let address = format!("127.0.0.1:{port}");
     let run = brook_alone(&["offsets", "t", "--brokers", &address], None);
     one_line_error(&run, "offsets", &address);
+    // Which address, from where, and what would make it answer.
+    let hint = format!("is a broker running at {address} (--brokers)? `brook serve` starts one");
+    assert!(run.stderr.contains(&hint), "{run:?}");
+    let from_env = run_with_brokers_env(&address);
+    one_line_error(&from_env, "offsets", &format!("{address} (BROOK_BROKERS)"));
+}
+
+/// `brook offsets t` with `BROOK_BROKERS=address`.
+fn run_with_brokers_env(address: &str) -> Run {
+    let mut command = std::process::Command::new(super::common::BROOK);
+    command.args(["offsets", "t"]).env("BROOK_BROKERS", address);
+    super::common::run(&mut command, b"")
 }
 
 #[test]
