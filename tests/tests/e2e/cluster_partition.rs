@@ -149,6 +149,24 @@ fn cut_off(network: &mut Network, cluster: &Cluster, cut: usize, partition: i32)
         answer.error_code,
         asked.elapsed()
     );
+    // acks=1 is Kafka's leader-local acknowledgement: the old leader, which
+    // still believes it leads, acknowledges it alone. It is the one write
+    // acks=1 may lose: the new leader never had it, and the old one drops it
+    // when it follows again (the caller checks no "lone" record survives).
+    let lone_again = encode_batch(
+        &[NewRecord {
+            key: Some("lone".into()),
+            value: Some("acks=1".into()),
+            timestamp: TimestampMs(1),
+            headers: Vec::new(),
+        }],
+        &BatchOptions::default(),
+    );
+    let answer = brook_tests::raw::produce_batch(&mut old_leader, "cut", partition, 1, lone_again);
+    assert_eq!(
+        answer.error_code, 0,
+        "the cut-off leader refused acks=1: {answer:?}"
+    );
     std::thread::sleep(CUT_FOR.saturating_sub(isolated.elapsed()));
 }
 

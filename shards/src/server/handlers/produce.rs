@@ -1,9 +1,11 @@
 //! Produce: each partition's record bytes (a slice of the request frame,
 //! never copied here) go to the partition's owning shard, which validates
 //! and appends them (the one copy, into the DMA tail) and answers once the
-//! acks level is met: acks=0 not at all, acks=1 once visible to consumers
-//! (the high watermark; with one replica and the default flush policy, once
-//! fsynced), acks=all once fsynced.
+//! acks level is met: acks=0 not at all; acks=1 once the leader holds the
+//! record (with the default flush policy, once fsynced; on one replica that
+//! is also the high watermark, so the producer reads its write), before its
+//! followers do, as Kafka's leader answers; acks=all once fsynced and every
+//! in-sync replica holds it.
 
 use std::rc::Rc;
 use std::time::Duration;
