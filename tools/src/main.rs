@@ -26,6 +26,7 @@ use brook_bench::named::NamedOptions;
 use brook_bench::workload::options::WorkloadOptions;
 use brook_bench::workload::report::WorkloadReport;
 use brook_engine::cluster::broker_config::{BrokerConfig, parse_properties};
+use brook_engine::cluster::endpoints::{self, ServeFlags};
 use brook_shards::server::ServerOptions;
 use clap::{Args, Parser, Subcommand};
 
@@ -104,15 +105,18 @@ enum DumpFormat {
 
 #[derive(Debug, Args)]
 struct ServeArgs {
-    /// Address to accept Kafka clients on (port 0: any free port).
-    #[arg(long, default_value = "127.0.0.1:9092")]
-    listen: SocketAddr,
-    /// Host name given to clients in Metadata (default: the listen host).
+    /// Address to accept Kafka clients on (port 0: any free port); over
+    /// `listeners` [default: 127.0.0.1:9092].
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Host name given to clients in Metadata; over `advertised.listeners`
+    /// (default: the listen host).
     #[arg(long)]
     advertised_host: Option<String>,
-    /// Where partition logs and metadata live.
-    #[arg(long, default_value = "./brook-data")]
-    data_dir: PathBuf,
+    /// Where partition logs and metadata live; over `log.dirs`
+    /// [default: ./brook-data].
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
     /// Shards (cores) to run (default: every core).
     #[arg(long)]
     cores: Option<usize>,
@@ -325,10 +329,35 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let flags = ServeFlags {
+        listen: args
+            .listen
+            .map(|address| (address.ip().to_string(), address.port())),
+        advertised_host: args.advertised_host.clone(),
+        data_dir: args
+            .data_dir
+            .as_ref()
+            .map(|dir| dir.to_string_lossy().into_owned()),
+    };
+    let endpoints = match endpoints::resolve(&config.given, &flags) {
+        Ok(endpoints) => endpoints,
+        Err(error) => {
+            eprintln!("brook serve: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let listen = match listen_address(&endpoints.listen_host, endpoints.listen_port) {
+        Ok(listen) => listen,
+        Err(error) => {
+            eprintln!("brook serve: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     let options = ServerOptions {
-        listen: args.listen,
-        advertised_host: args.advertised_host,
-        data_dir: args.data_dir,
+        listen,
+        advertised_host: endpoints.advertised_host,
+        advertised_port: endpoints.advertised_port,
+        data_dir: PathBuf::from(endpoints.data_dir),
         cores: args.cores,
         config,
         metrics_listen: args.metrics_listen.0,
@@ -350,6 +379,18 @@ fn serve(args: ServeArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The client listener's address: an empty host is every address (as in
+/// Kafka's `listeners`), a name is resolved.
+fn listen_address(host: &str, port: u16) -> Result<SocketAddr, String> {
+    if host.is_empty() {
+        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+    }
+    std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
+        .map_err(|error| format!("cannot resolve the listener host {host}: {error}"))?
+        .next()
+        .ok_or_else(|| format!("the listener host {host} resolves to no address"))
 }
 
 /// Prints a benchmark's report (JSON or text) on stdout, or its error.

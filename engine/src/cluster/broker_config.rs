@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::cluster::endpoints;
 use crate::cluster::node_config::{self, ClusterSettings};
 use crate::cluster::topic_config::by_broker_name;
 use crate::group::state::GroupSettings;
@@ -19,6 +20,53 @@ pub const INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT: i16 = 3;
 pub const REPLICA_FETCH_WAIT_MAX_MS: u64 = 500;
 /// Default of `log.flush.offset.checkpoint.interval.ms` in Brook.
 pub const CHECKPOINT_INTERVAL_MS_DEFAULT: u64 = 2_000;
+
+/// Kafka settings Brook accepts and has no use for, each with why: they
+/// tune machinery a thread-per-core broker does not have. A Kafka
+/// `server.properties` sets several of them (its stock file does), so
+/// they are not reported as unknown; README lists them.
+pub const NO_EFFECT: &[(&str, &str)] = &[
+    (
+        "num.network.threads",
+        "each shard accepts and serves its own connections; no network thread pool",
+    ),
+    (
+        "num.io.threads",
+        "each shard handles its own requests; no request handler pool",
+    ),
+    (
+        "num.replica.fetchers",
+        "each shard runs one fetcher per leader broker",
+    ),
+    (
+        "num.recovery.threads.per.data.dir",
+        "each shard recovers the logs it owns, in parallel with the others",
+    ),
+    (
+        "background.threads",
+        "background work runs on the shards that own it",
+    ),
+    (
+        "queued.max.requests",
+        "no request queue between network and handler threads",
+    ),
+    (
+        "socket.send.buffer.bytes",
+        "the kernel's socket buffer autotuning is kept",
+    ),
+    (
+        "socket.receive.buffer.bytes",
+        "the kernel's socket buffer autotuning is kept",
+    ),
+    (
+        "share.coordinator.state.topic.replication.factor",
+        "share groups (KIP-932) are not served",
+    ),
+    (
+        "share.coordinator.state.topic.min.isr",
+        "share groups (KIP-932) are not served",
+    ),
+];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BrokerConfig {
@@ -298,6 +346,9 @@ impl BrokerConfig {
                 "transaction.state.log.num.partitions" => {
                     config.transactions.state_log_num_partitions = positive_i32(number()?)?
                 }
+                "transaction.state.log.min.isr" => {
+                    config.transactions.state_log_min_isr = positive_i32(number()?)?
+                }
                 "transaction.state.log.segment.bytes" => {
                     config.transactions.state_log_segment_bytes = positive_i32(number()?)?
                 }
@@ -306,7 +357,10 @@ impl BrokerConfig {
                 "log.retention.hours" => retention.2 = Some(number()?),
                 "log.roll.ms" => roll.0 = Some(number()?),
                 "log.roll.hours" => roll.1 = Some(number()?),
-                known if node_config::SETTINGS.contains(&known) => {}
+                known
+                    if node_config::SETTINGS.contains(&known)
+                        || endpoints::SETTINGS.contains(&known)
+                        || NO_EFFECT.iter().any(|(name, _)| *name == known) => {}
                 broker => match by_broker_name(broker) {
                     Some(name) => topic_level.push((name.topic, value.as_str())),
                     None => config.unknown.push(key.clone()),

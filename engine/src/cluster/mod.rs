@@ -11,6 +11,7 @@ pub mod cluster_image;
 pub mod controller;
 pub mod describe;
 pub mod elections;
+pub mod endpoints;
 pub mod image;
 pub mod manual_assignment;
 pub mod node_config;

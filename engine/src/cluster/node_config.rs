@@ -108,7 +108,11 @@ pub enum ClusterConfigError {
     },
 }
 
-fn invalid(name: &'static str, value: &str, reason: impl Into<String>) -> ClusterConfigError {
+pub(crate) fn invalid(
+    name: &'static str,
+    value: &str,
+    reason: impl Into<String>,
+) -> ClusterConfigError {
     ClusterConfigError::Invalid {
         name,
         value: value.to_owned(),
@@ -118,19 +122,22 @@ fn invalid(name: &'static str, value: &str, reason: impl Into<String>) -> Cluste
 
 impl ClusterSettings {
     /// Reads the settings as given (file, then `--set`); `None` when this is
-    /// a one-node cluster (no `controller.quorum.voters`).
+    /// a one-node cluster (no `controller.quorum.voters`, no
+    /// `controller.quorum.bootstrap.servers`).
     pub fn parse(
         given: &BTreeMap<String, String>,
     ) -> Result<Option<ClusterSettings>, ClusterConfigError> {
-        let Some(voters_text) = given.get("controller.quorum.voters") else {
-            if let Some(bootstrap) = given.get("controller.quorum.bootstrap.servers") {
-                return Err(invalid(
-                    "controller.quorum.bootstrap.servers",
-                    bootstrap,
-                    "Brook's quorum is static: set controller.quorum.voters (id@host:port,…) on every node",
-                ));
+        let standalone;
+        let voters_text = match (
+            given.get("controller.quorum.voters"),
+            given.get("controller.quorum.bootstrap.servers"),
+        ) {
+            (Some(voters), _) => voters,
+            (None, Some(bootstrap)) => {
+                standalone = standalone_voter(given, bootstrap)?;
+                &standalone
             }
-            return Ok(None);
+            (None, None) => return Ok(None),
         };
         let voters = parse_voters(voters_text)?;
         let node_text = given
@@ -255,6 +262,61 @@ impl ClusterSettings {
     pub fn voter(&self, id: BrokerId) -> Option<&Voter> {
         self.voters.iter().find(|voter| voter.id == id)
     }
+}
+
+/// `controller.quorum.bootstrap.servers` naming this node's own controller
+/// listener, alone: the quorum of one node that Kafka's stock
+/// `server.properties` describes (formatted there with `kafka-storage
+/// format --standalone`), as `controller.quorum.voters` would say it.
+/// Brook's quorum is static, so bootstrap servers naming other
+/// controllers are refused: they do not say the voters' ids.
+fn standalone_voter(
+    given: &BTreeMap<String, String>,
+    bootstrap: &str,
+) -> Result<String, ClusterConfigError> {
+    let name = "controller.quorum.bootstrap.servers";
+    let static_only = |reason: &str| {
+        invalid(
+            name,
+            bootstrap,
+            format!(
+                "{reason}; Brook's quorum is static: set controller.quorum.voters (id@host:port,…) on every node"
+            ),
+        )
+    };
+    let servers: Vec<&str> = bootstrap
+        .split(',')
+        .map(str::trim)
+        .filter(|server| !server.is_empty())
+        .collect();
+    let [server] = servers.as_slice() else {
+        return Err(static_only("several controllers"));
+    };
+    let roles = given.get("process.roles").map(String::as_str);
+    if roles.is_none_or(|roles| parse_roles(roles).map_or(true, |roles| !roles.is_controller())) {
+        return Err(static_only("this node is not a controller"));
+    }
+    let node = given
+        .get("node.id")
+        .ok_or_else(|| invalid("node.id", "", "a cluster node needs node.id"))?;
+    let (host, port) = split_host_port(server)
+        .ok_or_else(|| invalid(name, bootstrap, format!("{server:?} is not host:port")))?;
+    let controller_name = given
+        .get("controller.listener.names")
+        .and_then(|names| names.split(',').next())
+        .map_or("CONTROLLER", str::trim);
+    let own = match given.get("listeners") {
+        Some(text) => parse_listeners("listeners", text)?
+            .into_iter()
+            .any(|listener| listener.name == controller_name && listener.port == port),
+        None => false,
+    };
+    if !own {
+        return Err(static_only(&format!(
+            "{server} is not this node's {controller_name} listener"
+        )));
+    }
+    Ok(format!("{node}@{host}:{port}"))
 }
 
 fn milliseconds(
@@ -587,5 +649,39 @@ mod tests {
             .contains("less than broker.session.timeout.ms")
         );
         assert!(refused(&[("controller.quorum.bootstrap.servers", "h:9")]).contains("static"));
+    }
+
+    /// Kafka 4.1's stock KRaft file: one node, its own controller the only
+    /// bootstrap server, is a quorum of itself.
+    #[test]
+    fn bootstrap_servers_naming_this_controller_alone_make_a_quorum_of_it() {
+        let parse = |pairs: &[(&str, &str)]| ClusterSettings::parse(&given(pairs));
+        let refused = |pairs: &[(&str, &str)]| parse(pairs).unwrap_err().to_string();
+        let stock = [
+            ("process.roles", "broker,controller"),
+            ("node.id", "1"),
+            ("controller.quorum.bootstrap.servers", "localhost:9093"),
+            ("listeners", "PLAINTEXT://:9092,CONTROLLER://:9093"),
+            ("controller.listener.names", "CONTROLLER"),
+        ];
+        let settings = parse(&stock).unwrap().expect("a cluster node");
+        assert_eq!(
+            settings.voters,
+            [Voter {
+                id: BrokerId(1),
+                host: "localhost".to_owned(),
+                port: 9093
+            }]
+        );
+        assert_eq!(settings.roles, Roles::BrokerAndController);
+        let mut others = stock.to_vec();
+        others[2] = ("controller.quorum.bootstrap.servers", "a:9093,b:9093");
+        assert!(refused(&others).contains("several controllers"));
+        let mut elsewhere = stock.to_vec();
+        elsewhere[2] = ("controller.quorum.bootstrap.servers", "a:9999");
+        assert!(refused(&elsewhere).contains("not this node's CONTROLLER listener"));
+        let mut broker = stock.to_vec();
+        broker[0] = ("process.roles", "broker");
+        assert!(refused(&broker).contains("not a controller"));
     }
 }

@@ -343,14 +343,16 @@ pub fn locate_in(
 }
 
 /// Creates the internal topic `name` (compacted, `partitions` partitions of
-/// `segment_bytes` segments) if it does not exist yet, as Kafka does on the
-/// first FindCoordinator that needs it.
+/// `segment_bytes` segments, `min.insync.replicas` of `min_isr` if given)
+/// if it does not exist yet, as Kafka does on the first FindCoordinator
+/// that needs it.
 pub async fn ensure_internal_topic(
     shard: &Rc<Shard>,
     name: &str,
     partitions: i32,
     segment_bytes: u64,
     replication_factor: i16,
+    min_isr: Option<i32>,
 ) -> Result<(), ErrorCode> {
     if shard.image().topic(name).is_some() {
         return Ok(());
@@ -361,10 +363,16 @@ pub async fn ensure_internal_topic(
         .cluster_view()
         .map_or(1, |view| view.image.brokers.len().max(1));
     let replication_factor = replication_factor.min(i16::try_from(brokers).unwrap_or(i16::MAX));
-    let configs = BTreeMap::from([
+    let mut configs = BTreeMap::from([
         ("cleanup.policy".to_owned(), "compact".to_owned()),
         ("segment.bytes".to_owned(), segment_bytes.to_string()),
     ]);
+    if let Some(min_isr) = min_isr {
+        // No more than the replicas it gets here (see above), so that
+        // acks=all writes to it are not refused for good.
+        let min_isr = min_isr.min(i32::from(replication_factor));
+        configs.insert("min.insync.replicas".to_owned(), min_isr.to_string());
+    }
     let change = Change::Create {
         topics: vec![NewTopic {
             name: name.to_owned(),

@@ -149,6 +149,7 @@ pub async fn ensure_offsets_topic(shard: &Rc<Shard>) -> Result<(), ErrorCode> {
         config.offsets_topic_partitions,
         config.offsets_topic_segment_bytes,
         config.offsets_topic_replication_factor,
+        None,
     )
     .await
 }

@@ -46,8 +46,11 @@ const SENDFILE_THREADS: usize = 4;
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
     pub listen: SocketAddr,
-    /// Host put in Metadata responses (default: the listen host).
+    /// Host put in Metadata responses (default: the listen host; this
+    /// machine's name when that is every address, as Kafka advertises).
     pub advertised_host: Option<String>,
+    /// Port put in Metadata responses (default: the listen port).
+    pub advertised_port: Option<u16>,
     pub data_dir: PathBuf,
     /// Shards to run (default: every available core).
     pub cores: Option<usize>,
@@ -131,16 +134,19 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
     }
     let image = Arc::new(image);
     let (senders, receivers) = mesh::channels(shards);
-    let advertised_host = options
-        .advertised_host
-        .clone()
-        .unwrap_or_else(|| listen.ip().to_string());
+    let advertised_host = options.advertised_host.clone().unwrap_or_else(|| {
+        if listen.ip().is_unspecified() {
+            machine_name().unwrap_or_else(|| "localhost".to_owned())
+        } else {
+            listen.ip().to_string()
+        }
+    });
     let context = Arc::new(ServerContext {
         broker_id: options.config.broker_id,
         cluster_id,
         listen,
         advertised_host,
-        advertised_port: listen.port(),
+        advertised_port: options.advertised_port.unwrap_or(listen.port()),
         data_dir: options.data_dir.clone(),
         config: options.config.clone(),
         shards,
@@ -240,6 +246,22 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
     // node's controlled shutdown, it still counts for the quorum.
     drop(controller);
     Ok(())
+}
+
+/// This machine's host name (what Kafka advertises for a listener on every
+/// address), if it has one.
+fn machine_name() -> Option<String> {
+    let mut name = [0u8; 256];
+    // SAFETY: a buffer of the length given; the kernel writes at most that.
+    let result = unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) };
+    if result != 0 {
+        return None;
+    }
+    let length = name.iter().position(|byte| *byte == 0)?;
+    std::str::from_utf8(&name[..length])
+        .ok()
+        .filter(|name| !name.is_empty())
+        .map(str::to_owned)
 }
 
 /// Binds port 0 to learn a free port when asked for one, so every shard

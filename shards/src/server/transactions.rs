@@ -92,6 +92,7 @@ pub async fn ensure_state_topic(shard: &Rc<Shard>) -> Result<(), ErrorCode> {
             .context
             .config
             .transaction_state_log_replication_factor,
+        Some(config.state_log_min_isr),
     )
     .await
 }

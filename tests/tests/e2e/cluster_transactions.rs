@@ -105,6 +105,28 @@ fn a_transaction_over_partitions_led_by_every_broker_commits() {
     expected.extend(values("b"));
     assert_eq!(read.len(), 2 * RECORDS, "each record once: {read:?}");
     assert_eq!(read.into_iter().collect::<BTreeSet<_>>(), expected);
+    // Kafka creates __transaction_state with transaction.state.log.min.isr
+    // (2) as its min.insync.replicas.
+    assert_eq!(
+        topic_config(&cluster, "__transaction_state", "min.insync.replicas").as_deref(),
+        Some("2")
+    );
+}
+
+/// `topic`'s config `name` as DescribeConfigs through node 0 says.
+fn topic_config(cluster: &Cluster, topic: &str, name: &str) -> Option<String> {
+    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &cluster.nodes[0].address)
+        .create()
+        .expect("an admin client");
+    let described = futures::executor::block_on(
+        admin.describe_configs([&ResourceSpecifier::Topic(topic)], &AdminOptions::new()),
+    )
+    .expect("DescribeConfigs");
+    let resource = described[0].as_ref().expect("the topic's configs");
+    resource.get(name)?.value.clone()
 }
 
 /// Acceptance 7, transactions: a transaction whose records are written

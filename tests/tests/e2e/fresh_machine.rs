@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use brook_tests::broker::Broker;
+use brook_tests::cluster::free_port;
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -34,14 +35,16 @@ impl Drop for Serve {
     }
 }
 
-/// Starts `brook serve ARGS` in `cwd` and waits for its first line.
+/// Starts `brook serve ARGS` in `cwd` and waits for its first line; its
+/// log goes to `cwd/brook.log`.
 fn serve(cwd: &Path, args: &[&str]) -> Serve {
+    let log = std::fs::File::create(cwd.join("brook.log")).unwrap();
     let mut child = Command::new(BROOK)
         .arg("serve")
         .args(args)
         .current_dir(cwd)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::from(log))
         .spawn()
         .expect("brook starts");
     let mut first_line = String::new();
@@ -119,6 +122,158 @@ fn the_readme_command_starts_a_working_broker_from_an_empty_directory() {
     let data = cwd.path().join("brook-data");
     assert!(data.join("meta.properties").exists());
     assert!(data.join("readme-0").is_dir());
+}
+
+/// Kafka 4.1's stock KRaft `config/server.properties` (its comments left
+/// out), with only the ports and `log.dirs` changed, as a user moving from
+/// Kafka keeps it.
+fn kafka_stock_properties(port: u16, controller_port: u16, log_dirs: &Path) -> String {
+    format!(
+        "process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=localhost:{controller_port}
+listeners=PLAINTEXT://:{port},CONTROLLER://:{controller_port}
+inter.broker.listener.name=PLAINTEXT
+advertised.listeners=PLAINTEXT://localhost:{port},CONTROLLER://localhost:{controller_port}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL
+num.network.threads=3
+num.io.threads=8
+socket.send.buffer.bytes=102400
+socket.receive.buffer.bytes=102400
+socket.request.max.bytes=104857600
+log.dirs={}
+num.partitions=1
+num.recovery.threads.per.data.dir=1
+offsets.topic.replication.factor=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+log.retention.hours=168
+log.segment.bytes=1073741824
+log.retention.check.interval.ms=300000
+",
+        log_dirs.display()
+    )
+}
+
+/// A broker started from Kafka's own `server.properties` and no Brook
+/// setting listens where `listeners` says (every address), advertises
+/// `advertised.listeners`, keeps its data in `log.dirs`, warns about none
+/// of Kafka's stock settings, and serves librdkafka and the Java client.
+/// `--metrics-listen none` only keeps Brook's metrics port from colliding
+/// with other tests'.
+#[test]
+fn kafkas_stock_server_properties_start_a_broker_where_kafka_would() {
+    let cwd = tempfile::tempdir().unwrap();
+    let (port, controller_port) = (free_port(), free_port());
+    let log_dirs = cwd.path().join("kraft-combined-logs");
+    std::fs::write(
+        cwd.path().join("server.properties"),
+        kafka_stock_properties(port, controller_port, &log_dirs),
+    )
+    .unwrap();
+    let broker = serve(
+        cwd.path(),
+        &["--config", "server.properties", "--metrics-listen", "none"],
+    );
+    assert!(
+        broker
+            .first_line
+            .starts_with(&format!("brook listening on 0.0.0.0:{port} ")),
+        "{:?}\n{}",
+        broker.first_line,
+        std::fs::read_to_string(cwd.path().join("brook.log")).unwrap_or_default()
+    );
+    let listing = Command::new("kcat")
+        .args(["-b", &format!("127.0.0.1:{port}"), "-L", "-m", "10"])
+        .output()
+        .expect("kcat runs");
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    assert!(
+        listing.contains(&format!("broker 1 at localhost:{port}")),
+        "Metadata names advertised.listeners: {listing}"
+    );
+    round_trip(&format!("127.0.0.1:{port}"), "stock", 10);
+    let java = brook_tests::java::checks("producer", &format!("localhost:{port}"))
+        .output()
+        .expect("java runs");
+    let report = String::from_utf8_lossy(&java.stdout);
+    assert!(
+        java.status.success() && report.contains("producer.order") && !report.contains(".error"),
+        "{report}\n{}",
+        String::from_utf8_lossy(&java.stderr)
+    );
+    assert!(log_dirs.join("stock-0").is_dir(), "data in log.dirs");
+    assert!(!cwd.path().join("brook-data").exists());
+    let log = std::fs::read_to_string(cwd.path().join("brook.log")).unwrap();
+    assert!(!log.contains("ignoring unknown config"), "{log}");
+}
+
+/// Kafka listener and log settings a broker cannot serve as given stop it
+/// at start with the reason, before it listens or writes anything.
+#[test]
+fn bad_listener_and_log_settings_stop_the_start_with_a_reason() {
+    let cwd = tempfile::tempdir().unwrap();
+    let data = cwd.path().join("data");
+    let data_arg = data.to_str().unwrap().to_owned();
+    let port = free_port();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![format!("listeners=PLAINTEXT//:{port}")],
+            "is not NAME://host:port",
+        ),
+        (
+            vec![format!(
+                "listeners=PLAINTEXT://:{port},PLAINTEXT://:{}",
+                port + 1
+            )],
+            "listed twice",
+        ),
+        (
+            vec![format!(
+                "listeners=PLAINTEXT://:{port},CONTROLLER://:{port}"
+            )],
+            "Each listener must have a different port",
+        ),
+        (
+            vec![
+                format!("listeners=PLAINTEXT://:{port}"),
+                "listener.security.protocol.map=PLAINTEXT:TLS".to_owned(),
+            ],
+            "unknown security protocol TLS",
+        ),
+        (
+            vec![format!("listeners=SSL://:{port}")],
+            "listener SSL uses SSL, which Brook does not serve yet",
+        ),
+        (
+            vec![format!("listeners=EXTERNAL://:{port}")],
+            "No security protocol defined for listener EXTERNAL",
+        ),
+        (
+            vec![format!("log.dirs={data_arg}/a,{data_arg}/b")],
+            "2 directories",
+        ),
+        (
+            vec!["log.dirs=/proc/brook-cannot-write-here".to_owned()],
+            "/proc/brook-cannot-write-here",
+        ),
+    ];
+    for (settings, reason) in cases {
+        let mut args = vec!["--metrics-listen".to_owned(), "none".to_owned()];
+        for setting in &settings {
+            args.extend(["--set".to_owned(), setting.clone()]);
+        }
+        if !settings[0].starts_with("log.dirs") {
+            args.extend(["--data-dir".to_owned(), data_arg.clone()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let stderr = refused(&args);
+        assert!(stderr.contains(reason), "{settings:?}: {stderr}");
+        assert!(!data.exists(), "{settings:?} wrote {}", data.display());
+    }
 }
 
 /// A relative `--data-dir` is taken from the working directory.

@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use brook_tests::broker::Broker;
+use brook_tests::cluster::free_port;
 use brook_tests::scrape::{self, summed, wait_for};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -53,15 +54,6 @@ fn encoded(text: &str) -> String {
             _ => format!("%{byte:02X}"),
         })
         .collect()
-}
-
-/// A free port of 127.0.0.1 (for Prometheus's own web listener).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 struct Prometheus(Child);

@@ -1,0 +1,405 @@
+//! Where `brook serve` listens for clients, what it tells them to dial,
+//! and where it keeps its data, from Kafka's own settings (`listeners`,
+//! `listener.security.protocol.map`, `advertised.listeners`,
+//! `controller.listener.names`, `log.dirs`, `log.dir`) with `brook serve`'s
+//! flags over them (`--listen`, `--advertised-host`, `--data-dir`), so a
+//! Kafka `server.properties` starts a broker where Kafka would.
+//!
+//! Rules and messages are Kafka's (`KafkaConfig`'s validation) where it
+//! has them. Brook differs in its defaults, which keep a broker started
+//! with no configuration private to this machine: clients on
+//! 127.0.0.1:9092 (Kafka: every address) and data in `./brook-data`
+//! (Kafka: `/tmp/kafka-logs`). What Brook does not serve yet is refused
+//! with a reason, never dropped: a listener of another security protocol
+//! than PLAINTEXT, several client listeners, several log directories.
+
+use std::collections::BTreeMap;
+
+use crate::cluster::node_config::{ClusterConfigError, Listener, invalid, parse_listeners};
+
+/// The settings this module reads (so the broker does not call them unknown).
+pub const SETTINGS: &[&str] = &["log.dirs", "log.dir"];
+
+/// Where a broker started with no configuration serves clients.
+pub const LISTEN_HOST_DEFAULT: &str = "127.0.0.1";
+pub const LISTEN_PORT_DEFAULT: u16 = 9092;
+/// Where a broker started with no configuration keeps its data.
+pub const DATA_DIR_DEFAULT: &str = "./brook-data";
+
+/// Kafka's security protocols; Brook serves the first.
+const PROTOCOLS: [&str; 4] = ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"];
+
+/// `brook serve`'s flags, each over the Kafka setting it stands for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServeFlags {
+    /// `--listen`: host and port.
+    pub listen: Option<(String, u16)>,
+    /// `--advertised-host`.
+    pub advertised_host: Option<String>,
+    /// `--data-dir`.
+    pub data_dir: Option<String>,
+}
+
+/// What the broker serves clients on and keeps its data in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoints {
+    /// The client listener's host (empty: every address) and port.
+    pub listen_host: String,
+    pub listen_port: u16,
+    /// The host Metadata names for this broker; `None`: the listen host
+    /// (the machine's name when that is every address, as Kafka does).
+    pub advertised_host: Option<String>,
+    /// The port Metadata names; `None`: the listen port.
+    pub advertised_port: Option<u16>,
+    pub data_dir: String,
+}
+
+/// Resolves the client listener, what is advertised and the data
+/// directory from the settings `given` (file, then `--set`) and `flags`.
+pub fn resolve(
+    given: &BTreeMap<String, String>,
+    flags: &ServeFlags,
+) -> Result<Endpoints, ClusterConfigError> {
+    let listeners = match given.get("listeners") {
+        Some(text) => parse_listeners("listeners", text)?,
+        None => Vec::new(),
+    };
+    let controller_names: Vec<&str> = given
+        .get("controller.listener.names")
+        .map(|names| names.split(',').map(str::trim).collect())
+        .unwrap_or_else(|| vec!["CONTROLLER"]);
+    let protocols = protocol_map(given, &controller_names)?;
+    check_listeners(given, &listeners, &protocols)?;
+    let clients: Vec<&Listener> = listeners
+        .iter()
+        .filter(|listener| !controller_names.contains(&listener.name.as_str()))
+        .collect();
+    if clients.len() > 1 {
+        let names: Vec<&str> = clients.iter().map(|client| client.name.as_str()).collect();
+        return Err(invalid(
+            "listeners",
+            given.get("listeners").map_or("", String::as_str),
+            format!(
+                "{} client listeners ({}): Brook serves one so far; keep one and name the others' addresses in advertised.listeners",
+                names.len(),
+                names.join(", ")
+            ),
+        ));
+    }
+    let client = clients.first().copied();
+    let advertised = match (given.get("advertised.listeners"), client) {
+        (Some(text), Some(client)) => parse_listeners("advertised.listeners", text)?
+            .into_iter()
+            .find(|listener| listener.name == client.name),
+        _ => None,
+    };
+    let (listen_host, listen_port) = match (&flags.listen, client) {
+        (Some((host, port)), _) => (host.clone(), *port),
+        (None, Some(client)) => (client.host.clone(), client.port),
+        (None, None) => (LISTEN_HOST_DEFAULT.to_owned(), LISTEN_PORT_DEFAULT),
+    };
+    let advertised_host = flags.advertised_host.clone().or_else(|| {
+        advertised
+            .as_ref()
+            .map(|listener| listener.host.clone())
+            .filter(|host| !host.is_empty())
+    });
+    Ok(Endpoints {
+        listen_host,
+        listen_port,
+        advertised_host,
+        advertised_port: advertised.map(|listener| listener.port),
+        data_dir: data_dir(given, flags)?,
+    })
+}
+
+/// `listener.security.protocol.map`: listener name → protocol. Without it,
+/// Kafka's default (each protocol's own name), with the controller
+/// listeners on PLAINTEXT.
+fn protocol_map(
+    given: &BTreeMap<String, String>,
+    controller_names: &[&str],
+) -> Result<BTreeMap<String, String>, ClusterConfigError> {
+    let Some(text) = given.get("listener.security.protocol.map") else {
+        let mut map: BTreeMap<String, String> = PROTOCOLS
+            .iter()
+            .map(|protocol| ((*protocol).to_owned(), (*protocol).to_owned()))
+            .collect();
+        for name in controller_names {
+            map.entry((*name).to_owned())
+                .or_insert_with(|| "PLAINTEXT".to_owned());
+        }
+        return Ok(map);
+    };
+    let mut map = BTreeMap::new();
+    for entry in text
+        .split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+    {
+        let name = "listener.security.protocol.map";
+        let (listener, protocol) = entry
+            .split_once(':')
+            .ok_or_else(|| invalid(name, text, format!("{entry:?} is not NAME:PROTOCOL")))?;
+        let protocol = protocol.trim().to_ascii_uppercase();
+        if !PROTOCOLS.contains(&protocol.as_str()) {
+            return Err(invalid(
+                name,
+                text,
+                format!(
+                    "unknown security protocol {protocol} (one of {})",
+                    PROTOCOLS.join(", ")
+                ),
+            ));
+        }
+        if map.insert(listener.trim().to_owned(), protocol).is_some() {
+            return Err(invalid(
+                name,
+                text,
+                format!("listener {} is mapped twice", listener.trim()),
+            ));
+        }
+    }
+    Ok(map)
+}
+
+/// Every listener has a protocol Brook serves and a port of its own.
+fn check_listeners(
+    given: &BTreeMap<String, String>,
+    listeners: &[Listener],
+    protocols: &BTreeMap<String, String>,
+) -> Result<(), ClusterConfigError> {
+    let text = given.get("listeners").map_or("", String::as_str);
+    for (index, listener) in listeners.iter().enumerate() {
+        let protocol = protocols.get(&listener.name).ok_or_else(|| {
+            invalid(
+                "listeners",
+                text,
+                format!(
+                    "No security protocol defined for listener {}: add it to listener.security.protocol.map",
+                    listener.name
+                ),
+            )
+        })?;
+        if protocol != "PLAINTEXT" {
+            return Err(invalid(
+                "listeners",
+                text,
+                format!(
+                    "listener {} uses {protocol}, which Brook does not serve yet (PLAINTEXT only)",
+                    listener.name
+                ),
+            ));
+        }
+        if listener.port != 0
+            && listeners[..index]
+                .iter()
+                .any(|earlier| earlier.port == listener.port)
+        {
+            return Err(invalid(
+                "listeners",
+                text,
+                "Each listener must have a different port",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `--data-dir`, else `log.dirs`, else `log.dir`, else
+/// [`DATA_DIR_DEFAULT`]; one directory.
+fn data_dir(
+    given: &BTreeMap<String, String>,
+    flags: &ServeFlags,
+) -> Result<String, ClusterConfigError> {
+    if let Some(dir) = &flags.data_dir {
+        return Ok(dir.clone());
+    }
+    let (name, text) = match (given.get("log.dirs"), given.get("log.dir")) {
+        (Some(dirs), _) => ("log.dirs", dirs),
+        (None, Some(dir)) => ("log.dir", dir),
+        (None, None) => return Ok(DATA_DIR_DEFAULT.to_owned()),
+    };
+    let dirs: Vec<&str> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|dir| !dir.is_empty())
+        .collect();
+    match dirs.as_slice() {
+        [dir] => Ok((*dir).to_owned()),
+        [] => Err(invalid(name, text, "names no directory")),
+        several => Err(invalid(
+            name,
+            text,
+            format!(
+                "{} directories: Brook keeps one data directory per broker so far",
+                several.len()
+            ),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn given(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+            .collect()
+    }
+
+    /// The listener and log settings of Kafka 4.1's stock KRaft
+    /// `config/server.properties`.
+    fn stock() -> BTreeMap<String, String> {
+        given(&[
+            ("listeners", "PLAINTEXT://:9092,CONTROLLER://:9093"),
+            ("inter.broker.listener.name", "PLAINTEXT"),
+            (
+                "advertised.listeners",
+                "PLAINTEXT://localhost:9092,CONTROLLER://localhost:9093",
+            ),
+            ("controller.listener.names", "CONTROLLER"),
+            (
+                "listener.security.protocol.map",
+                "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+            ),
+            ("log.dirs", "/tmp/kraft-combined-logs"),
+        ])
+    }
+
+    #[test]
+    fn nothing_given_is_brooks_private_default() {
+        let endpoints = resolve(&BTreeMap::new(), &ServeFlags::default()).unwrap();
+        assert_eq!(
+            endpoints,
+            Endpoints {
+                listen_host: "127.0.0.1".to_owned(),
+                listen_port: 9092,
+                advertised_host: None,
+                advertised_port: None,
+                data_dir: "./brook-data".to_owned(),
+            }
+        );
+    }
+
+    #[test]
+    fn kafkas_stock_file_listens_on_every_address_and_advertises_localhost() {
+        let endpoints = resolve(&stock(), &ServeFlags::default()).unwrap();
+        assert_eq!(
+            endpoints,
+            Endpoints {
+                listen_host: String::new(),
+                listen_port: 9092,
+                advertised_host: Some("localhost".to_owned()),
+                advertised_port: Some(9092),
+                data_dir: "/tmp/kraft-combined-logs".to_owned(),
+            }
+        );
+    }
+
+    #[test]
+    fn flags_win_over_the_file() {
+        let flags = ServeFlags {
+            listen: Some(("127.0.0.1".to_owned(), 7000)),
+            advertised_host: Some("broker-1".to_owned()),
+            data_dir: Some("/data".to_owned()),
+        };
+        let endpoints = resolve(&stock(), &flags).unwrap();
+        assert_eq!(
+            (
+                endpoints.listen_host.as_str(),
+                endpoints.listen_port,
+                endpoints.advertised_host.as_deref(),
+                endpoints.data_dir.as_str()
+            ),
+            ("127.0.0.1", 7000, Some("broker-1"), "/data")
+        );
+    }
+
+    #[test]
+    fn a_listener_on_a_protocol_brook_does_not_serve_is_refused() {
+        let mut settings = stock();
+        settings.insert("listeners".into(), "SSL://:9094,CONTROLLER://:9093".into());
+        let error = resolve(&settings, &ServeFlags::default())
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("listener SSL uses SSL"), "{error}");
+        settings.insert(
+            "listener.security.protocol.map".into(),
+            "CONTROLLER:PLAINTEXT,SSL:TLS".into(),
+        );
+        let error = resolve(&settings, &ServeFlags::default())
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("unknown security protocol TLS"), "{error}");
+    }
+
+    #[test]
+    fn listeners_must_be_mapped_distinct_and_one_for_clients() {
+        let unmapped = given(&[("listeners", "EXTERNAL://:9092")]);
+        let error = resolve(&unmapped, &ServeFlags::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("No security protocol defined for listener EXTERNAL"),
+            "{error}"
+        );
+        let same_port = given(&[("listeners", "PLAINTEXT://:9092,CONTROLLER://:9092")]);
+        let error = resolve(&same_port, &ServeFlags::default())
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("different port"), "{error}");
+        let two = given(&[
+            ("listeners", "PLAINTEXT://:9092,EXTERNAL://:9094"),
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,EXTERNAL:PLAINTEXT",
+            ),
+        ]);
+        let error = resolve(&two, &ServeFlags::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("2 client listeners (PLAINTEXT, EXTERNAL)"),
+            "{error}"
+        );
+        let malformed = given(&[("listeners", "PLAINTEXT//:9092")]);
+        assert!(resolve(&malformed, &ServeFlags::default()).is_err());
+    }
+
+    #[test]
+    fn one_log_directory_from_log_dirs_or_log_dir() {
+        let dir = given(&[("log.dir", "/var/lib/brook")]);
+        assert_eq!(
+            resolve(&dir, &ServeFlags::default()).unwrap().data_dir,
+            "/var/lib/brook"
+        );
+        let both = given(&[("log.dir", "/a"), ("log.dirs", "/b")]);
+        assert_eq!(
+            resolve(&both, &ServeFlags::default()).unwrap().data_dir,
+            "/b"
+        );
+        let several = given(&[("log.dirs", "/disk1/kafka,/disk2/kafka")]);
+        let error = resolve(&several, &ServeFlags::default())
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("2 directories"), "{error}");
+        let empty = given(&[("log.dirs", " , ")]);
+        assert!(resolve(&empty, &ServeFlags::default()).is_err());
+    }
+
+    #[test]
+    fn an_advertised_listener_of_another_name_is_not_this_ones() {
+        let settings = given(&[
+            ("listeners", "PLAINTEXT://127.0.0.1:9092"),
+            ("advertised.listeners", "OTHER://far:1"),
+        ]);
+        let endpoints = resolve(&settings, &ServeFlags::default()).unwrap();
+        assert_eq!(
+            (endpoints.advertised_host, endpoints.advertised_port),
+            (None, None)
+        );
+    }
+}
