@@ -126,12 +126,25 @@ fn the_readme_command_starts_a_working_broker_from_an_empty_directory() {
 
 /// Kafka 4.1's stock KRaft `config/server.properties` (its comments left
 /// out), with only the ports and `log.dirs` changed, as a user moving from
-/// Kafka keeps it.
+/// Kafka keeps it: node 1, its own controller the only bootstrap server.
 fn kafka_stock_properties(port: u16, controller_port: u16, log_dirs: &Path) -> String {
+    let quorum = format!("controller.quorum.bootstrap.servers=localhost:{controller_port}");
+    kafka_node_properties(1, &quorum, port, controller_port, log_dirs)
+}
+
+/// The stock file for node `id`, its quorum given by `quorum` (a
+/// `controller.quorum.*` line).
+fn kafka_node_properties(
+    id: usize,
+    quorum: &str,
+    port: u16,
+    controller_port: u16,
+    log_dirs: &Path,
+) -> String {
     format!(
         "process.roles=broker,controller
-node.id=1
-controller.quorum.bootstrap.servers=localhost:{controller_port}
+node.id={id}
+{quorum}
 listeners=PLAINTEXT://:{port},CONTROLLER://:{controller_port}
 inter.broker.listener.name=PLAINTEXT
 advertised.listeners=PLAINTEXT://localhost:{port},CONTROLLER://localhost:{controller_port}
@@ -209,6 +222,90 @@ fn kafkas_stock_server_properties_start_a_broker_where_kafka_would() {
     assert!(!cwd.path().join("brook-data").exists());
     let log = std::fs::read_to_string(cwd.path().join("brook.log")).unwrap();
     assert!(!log.contains("ignoring unknown config"), "{log}");
+}
+
+/// Three nodes from Kafka's stock file, each with its own ports and
+/// `log.dirs` and the static quorum of three (`controller.quorum.voters`,
+/// which Kafka 4.1 takes too), form one cluster: kcat lists the three
+/// brokers at their advertised addresses, and the Java client's producer
+/// checks pass through it.
+#[test]
+fn three_nodes_from_kafkas_stock_files_form_one_cluster() {
+    let cwd = tempfile::tempdir().unwrap();
+    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+    let voters = ports
+        .iter()
+        .enumerate()
+        .map(|(index, (_, controller))| format!("{}@localhost:{controller}", index + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let quorum = format!("controller.quorum.voters={voters}");
+    let starting: Vec<_> = ports
+        .iter()
+        .enumerate()
+        .map(|(index, (port, controller))| {
+            let dir = cwd.path().join(format!("node-{}", index + 1));
+            std::fs::create_dir_all(&dir).unwrap();
+            let properties =
+                kafka_node_properties(index + 1, &quorum, *port, *controller, &dir.join("logs"));
+            std::fs::write(dir.join("server.properties"), properties).unwrap();
+            std::thread::spawn(move || {
+                let node = serve(
+                    &dir,
+                    &["--config", "server.properties", "--metrics-listen", "none"],
+                );
+                (dir, node)
+            })
+        })
+        .collect();
+    let nodes: Vec<(std::path::PathBuf, Serve)> = starting
+        .into_iter()
+        .map(|thread| thread.join().unwrap())
+        .collect();
+    for ((dir, node), (port, _)) in nodes.iter().zip(&ports) {
+        assert!(
+            node.first_line
+                .starts_with(&format!("brook listening on 0.0.0.0:{port} ")),
+            "{:?}\n{}",
+            node.first_line,
+            std::fs::read_to_string(dir.join("brook.log")).unwrap_or_default()
+        );
+    }
+    let first = format!("127.0.0.1:{}", ports[0].0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let all_listed = |listing: &str| {
+        ports.iter().enumerate().all(|(index, (port, _))| {
+            listing.contains(&format!("broker {} at localhost:{port}", index + 1))
+        })
+    };
+    loop {
+        let listing = Command::new("kcat")
+            .args(["-b", &first, "-L", "-m", "10"])
+            .output()
+            .expect("kcat runs");
+        let listing = String::from_utf8_lossy(&listing.stdout).into_owned();
+        if all_listed(&listing) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "three brokers at their advertised addresses: {listing}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let java = brook_tests::java::checks("producer", &format!("localhost:{}", ports[1].0))
+        .output()
+        .expect("java runs");
+    let report = String::from_utf8_lossy(&java.stdout);
+    assert!(
+        java.status.success() && report.contains("producer.order") && !report.contains(".error"),
+        "{report}\n{}",
+        String::from_utf8_lossy(&java.stderr)
+    );
+    for (dir, _) in &nodes {
+        let log = std::fs::read_to_string(dir.join("brook.log")).unwrap();
+        assert!(!log.contains("ignoring unknown config"), "{log}");
+    }
 }
 
 /// Kafka listener and log settings a broker cannot serve as given stop it
