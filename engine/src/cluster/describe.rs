@@ -106,20 +106,65 @@ fn topic_entry(
     if overrides.contains_key(config.topic) {
         synonyms.push(synonym(config.topic, value.clone(), ConfigSource::Topic));
     }
-    for name in config.broker {
-        if let Some(given) = broker.given.get(*name) {
-            synonyms.push(synonym(
-                name,
-                Some(given.clone()),
-                ConfigSource::StaticBroker,
-            ));
-        }
-    }
-    if let Some(primary) = config.broker_name() {
-        let default = effective_value(&LogConfig::default(), config.topic);
-        synonyms.push(synonym(primary, default, ConfigSource::Default));
-    }
+    synonyms.extend(broker_synonyms(broker, config));
     ConfigEntry::from_synonyms(config.topic, value, config.config_type, false, synonyms)
+}
+
+/// Broker-level synonyms Kafka gives no default: the most precise unit of
+/// a setting whose coarser unit carries it (`log.retention.ms`,
+/// `log.retention.minutes` beside `log.retention.hours`, …) and
+/// `log.flush.interval.ms`.
+const NO_KAFKA_DEFAULT: &[&str] = &[
+    "log.retention.ms",
+    "log.retention.minutes",
+    "log.roll.ms",
+    "log.roll.jitter.ms",
+    "log.flush.interval.ms",
+];
+
+/// Kafka's defaults of the coarser units that carry one.
+const UNIT_DEFAULTS: &[(&str, &str)] = &[
+    ("log.retention.hours", "168"),
+    ("log.roll.hours", "168"),
+    ("log.roll.jitter.hours", "0"),
+    ("log.flush.scheduler.interval.ms", "9223372036854775807"),
+];
+
+/// The broker-level synonyms of a topic config, as Kafka's
+/// `ConfigHelper.configSynonyms` lists them: every one given to the broker
+/// (STATIC_BROKER_CONFIG), then every one with a Kafka default
+/// (DEFAULT_CONFIG), from the first entry that names the config's own
+/// broker setting on. So `retention.ms` at its default has none (its
+/// default comes from `log.retention.hours`, and `log.retention.ms` has no
+/// default), while `compression.type` has its DEFAULT.
+fn broker_synonyms(broker: &BrokerConfig, config: &TopicConfigName) -> Vec<Synonym> {
+    let Some(primary) = config.broker_name() else {
+        return Vec::new();
+    };
+    let given = config.broker.iter().filter_map(|name| {
+        let value = broker.given.get(*name)?;
+        Some(synonym(
+            name,
+            Some(value.clone()),
+            ConfigSource::StaticBroker,
+        ))
+    });
+    let defaults = config.broker.iter().filter_map(|name| {
+        let default = if NO_KAFKA_DEFAULT.contains(name) {
+            None
+        } else if let Some((_, default)) = UNIT_DEFAULTS.iter().find(|(unit, _)| unit == name) {
+            Some((*default).to_owned())
+        } else if *name == primary {
+            effective_value(&LogConfig::default(), config.topic)
+        } else {
+            None
+        }?;
+        Some(synonym(name, Some(default), ConfigSource::Default))
+    });
+    given
+        .chain(defaults)
+        .skip_while(|synonym| synonym.name != primary)
+        .collect()
 }
 
 /// A group config (Kafka 4.1's `GroupConfig`): its name, type and default
@@ -300,6 +345,38 @@ mod tests {
             entry(&entries, "message.timestamp.difference.max.ms").source,
             ConfigSource::Topic
         );
+    }
+
+    /// Kafka 4.1.2's answers (kafkajs' describeConfigs test and a direct
+    /// check): a topic config's broker synonyms start at its own broker
+    /// setting, so `retention.ms` at its default has none.
+    #[test]
+    fn broker_synonyms_are_kafkas() {
+        let synonyms = |file: &str, name: &str| {
+            let broker = BrokerConfig::from_properties(&parse_properties(file)).unwrap();
+            entry(&topic_entries(&broker, &BTreeMap::new()), name)
+                .synonyms
+                .iter()
+                .map(|synonym| (synonym.name.clone(), synonym.value.clone(), synonym.source))
+                .collect::<Vec<_>>()
+        };
+        let named =
+            |name: &str, value: &str, source| (name.to_owned(), Some(value.to_owned()), source);
+        assert_eq!(synonyms("", "retention.ms"), []);
+        assert_eq!(synonyms("log.retention.hours=24\n", "retention.ms"), []);
+        assert_eq!(
+            synonyms("log.retention.ms=1000\n", "retention.ms"),
+            [
+                named("log.retention.ms", "1000", ConfigSource::StaticBroker),
+                named("log.retention.hours", "168", ConfigSource::Default),
+            ]
+        );
+        assert_eq!(
+            synonyms("", "compression.type"),
+            [named("compression.type", "producer", ConfigSource::Default)]
+        );
+        assert_eq!(synonyms("", "flush.ms"), []);
+        assert_eq!(synonyms("", "segment.ms"), []);
     }
 
     #[test]

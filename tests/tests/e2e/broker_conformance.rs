@@ -306,6 +306,27 @@ fn describe_configs_covers_groups_the_broker_and_kafkas_topic_configs() {
         value_and_source(&topic, "segment.bytes"),
         (Some("1073741824".into()), SOURCE_DEFAULT)
     );
+    // Synonyms as Kafka 4.1.2 lists them: from the config's own broker
+    // setting on, so none for retention.ms at its default (that comes from
+    // log.retention.hours; log.retention.ms has no default), as kafkajs'
+    // describeConfigs test expects.
+    let synonyms = |name: &str| {
+        let config = topic
+            .configs
+            .iter()
+            .find(|config| config.name.as_str() == name);
+        let config = config.unwrap_or_else(|| panic!("{name}"));
+        config
+            .synonyms
+            .iter()
+            .map(|synonym| (synonym.name.to_string(), synonym.source))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(synonyms("retention.ms"), []);
+    assert_eq!(
+        synonyms("segment.bytes"),
+        [("log.segment.bytes".to_owned(), SOURCE_DEFAULT)]
+    );
     for (key, bad) in [
         ("compression.type", "brotli"),
         ("min.insync.replicas", "0"),
