@@ -236,20 +236,22 @@ async fn ask_once(shard: &Shard, request: PeerRequest, limit: Duration) -> Optio
     .ok()
 }
 
-/// How long a forwarded change waits for this broker to serve it.
+/// How long a forwarded change waits for every live broker to serve it.
 const SERVE_WAIT_MAX: Duration = Duration::from_secs(10);
 /// How often that wait looks again.
 const SERVE_POLL: Duration = Duration::from_millis(5);
 
-/// Waits (a bounded while) until this shard's view of the cluster holds
-/// `offset` and clients may be told of every topic of `shown`
-/// (`cluster::visibility`): a topic just created is answered once every
-/// live broker serves it, so a client may use it through any broker.
+/// Waits (a bounded while) until every live broker serves `offset`, as
+/// far as this shard's view of the cluster knows, and clients may be told
+/// of every topic of `shown` (`cluster::visibility`): a change is answered
+/// once any broker a client asks next shows it (a topic created, deleted,
+/// grown, re-led), as CreateTopics' topics are.
 pub async fn wait_for_offset(shard: &Shard, offset: u64, shown: &[TopicId]) {
     let deadline = Instant::now() + SERVE_WAIT_MAX;
     while Instant::now() < deadline {
         let served = shard.cluster_view().is_some_and(|view| {
             view.image.offset >= offset
+                && view.visibility.served_by_all() >= offset
                 && shown
                     .iter()
                     .all(|id| view.visibility.of(*id) == Visibility::Visible)
