@@ -104,6 +104,20 @@ fn led_by(cluster: &Cluster, by_controller: bool) -> (i32, usize) {
     }
 }
 
+/// One record keyed "lone" (which no read may find after the heal) with
+/// `value`.
+fn lone(value: &str) -> Vec<u8> {
+    encode_batch(
+        &[NewRecord {
+            key: Some("lone".into()),
+            value: Some(value.to_owned().into()),
+            timestamp: TimestampMs(1),
+            headers: Vec::new(),
+        }],
+        &BatchOptions::default(),
+    )
+}
+
 /// Cuts node `cut`, the leader of `partition`, off for [`CUT_FOR`]: the
 /// others elect another leader, and `cut` cannot acknowledge `acks=all`.
 fn cut_off(network: &mut Network, cluster: &Cluster, cut: usize, partition: i32) {
@@ -128,18 +142,10 @@ fn cut_off(network: &mut Network, cluster: &Cluster, cut: usize, partition: i32)
     // The old leader takes a write (it still believes it leads) but cannot
     // acknowledge it to acks=all: it answers an error, REQUEST_TIMED_OUT at
     // the request's timeout at the latest, which `produce_batch` waits past.
-    let lone = encode_batch(
-        &[NewRecord {
-            key: Some("lone".into()),
-            value: Some("lone".into()),
-            timestamp: TimestampMs(1),
-            headers: Vec::new(),
-        }],
-        &BatchOptions::default(),
-    );
     let mut old_leader = brook_tests::raw::connect(&cluster.nodes[cut]);
     let asked = Instant::now();
-    let answer = brook_tests::raw::produce_batch(&mut old_leader, "cut", partition, -1, lone);
+    let answer =
+        brook_tests::raw::produce_batch(&mut old_leader, "cut", partition, -1, lone("acks=all"));
     assert_ne!(
         answer.error_code, 0,
         "the cut-off leader acknowledged acks=all: {answer:?}"
@@ -153,16 +159,8 @@ fn cut_off(network: &mut Network, cluster: &Cluster, cut: usize, partition: i32)
     // still believes it leads, acknowledges it alone. It is the one write
     // acks=1 may lose: the new leader never had it, and the old one drops it
     // when it follows again (the caller checks no "lone" record survives).
-    let lone_again = encode_batch(
-        &[NewRecord {
-            key: Some("lone".into()),
-            value: Some("acks=1".into()),
-            timestamp: TimestampMs(1),
-            headers: Vec::new(),
-        }],
-        &BatchOptions::default(),
-    );
-    let answer = brook_tests::raw::produce_batch(&mut old_leader, "cut", partition, 1, lone_again);
+    let answer =
+        brook_tests::raw::produce_batch(&mut old_leader, "cut", partition, 1, lone("acks=1"));
     assert_eq!(
         answer.error_code, 0,
         "the cut-off leader refused acks=1: {answer:?}"
