@@ -205,16 +205,21 @@ pub fn produce_filler(
     records: usize,
     value_bytes: usize,
 ) -> (i64, usize) {
-    let batch = encode_batch(
-        &(0..records)
-            .map(|_| NewRecord::value(vec![b'x'; value_bytes], TimestampMs(1)))
-            .collect::<Vec<_>>(),
-        &BatchOptions::default(),
-    );
+    let batch = filler_batch(records, value_bytes);
     let len = batch.len();
     let answer = produce_batch(stream, topic, partition, -1, batch);
     assert_eq!(answer.error_code, 0, "producing to {topic}-{partition}");
     (answer.base_offset, len)
+}
+
+/// One batch of `records` records of `value_bytes` filler bytes each.
+pub fn filler_batch(records: usize, value_bytes: usize) -> Vec<u8> {
+    encode_batch(
+        &(0..records)
+            .map(|_| NewRecord::value(vec![b'x'; value_bytes], TimestampMs(1)))
+            .collect::<Vec<_>>(),
+        &BatchOptions::default(),
+    )
 }
 
 /// Produces `batch` to one partition with `acks` (not 0) and returns the

@@ -134,6 +134,10 @@ pub struct BrokerConfig {
     /// Every setting as given (file, then `--set`), known or not: what
     /// DescribeConfigs reports as STATIC_BROKER_CONFIG.
     pub given: BTreeMap<String, String>,
+    /// The dynamic configs (KIP-226) in force over `given`: the cluster-wide
+    /// default's and this broker's own ([`crate::cluster::broker_dynamic`]).
+    pub dynamic_default: BTreeMap<String, String>,
+    pub dynamic_broker: BTreeMap<String, String>,
 }
 
 impl Default for BrokerConfig {
@@ -162,6 +166,8 @@ impl Default for BrokerConfig {
             transaction_state_log_replication_factor: INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT,
             unknown: Vec::new(),
             given: BTreeMap::new(),
+            dynamic_default: BTreeMap::new(),
+            dynamic_broker: BTreeMap::new(),
         }
     }
 }
@@ -183,6 +189,13 @@ pub fn parse_properties(text: &str) -> Vec<(String, String)> {
 }
 
 impl BrokerConfig {
+    /// Whether `name` was set: given (file, `--set`) or dynamically.
+    pub fn is_set(&self, name: &str) -> bool {
+        self.given.contains_key(name)
+            || self.dynamic_default.contains_key(name)
+            || self.dynamic_broker.contains_key(name)
+    }
+
     /// Applies `server.properties`-style settings over the defaults.
     pub fn from_properties(settings: &[(String, String)]) -> Result<BrokerConfig, ConfigError> {
         let mut config = BrokerConfig {

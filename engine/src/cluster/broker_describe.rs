@@ -1,8 +1,10 @@
 //! The broker's configs as DescribeConfigs reports them: Kafka 4.1's broker
 //! config names with their types, each with the value this broker runs with
 //! and its source (STATIC_BROKER_CONFIG where the file or `--set` gave it,
-//! DEFAULT_CONFIG otherwise). All are read-only: Brook has no dynamic broker
-//! configs.
+//! DEFAULT_CONFIG otherwise, DYNAMIC_BROKER_CONFIG and
+//! DYNAMIC_DEFAULT_BROKER_CONFIG where a dynamic config sets it). An entry
+//! is read-only unless Kafka can change it dynamically
+//! ([`crate::cluster::broker_dynamic`]).
 //!
 //! Three kinds of value: what Brook reads from its [`BrokerConfig`] (the
 //! `log.*` topic defaults, `num.partitions`, `group.*`, `offsets.*`,
@@ -14,8 +16,10 @@
 //! is reported as given.
 
 use crate::cluster::broker_config::BrokerConfig;
-use crate::cluster::describe::{ConfigEntry, ConfigSource, Synonym};
+use crate::cluster::broker_dynamic::is_dynamic_in_kafka;
+use crate::cluster::describe::{ConfigEntry, ConfigSource, Synonym, set_synonyms};
 use crate::cluster::topic_config::{ConfigType, Listed, TOPIC_CONFIGS, effective_value};
+use crate::cluster::{endpoints, node_config};
 use crate::log::config::LogConfig;
 
 /// Who this broker is, for the configs that say it.
@@ -396,11 +400,7 @@ fn topic_defaults(
     TOPIC_CONFIGS
         .iter()
         .filter(|topic| {
-            topic.listed == Listed::Always
-                || topic
-                    .broker
-                    .iter()
-                    .any(|name| config.given.contains_key(*name))
+            topic.listed == Listed::Always || topic.broker.iter().any(|name| config.is_set(name))
         })
         .filter_map(move |topic| {
             let broker = topic.broker_name()?;
@@ -419,18 +419,66 @@ pub fn broker_entries(config: &BrokerConfig, identity: &BrokerIdentity) -> Vec<C
         .chain(topic_defaults(config));
     let mut entries: Vec<ConfigEntry> = brook
         .map(|(name, config_type, value)| {
+            if let Some((_, kafka_default)) = IDENTITY.iter().find(|(known, _)| *known == name) {
+                return identity_entry(name, value, kafka_default.map(str::to_owned));
+            }
             let default = default_value(name);
             entry(config, name, config_type, value, default)
         })
         .collect();
     for (name, config_type, default) in KAFKA_DEFAULTS {
         let default = default.map(str::to_owned);
-        let value = config.given.get(*name).cloned().or(default.clone());
+        let value = set_synonyms(config, &[name])
+            .next()
+            .and_then(|set| set.value)
+            .or(default.clone());
         entries.push(entry(config, name, *config_type, value, default));
     }
     entries.sort_by(|left, right| left.name.cmp(&right.name));
     entries.dedup_by(|later, earlier| later.name == earlier.name);
     entries
+}
+
+/// The settings that say where this broker listens and keeps its data,
+/// with Kafka's defaults. However they were given (the file, `--listen`,
+/// `--data-dir`, or Brook's defaults when nothing was), they are the
+/// broker's static settings, as a Kafka broker's `server.properties` always
+/// gives them: STATIC_BROKER_CONFIG with the value in force.
+const IDENTITY: &[(&str, Option<&str>)] = &[
+    ("advertised.listeners", None),
+    ("listeners", Some("PLAINTEXT://:9092")),
+    ("log.dir", Some("/tmp/kafka-logs")),
+    ("log.dirs", None),
+];
+
+fn identity_entry(name: &str, value: Option<String>, kafka_default: Option<String>) -> ConfigEntry {
+    let given = Synonym {
+        name: name.to_owned(),
+        value: value.clone(),
+        source: ConfigSource::StaticBroker,
+    };
+    with_default(name, value, Text, vec![given], kafka_default)
+}
+
+/// The entry of `name` whose set values are `synonyms`, with `default`
+/// as its last synonym when it has one; read-only unless Kafka can change
+/// it dynamically.
+fn with_default(
+    name: &str,
+    value: Option<String>,
+    config_type: ConfigType,
+    mut synonyms: Vec<Synonym>,
+    default: Option<String>,
+) -> ConfigEntry {
+    if default.is_some() {
+        synonyms.push(Synonym {
+            name: name.to_owned(),
+            value: default,
+            source: ConfigSource::Default,
+        });
+    }
+    let read_only = !is_dynamic_in_kafka(name);
+    ConfigEntry::from_synonyms(name, value, config_type, read_only, synonyms)
 }
 
 /// What Brook runs with when nothing sets `name`.
@@ -461,22 +509,75 @@ fn entry(
     value: Option<String>,
     default: Option<String>,
 ) -> ConfigEntry {
-    let mut synonyms = Vec::new();
-    if let Some(given) = config.given.get(name) {
-        synonyms.push(Synonym {
-            name: name.to_owned(),
-            value: Some(given.clone()),
-            source: ConfigSource::StaticBroker,
-        });
-    }
-    if default.is_some() {
-        synonyms.push(Synonym {
-            name: name.to_owned(),
-            value: default,
-            source: ConfigSource::Default,
-        });
-    }
-    ConfigEntry::from_synonyms(name, value, config_type, true, synonyms)
+    let synonyms = set_synonyms(config, &[name]).collect();
+    with_default(name, value, config_type, synonyms, default)
+}
+
+/// The cluster-wide default resource (an empty broker name): the dynamic
+/// defaults set, each with its synonyms below the per-broker level (as
+/// Kafka describes it).
+pub fn default_entries(config: &BrokerConfig) -> Vec<ConfigEntry> {
+    config
+        .dynamic_default
+        .iter()
+        .map(|(name, value)| {
+            let synonyms = set_synonyms(config, &[name.as_str()])
+                .filter(|synonym| synonym.source != ConfigSource::DynamicBroker)
+                .collect();
+            let config_type = broker_config_type(name).unwrap_or(ConfigType::Unknown);
+            let value = Some(value.clone());
+            with_default(name, value, config_type, synonyms, default_value(name))
+        })
+        .collect()
+}
+
+/// Every Kafka broker config name Brook knows, with its type.
+fn known_names() -> impl Iterator<Item = (&'static str, ConfigType)> {
+    let identity = BrokerIdentity {
+        listen: String::new(),
+        advertised: String::new(),
+        log_dir: String::new(),
+    };
+    brook_values(&BrokerConfig::default(), &identity)
+        .into_iter()
+        .map(|(name, config_type, _)| (name, config_type))
+        .chain(
+            KAFKA_DEFAULTS
+                .iter()
+                .map(|(name, config_type, _)| (*name, *config_type)),
+        )
+        .chain(TOPIC_CONFIGS.iter().flat_map(|topic| {
+            topic
+                .broker
+                .iter()
+                .map(move |name| (*name, topic.config_type))
+        }))
+        .chain(
+            node_config::SETTINGS
+                .iter()
+                .chain(endpoints::SETTINGS)
+                .map(|name| (*name, Text)),
+        )
+}
+
+/// The type of the Kafka broker config `name`, if it is one.
+pub fn broker_config_type(name: &str) -> Option<ConfigType> {
+    known_names()
+        .find(|(known, _)| *known == name)
+        .map(|(_, config_type)| config_type)
+}
+
+/// Whether `name` is a Kafka broker config (not a custom one).
+pub fn is_broker_config(name: &str) -> bool {
+    broker_config_type(name).is_some()
+}
+
+/// The value a topic default's broker-level `name` has in `config`.
+pub fn topic_default_value(config: &BrokerConfig, name: &str) -> Option<String> {
+    let topic = TOPIC_CONFIGS
+        .iter()
+        .find(|topic| topic.broker_name() == Some(name))?;
+    effective_value(&config.log_defaults, topic.topic)
 }
 
 #[cfg(test)]
@@ -504,19 +605,26 @@ mod tests {
                 .unwrap_or_else(|| panic!("{name} is missing"))
         };
         for name in [
-            "advertised.listeners",
-            "listeners",
             "default.replication.factor",
             "group.initial.rebalance.delay.ms",
             "offsets.topic.num.partitions",
             "transaction.state.log.replication.factor",
+            "log.retention.hours",
+        ] {
+            assert!(find(name).read_only, "{name}");
+        }
+        // What Kafka can change dynamically is not read-only.
+        for name in [
+            "advertised.listeners",
+            "listeners",
             "min.insync.replicas",
             "compression.type",
             "log.message.timestamp.after.max.ms",
             "unclean.leader.election.enable",
             "log.preallocate",
+            "num.io.threads",
         ] {
-            assert!(find(name).read_only, "{name}");
+            assert!(!find(name).read_only, "{name}");
         }
         assert!(entries.len() > 150, "{} configs", entries.len());
         let partitions = find("num.partitions");
@@ -536,13 +644,71 @@ mod tests {
             (Some("1"), ConfigSource::Default)
         );
         assert_eq!(find("num.io.threads").value.as_deref(), Some("16"));
+        let advertised = find("advertised.listeners");
         assert_eq!(
-            find("advertised.listeners").value.as_deref(),
-            Some("PLAINTEXT://localhost:9092")
+            (advertised.value.as_deref(), advertised.source),
+            (
+                Some("PLAINTEXT://localhost:9092"),
+                ConfigSource::StaticBroker
+            )
         );
         assert_eq!(find("broker.rack").value, None);
         let mut names: Vec<&str> = entries.iter().map(|entry| entry.name.as_str()).collect();
         names.dedup();
         assert_eq!(names.len(), entries.len(), "names are unique");
+    }
+
+    /// A dynamic config is its entry's source, above the file's and the
+    /// default (Kafka's synonym order); the default resource lists the
+    /// cluster-wide ones only.
+    #[test]
+    fn dynamic_configs_are_sources_in_kafkas_order() {
+        use crate::cluster::broker_dynamic::{DynamicConfigs, effective};
+        let text = "broker.id=1\nmessage.max.bytes=1000\n";
+        let base = BrokerConfig::from_properties(&parse_properties(text)).unwrap();
+        let dynamic: DynamicConfigs = [
+            (
+                String::new(),
+                [
+                    ("message.max.bytes".to_owned(), "2000".to_owned()),
+                    ("log.retention.ms".to_owned(), "5000".to_owned()),
+                ]
+                .into(),
+            ),
+            (
+                "1".to_owned(),
+                [("message.max.bytes".to_owned(), "3000".to_owned())].into(),
+            ),
+        ]
+        .into();
+        let config = effective(&base, &dynamic);
+        let entries = broker_entries(&config, &identity());
+        let find = |name: &str| entries.iter().find(|entry| entry.name == name).unwrap();
+        let message = find("message.max.bytes");
+        assert_eq!(message.value.as_deref(), Some("3000"));
+        let sources: Vec<(ConfigSource, Option<&str>)> = message
+            .synonyms
+            .iter()
+            .map(|synonym| (synonym.source, synonym.value.as_deref()))
+            .collect();
+        assert_eq!(
+            sources,
+            [
+                (ConfigSource::DynamicBroker, Some("3000")),
+                (ConfigSource::DynamicDefaultBroker, Some("2000")),
+                (ConfigSource::StaticBroker, Some("1000")),
+                (ConfigSource::Default, Some("1048588")),
+            ]
+        );
+        assert_eq!(message.source, ConfigSource::DynamicBroker);
+        assert_eq!(
+            find("log.retention.ms").source,
+            ConfigSource::DynamicDefaultBroker
+        );
+        let defaults = default_entries(&config);
+        let names: Vec<&str> = defaults.iter().map(|entry| entry.name.as_str()).collect();
+        assert_eq!(names, ["log.retention.ms", "message.max.bytes"]);
+        assert_eq!(defaults[1].value.as_deref(), Some("2000"));
+        assert_eq!(defaults[1].source, ConfigSource::DynamicDefaultBroker);
     }
 }

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use thiserror::Error;
 
+use crate::cluster::broker_dynamic::DynamicConfigs;
 use crate::cluster::image::TopicId;
 use crate::cluster::records::{BrokerRegistration, MetadataRecord, PartitionRegistration};
 use crate::types::{BrokerId, PartitionId};
@@ -47,6 +48,8 @@ pub struct ClusterImage {
     names: BTreeMap<String, TopicId>,
     /// Producer ids below this are handed out.
     pub next_producer_id: i64,
+    /// Dynamic broker configs (KIP-226), by resource.
+    pub broker_configs: DynamicConfigs,
 }
 
 /// Leader elections a batch committed: partitions of existing topics
@@ -251,6 +254,20 @@ impl ClusterImage {
             } => {
                 self.next_producer_id = self.next_producer_id.max(*next_producer_id);
             }
+            MetadataRecord::BrokerConfig {
+                resource,
+                key,
+                value,
+            } => {
+                let configs = self.broker_configs.entry(resource.clone()).or_default();
+                match value {
+                    Some(value) => configs.insert(key.clone(), value.clone()),
+                    None => configs.remove(key),
+                };
+                if configs.is_empty() {
+                    self.broker_configs.remove(resource);
+                }
+            }
         }
         Ok(())
     }
@@ -330,6 +347,17 @@ impl ClusterImage {
                     .iter()
                     .map(|(key, value)| MetadataRecord::TopicConfig {
                         topic: topic.name.clone(),
+                        key: key.clone(),
+                        value: Some(value.clone()),
+                    }),
+            );
+        }
+        for (resource, configs) in &self.broker_configs {
+            records.extend(
+                configs
+                    .iter()
+                    .map(|(key, value)| MetadataRecord::BrokerConfig {
+                        resource: resource.clone(),
                         key: key.clone(),
                         value: Some(value.clone()),
                     }),
@@ -482,6 +510,36 @@ mod tests {
             )
             .unwrap();
         assert_ne!(later.digest(), image.digest());
+    }
+
+    /// Dynamic broker configs are kept by resource, removed with their
+    /// last key, and carried by a snapshot.
+    #[test]
+    fn broker_configs_follow_their_records_and_snapshots() {
+        let mut image = built();
+        let config =
+            |resource: &str, key: &str, value: Option<&str>| MetadataRecord::BrokerConfig {
+                resource: resource.into(),
+                key: key.into(),
+                value: value.map(str::to_owned),
+            };
+        image
+            .apply(
+                3,
+                &[
+                    config("", "log.retention.ms", Some("1000")),
+                    config("1", "message.max.bytes", Some("2000")),
+                ],
+            )
+            .unwrap();
+        assert_eq!(image.broker_configs[""]["log.retention.ms"], "1000");
+        let rebuilt = ClusterImage::from_snapshot(image.offset, &image.to_records()).unwrap();
+        assert_eq!(rebuilt, image);
+        image
+            .apply(4, &[config("1", "message.max.bytes", None)])
+            .unwrap();
+        assert!(!image.broker_configs.contains_key("1"));
+        assert_ne!(image.digest(), rebuilt.digest());
     }
 
     #[test]

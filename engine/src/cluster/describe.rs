@@ -20,6 +20,8 @@ use crate::log::config::LogConfig;
 #[repr(i8)]
 pub enum ConfigSource {
     Topic = 1,
+    DynamicBroker = 2,
+    DynamicDefaultBroker = 3,
     StaticBroker = 4,
     Default = 5,
     Group = 8,
@@ -86,10 +88,7 @@ pub fn topic_entries(
         .filter(|config| {
             config.listed == Listed::Always
                 || overrides.contains_key(config.topic)
-                || config
-                    .broker
-                    .iter()
-                    .any(|name| broker.given.contains_key(*name))
+                || config.broker.iter().any(|name| broker.is_set(name))
         })
         .map(|config| topic_entry(broker, overrides, &resolved, config))
         .collect()
@@ -141,14 +140,7 @@ fn broker_synonyms(broker: &BrokerConfig, config: &TopicConfigName) -> Vec<Synon
     let Some(primary) = config.broker_name() else {
         return Vec::new();
     };
-    let given = config.broker.iter().filter_map(|name| {
-        let value = broker.given.get(*name)?;
-        Some(synonym(
-            name,
-            Some(value.clone()),
-            ConfigSource::StaticBroker,
-        ))
-    });
+    let given = set_synonyms(broker, config.broker);
     let defaults = config.broker.iter().filter_map(|name| {
         let default = if NO_KAFKA_DEFAULT.contains(name) {
             None
@@ -165,6 +157,27 @@ fn broker_synonyms(broker: &BrokerConfig, config: &TopicConfigName) -> Vec<Synon
         .chain(defaults)
         .skip_while(|synonym| synonym.name != primary)
         .collect()
+}
+
+/// The synonyms among `names` that were set on the broker, as Kafka's
+/// `ConfigHelper.configSynonyms` orders them: each name's per-broker
+/// dynamic value, then each's cluster-wide default, then each's static.
+pub fn set_synonyms<'a>(
+    broker: &'a BrokerConfig,
+    names: &'a [&'a str],
+) -> impl Iterator<Item = Synonym> + 'a {
+    [
+        (&broker.dynamic_broker, ConfigSource::DynamicBroker),
+        (&broker.dynamic_default, ConfigSource::DynamicDefaultBroker),
+        (&broker.given, ConfigSource::StaticBroker),
+    ]
+    .into_iter()
+    .flat_map(move |(set, source)| {
+        names.iter().filter_map(move |name| {
+            let value = set.get(*name)?;
+            Some(synonym(name, Some(value.clone()), source))
+        })
+    })
 }
 
 /// A group config (Kafka 4.1's `GroupConfig`): its name, type and default

@@ -10,7 +10,11 @@
 //! follows <offset of the cluster's metadata log>
 //! topic <name> <topic id as 32 hex digits> <shard of p0>,<shard of p1>,…
 //! config <name> <key>=<value>
+//! broker-config <broker id, or "default"> <key>=<value>
 //! ```
+//!
+//! `broker-config` lines are the dynamic broker configs (KIP-226): those
+//! of this broker and the cluster-wide default.
 //!
 //! `follows` is written by a broker of a cluster only (a one-node broker's
 //! image is its own): the offset of the metadata log whose topics these
@@ -23,6 +27,7 @@ use std::collections::BTreeMap;
 
 use thiserror::Error;
 
+use crate::cluster::broker_dynamic::{CLUSTER_DEFAULT, DynamicConfigs};
 use crate::types::{PartitionId, TopicPartition};
 
 /// Kafka's limit on topic name length.
@@ -74,7 +79,13 @@ pub struct MetadataImage {
     /// In a cluster, the metadata log offset these topics follow (0: none
     /// yet, or a one-node broker).
     pub follows: u64,
+    /// Dynamic broker configs by resource ("": the cluster-wide default),
+    /// as the metadata log (or a one-node broker's own admin) set them.
+    pub broker_configs: DynamicConfigs,
 }
+
+/// How the image file names the cluster-wide default's resource ("").
+const DEFAULT_RESOURCE_WORD: &str = "default";
 
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum TopicNameError {
@@ -201,6 +212,15 @@ impl MetadataImage {
                 text.push_str(&format!("config {} {key}={value}\n", topic.name));
             }
         }
+        for (resource, configs) in &self.broker_configs {
+            let resource = match resource.as_str() {
+                CLUSTER_DEFAULT => DEFAULT_RESOURCE_WORD,
+                broker => broker,
+            };
+            for (key, value) in configs {
+                text.push_str(&format!("broker-config {resource} {key}={value}\n"));
+            }
+        }
         text
     }
 
@@ -222,6 +242,24 @@ impl MetadataImage {
         for (line, content) in lines.filter(|(_, content)| !content.trim().is_empty()) {
             // A config value may hold spaces ("compact, delete"): it is the
             // rest of its line.
+            if let Some(config) = content.strip_prefix("broker-config ") {
+                let bad = ImageError {
+                    line,
+                    reason: "bad broker config",
+                };
+                let (resource, setting) = config.split_once(' ').ok_or(bad.clone())?;
+                let (key, value) = setting.split_once('=').ok_or(bad)?;
+                let resource = match resource {
+                    DEFAULT_RESOURCE_WORD => CLUSTER_DEFAULT,
+                    broker => broker,
+                };
+                image
+                    .broker_configs
+                    .entry(resource.to_owned())
+                    .or_default()
+                    .insert(key.to_owned(), value.to_owned());
+                continue;
+            }
             if let Some(config) = content.strip_prefix("config ") {
                 let (name, setting) = config.split_once(' ').ok_or(ImageError {
                     line,
@@ -358,6 +396,27 @@ mod tests {
             .insert("cleanup.policy".into(), "compact, delete".into());
         orders.configs.insert("retention.ms".into(), " 1000".into());
         assert_eq!(MetadataImage::decode(&image.encode()), Ok(image));
+    }
+
+    /// Dynamic broker configs round-trip, the cluster-wide default's
+    /// empty resource name included.
+    #[test]
+    fn broker_configs_round_trip() {
+        let mut image = image();
+        image.broker_configs.insert(
+            CLUSTER_DEFAULT.into(),
+            [("log.retention.ms".to_owned(), "5000".to_owned())].into(),
+        );
+        image.broker_configs.insert(
+            "1".into(),
+            [("custom".to_owned(), "a b=c".to_owned())].into(),
+        );
+        let text = image.encode();
+        assert!(text.ends_with(
+            "broker-config default log.retention.ms=5000\nbroker-config 1 custom=a b=c\n"
+        ));
+        assert_eq!(MetadataImage::decode(&text), Ok(image));
+        assert!(MetadataImage::decode("brook-metadata 1\nbroker-config 1\n").is_err());
     }
 
     #[test]

@@ -7,6 +7,7 @@
 pub mod alter_partition;
 pub mod broker_config;
 pub mod broker_describe;
+pub mod broker_dynamic;
 pub mod cluster_image;
 pub mod controller;
 pub mod describe;

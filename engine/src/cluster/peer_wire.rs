@@ -85,6 +85,15 @@ pub enum PeerRequest {
         replace: bool,
         validate_only: bool,
     },
+    /// IncrementalAlterConfigs (`replace` false) or AlterConfigs
+    /// (`replace` true) for a BROKER resource (KIP-226): `resource` is a
+    /// broker's id, or "" for the cluster-wide default; forwarded likewise.
+    AlterBrokerConfigs {
+        resource: String,
+        changes: Vec<(String, ConfigOperation)>,
+        replace: bool,
+        validate_only: bool,
+    },
     /// AllocateProducerIds (KIP-730): a block of producer ids for `broker`,
     /// registered at `broker_epoch`.
     AllocateProducerIds {
@@ -336,20 +345,17 @@ fn encode_request(out: &mut Vec<u8>, request: &PeerRequest) {
         } => {
             out.put_u8(8);
             put_string(out, topic);
-            out.put_u8(u8::from(*replace));
-            out.put_u8(u8::from(*validate_only));
-            out.put_u32(changes.len() as u32);
-            for (key, operation) in changes {
-                put_string(out, key);
-                let (code, value) = match operation {
-                    ConfigOperation::Set(value) => (0, value),
-                    ConfigOperation::Delete => (1, &None),
-                    ConfigOperation::Append(value) => (2, value),
-                    ConfigOperation::Subtract(value) => (3, value),
-                };
-                out.put_u8(code);
-                put_optional_string(out, value.as_deref());
-            }
+            put_changes(out, changes, *replace, *validate_only);
+        }
+        PeerRequest::AlterBrokerConfigs {
+            resource,
+            changes,
+            replace,
+            validate_only,
+        } => {
+            out.put_u8(12);
+            put_string(out, resource);
+            put_changes(out, changes, *replace, *validate_only);
         }
         PeerRequest::AllocateProducerIds {
             broker,
@@ -391,6 +397,48 @@ fn put_optional_string(out: &mut Vec<u8>, value: Option<&str>) {
         }
         None => out.put_u8(0),
     }
+}
+
+/// An AlterConfigs' flags and operations (topic or broker resource).
+fn put_changes(
+    out: &mut Vec<u8>,
+    changes: &[(String, ConfigOperation)],
+    replace: bool,
+    validate_only: bool,
+) {
+    out.put_u8(u8::from(replace));
+    out.put_u8(u8::from(validate_only));
+    out.put_u32(changes.len() as u32);
+    for (key, operation) in changes {
+        put_string(out, key);
+        let (code, value) = match operation {
+            ConfigOperation::Set(value) => (0, value),
+            ConfigOperation::Delete => (1, &None),
+            ConfigOperation::Append(value) => (2, value),
+            ConfigOperation::Subtract(value) => (3, value),
+        };
+        out.put_u8(code);
+        put_optional_string(out, value.as_deref());
+    }
+}
+
+type Changes = (Vec<(String, ConfigOperation)>, bool, bool);
+
+fn read_changes(reader: &mut Reader<'_>) -> Result<Changes, RecordError> {
+    let replace = reader.u8()? != 0;
+    let validate_only = reader.u8()? != 0;
+    let count = reader.count(4)?;
+    let changes = (0..count)
+        .map(|_| {
+            let key = reader.string()?;
+            let code = reader.u8()?;
+            let value = optional_string(reader)?;
+            let operation = ConfigOperation::from_wire(code as i8, value)
+                .ok_or(RecordError::UnknownTag { tag: code })?;
+            Ok((key, operation))
+        })
+        .collect::<Result<Vec<_>, RecordError>>()?;
+    Ok((changes, replace, validate_only))
 }
 
 fn optional_string(reader: &mut Reader<'_>) -> Result<Option<String>, RecordError> {
@@ -620,21 +668,19 @@ fn decode_request(reader: &mut Reader<'_>) -> Result<PeerRequest, PeerWireError>
         }
         8 => {
             let topic = reader.string()?;
-            let replace = reader.u8()? != 0;
-            let validate_only = reader.u8()? != 0;
-            let count = reader.count(4)?;
-            let changes = (0..count)
-                .map(|_| {
-                    let key = reader.string()?;
-                    let code = reader.u8()?;
-                    let value = optional_string(reader)?;
-                    let operation = ConfigOperation::from_wire(code as i8, value)
-                        .ok_or(RecordError::UnknownTag { tag: code })?;
-                    Ok((key, operation))
-                })
-                .collect::<Result<Vec<_>, RecordError>>()?;
+            let (changes, replace, validate_only) = read_changes(reader)?;
             PeerRequest::AlterConfigs {
                 topic,
+                changes,
+                replace,
+                validate_only,
+            }
+        }
+        12 => {
+            let resource = reader.string()?;
+            let (changes, replace, validate_only) = read_changes(reader)?;
+            PeerRequest::AlterBrokerConfigs {
+                resource,
                 changes,
                 replace,
                 validate_only,

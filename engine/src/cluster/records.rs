@@ -108,6 +108,14 @@ pub enum MetadataRecord {
         key: String,
         value: Option<String>,
     },
+    /// A dynamic broker config (KIP-226) set (`Some`) or removed (`None`) on
+    /// `resource`: a broker's id, or "" for the cluster-wide default
+    /// (Kafka's ConfigRecord of a BROKER resource).
+    BrokerConfig {
+        resource: String,
+        key: String,
+        value: Option<String>,
+    },
     /// The next producer id the cluster hands out; blocks below it are taken.
     ProducerIds {
         broker: BrokerId,
@@ -216,15 +224,15 @@ fn encode_record(out: &mut Vec<u8>, record: &MetadataRecord) {
         }
         MetadataRecord::TopicConfig { topic, key, value } => {
             out.put_u8(8);
-            put_string(out, topic);
-            put_string(out, key);
-            match value {
-                Some(value) => {
-                    out.put_u8(1);
-                    put_string(out, value);
-                }
-                None => out.put_u8(0),
-            }
+            put_config(out, topic, key, value.as_deref());
+        }
+        MetadataRecord::BrokerConfig {
+            resource,
+            key,
+            value,
+        } => {
+            out.put_u8(11);
+            put_config(out, resource, key, value.as_deref());
         }
         MetadataRecord::ProducerIds {
             broker,
@@ -271,14 +279,18 @@ fn decode_record(reader: &mut Reader<'_>) -> Result<MetadataRecord, RecordError>
         7 => MetadataRecord::RemoveTopic {
             id: reader.topic_id()?,
         },
-        8 => MetadataRecord::TopicConfig {
-            topic: reader.string()?,
-            key: reader.string()?,
-            value: match reader.u8()? {
-                0 => None,
-                _ => Some(reader.string()?),
-            },
-        },
+        8 => {
+            let (topic, key, value) = reader.config()?;
+            MetadataRecord::TopicConfig { topic, key, value }
+        }
+        11 => {
+            let (resource, key, value) = reader.config()?;
+            MetadataRecord::BrokerConfig {
+                resource,
+                key,
+                value,
+            }
+        }
         9 => MetadataRecord::ProducerIds {
             broker: BrokerId(reader.i32()?),
             next_producer_id: reader.i64()?,
@@ -305,6 +317,19 @@ pub(crate) fn put_registration(out: &mut Vec<u8>, registration: &BrokerRegistrat
         Some(rack) => {
             out.put_u8(1);
             put_string(out, rack);
+        }
+        None => out.put_u8(0),
+    }
+}
+
+/// A config record's owner (topic or broker resource), key and value.
+fn put_config(out: &mut Vec<u8>, owner: &str, key: &str, value: Option<&str>) {
+    put_string(out, owner);
+    put_string(out, key);
+    match value {
+        Some(value) => {
+            out.put_u8(1);
+            put_string(out, value);
         }
         None => out.put_u8(0),
     }
@@ -345,6 +370,17 @@ impl<'a> Reader<'a> {
             });
         }
         Ok(())
+    }
+
+    /// A config record's owner, key and optional value.
+    fn config(&mut self) -> Result<(String, String, Option<String>), RecordError> {
+        let owner = self.string()?;
+        let key = self.string()?;
+        let value = match self.u8()? {
+            0 => None,
+            _ => Some(self.string()?),
+        };
+        Ok((owner, key, value))
     }
 
     pub(crate) fn u8(&mut self) -> Result<u8, RecordError> {
@@ -494,6 +530,16 @@ mod tests {
             MetadataRecord::TopicConfig {
                 topic: "orders".into(),
                 key: "retention.ms".into(),
+                value: None,
+            },
+            MetadataRecord::BrokerConfig {
+                resource: "".into(),
+                key: "log.retention.ms".into(),
+                value: Some("60000".into()),
+            },
+            MetadataRecord::BrokerConfig {
+                resource: "2".into(),
+                key: "message.max.bytes".into(),
                 value: None,
             },
             MetadataRecord::ProducerIds {

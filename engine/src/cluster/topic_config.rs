@@ -319,6 +319,16 @@ pub enum ConfigOperation {
 }
 
 impl ConfigOperation {
+    /// An operation other than DELETE without a value (Kafka refuses it).
+    pub fn value_missing(&self) -> bool {
+        matches!(
+            self,
+            ConfigOperation::Set(None)
+                | ConfigOperation::Append(None)
+                | ConfigOperation::Subtract(None)
+        )
+    }
+
     /// From the protocol's operation code and value.
     pub fn from_wire(code: i8, value: Option<String>) -> Option<ConfigOperation> {
         Some(match code {
@@ -334,6 +344,30 @@ impl ConfigOperation {
 /// Whether a topic config is a comma-separated list (APPEND/SUBTRACT apply).
 pub fn is_list_config(name: &str) -> bool {
     topic_config(name).is_some_and(|config| config.config_type == ConfigType::List)
+}
+
+/// A list config's value (`in_force`, comma-separated) after APPEND or
+/// SUBTRACT of the items in `value` (any other operation leaves it).
+pub fn edit_list(in_force: &str, operation: &ConfigOperation, value: Option<&str>) -> String {
+    let mut items: Vec<String> = in_force
+        .split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let edits = value.unwrap_or("").split(',').map(str::trim);
+    for item in edits.filter(|item| !item.is_empty()) {
+        match operation {
+            ConfigOperation::Append(_) => {
+                if !items.iter().any(|existing| existing == item) {
+                    items.push(item.to_owned());
+                }
+            }
+            ConfigOperation::Subtract(_) => items.retain(|existing| existing != item),
+            ConfigOperation::Set(_) | ConfigOperation::Delete => {}
+        }
+    }
+    items.join(",")
 }
 
 /// A topic's overrides after `changes`, in order. APPEND and SUBTRACT edit
@@ -367,23 +401,10 @@ pub fn altered(
                         effective_value(&config, name).unwrap_or_default()
                     }
                 };
-                let mut items: Vec<String> = in_force
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|item| !item.is_empty())
-                    .map(str::to_owned)
-                    .collect();
-                let edits = value.as_deref().unwrap_or("").split(',').map(str::trim);
-                for item in edits.filter(|item| !item.is_empty()) {
-                    if matches!(operation, ConfigOperation::Append(_)) {
-                        if !items.iter().any(|existing| existing == item) {
-                            items.push(item.to_owned());
-                        }
-                    } else {
-                        items.retain(|existing| existing != item);
-                    }
-                }
-                configs.insert(name.clone(), items.join(","));
+                configs.insert(
+                    name.clone(),
+                    edit_list(&in_force, operation, value.as_deref()),
+                );
             }
         }
     }

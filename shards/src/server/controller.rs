@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
 
+use brook_engine::cluster::broker_dynamic::{self, DynamicConfigs};
 use brook_engine::cluster::controller::{
     Refusal, TopicRequest, check_new_topic_name, check_partition_count,
 };
@@ -51,6 +52,15 @@ impl TopicOutcome {
             topic_id: TopicId::default(),
             partitions: 0,
             replication_factor: 0,
+        }
+    }
+
+    /// A change to something other than a topic (a broker's configs).
+    fn accepted(name: &str) -> TopicOutcome {
+        TopicOutcome {
+            error: ErrorCode::NONE,
+            message: None,
+            ..TopicOutcome::failed(name, ErrorCode::NONE, "")
         }
     }
 
@@ -115,6 +125,20 @@ pub enum Change {
         topic: String,
         configs: BTreeMap<String, String>,
         validate_only: bool,
+    },
+    /// IncrementalAlterConfigs (`replace` false) or AlterConfigs
+    /// (`replace` true) on a BROKER resource (KIP-226): `resource` is a
+    /// broker's id, or "" for the cluster-wide default.
+    AlterBrokerConfigs {
+        resource: String,
+        changes: Vec<(String, ConfigOperation)>,
+        replace: bool,
+        validate_only: bool,
+    },
+    /// A broker of a cluster: the dynamic broker configs are now the
+    /// metadata log's.
+    FollowBrokerConfigs {
+        configs: DynamicConfigs,
     },
     /// A broker of a cluster: its topics now follow the metadata log up to
     /// `offset` ([`MetadataImage::follows`]).
@@ -216,8 +240,19 @@ async fn forward(shard: &Rc<Shard>, change: Change) -> Vec<TopicOutcome> {
             replace: true,
             validate_only,
         },
+        Change::AlterBrokerConfigs {
+            resource,
+            changes,
+            replace,
+            validate_only,
+        } => PeerRequest::AlterBrokerConfigs {
+            resource,
+            changes,
+            replace,
+            validate_only,
+        },
         // This broker's own bookkeeping: reconcile applies it locally.
-        Change::Follow { .. } => return Vec::new(),
+        Change::Follow { .. } | Change::FollowBrokerConfigs { .. } => return Vec::new(),
     };
     let answered = shard
         .on_shard(ShardId(0), move |first| async move {
@@ -277,7 +312,8 @@ fn change_names(change: &Change) -> Vec<String> {
         Change::AddPartitions { topic, .. }
         | Change::AlterConfigs { topic, .. }
         | Change::ReplaceConfigs { topic, .. } => vec![topic.clone()],
-        Change::Follow { .. } => Vec::new(),
+        Change::AlterBrokerConfigs { resource, .. } => vec![resource.clone()],
+        Change::Follow { .. } | Change::FollowBrokerConfigs { .. } => Vec::new(),
     }
 }
 
@@ -298,7 +334,7 @@ async fn apply_here(controller: &Rc<Shard>, change: Change) -> Vec<TopicOutcome>
     };
     let mut image = (*controller.image()).clone();
     let mut effects = Effects::default();
-    let defaults = controller.context.config.log_defaults.clone();
+    let defaults = controller.config().log_defaults.clone();
     let shards = controller.context.shards;
     let outcomes = match change {
         Change::Create {
@@ -384,6 +420,33 @@ async fn apply_here(controller: &Rc<Shard>, change: Change) -> Vec<TopicOutcome>
                 validate_only,
             )]
         }
+        Change::AlterBrokerConfigs {
+            resource,
+            changes,
+            replace,
+            validate_only,
+        } => {
+            let altered = broker_dynamic::altered(
+                &controller.context.config,
+                &image.broker_configs,
+                &resource,
+                &changes,
+                replace,
+            );
+            vec![match altered {
+                Err(refusal) => TopicOutcome::refused(&resource, refusal),
+                Ok(configs) => {
+                    if !validate_only {
+                        set_broker_configs(&mut image.broker_configs, &resource, configs);
+                    }
+                    TopicOutcome::accepted(&resource)
+                }
+            }]
+        }
+        Change::FollowBrokerConfigs { configs } => {
+            image.broker_configs = configs;
+            Vec::new()
+        }
         Change::Follow { offset } => {
             image.follows = image.follows.max(offset);
             Vec::new()
@@ -391,6 +454,9 @@ async fn apply_here(controller: &Rc<Shard>, change: Change) -> Vec<TopicOutcome>
     };
     if image == *controller.image() {
         return outcomes;
+    }
+    if image.broker_configs != controller.image().broker_configs {
+        reconfigure_all(controller, &image, &mut effects);
     }
     if let Err(reason) = commit(controller, image, effects).await {
         tracing::error!(%reason, "applying a metadata change failed");
@@ -404,6 +470,53 @@ async fn apply_here(controller: &Rc<Shard>, change: Change) -> Vec<TopicOutcome>
             .collect();
     }
     outcomes
+}
+
+/// Partitions `first`.. of `topic`, each (made into an item by `item`)
+/// under its owning shard, `owners[i]` owning partition `first + i`.
+fn by_owner<T>(
+    by_shard: &mut BTreeMap<ShardId, Vec<T>>,
+    topic: &str,
+    first: usize,
+    owners: &[ShardId],
+    item: impl Fn(TopicPartition) -> T,
+) {
+    for (offset, owner) in owners.iter().enumerate() {
+        let partition = TopicPartition {
+            topic: topic.to_owned(),
+            partition: PartitionId((first + offset) as i32),
+        };
+        by_shard.entry(*owner).or_default().push(item(partition));
+    }
+}
+
+/// `resource`'s dynamic configs become `configs` (none: it goes).
+fn set_broker_configs(
+    dynamic: &mut DynamicConfigs,
+    resource: &str,
+    configs: BTreeMap<String, String>,
+) {
+    match configs.is_empty() {
+        true => dynamic.remove(resource),
+        false => dynamic.insert(resource.to_owned(), configs),
+    };
+}
+
+/// Every partition's log config under `image`'s dynamic broker configs
+/// (their topic defaults changed): applied live on the owning shards.
+fn reconfigure_all(controller: &Shard, image: &MetadataImage, effects: &mut Effects) {
+    let defaults =
+        broker_dynamic::effective(&controller.context.config, &image.broker_configs).log_defaults;
+    for topic in image.topics.values() {
+        let config = resolve(&defaults, &topic.configs).unwrap_or_else(|_| defaults.clone());
+        by_owner(
+            &mut effects.reconfigure,
+            &topic.name,
+            0,
+            &topic.partitions,
+            |partition| (partition, config.clone()),
+        );
+    }
 }
 
 fn create(
@@ -437,17 +550,13 @@ fn create(
         return outcome;
     }
     let config = resolve(defaults, &metadata.configs).unwrap_or_else(|_| defaults.clone());
-    for (index, owner) in metadata.partitions.iter().enumerate() {
-        let topic_partition = TopicPartition {
-            topic: metadata.name.clone(),
-            partition: PartitionId(index as i32),
-        };
-        effects
-            .open
-            .entry(*owner)
-            .or_default()
-            .push((topic_partition, config.clone()));
-    }
+    by_owner(
+        &mut effects.open,
+        &metadata.name,
+        0,
+        &metadata.partitions,
+        |partition| (partition, config.clone()),
+    );
     image.topics.insert(metadata.name.clone(), metadata);
     outcome
 }
@@ -460,17 +569,13 @@ fn delete(image: &mut MetadataImage, effects: &mut Effects, name: &str) -> Topic
             format!("no topic {name}"),
         );
     };
-    for (index, owner) in topic.partitions.iter().enumerate() {
-        let topic_partition = TopicPartition {
-            topic: topic.name.clone(),
-            partition: PartitionId(index as i32),
-        };
-        effects
-            .delete
-            .entry(*owner)
-            .or_default()
-            .push(topic_partition);
-    }
+    by_owner(
+        &mut effects.delete,
+        &topic.name,
+        0,
+        &topic.partitions,
+        |partition| partition,
+    );
     TopicOutcome::done(&topic)
 }
 
@@ -521,21 +626,11 @@ fn add_partitions(
         };
     }
     let config = resolve(defaults, &topic.configs).unwrap_or_else(|_| defaults.clone());
-    for (offset, owner) in place_partitions(total as usize - current, &mut loads)
-        .into_iter()
-        .enumerate()
-    {
-        let topic_partition = TopicPartition {
-            topic: name.to_owned(),
-            partition: PartitionId((current + offset) as i32),
-        };
-        effects
-            .open
-            .entry(owner)
-            .or_default()
-            .push((topic_partition, config.clone()));
-        topic.partitions.push(owner);
-    }
+    let owners = place_partitions(total as usize - current, &mut loads);
+    by_owner(&mut effects.open, name, current, &owners, |partition| {
+        (partition, config.clone())
+    });
+    topic.partitions.extend(owners);
     TopicOutcome::done(topic)
 }
 
@@ -563,17 +658,13 @@ fn alter_configs(
     }
     topic.configs = configs;
     let config = resolve(defaults, &topic.configs).unwrap_or_else(|_| defaults.clone());
-    for (index, owner) in topic.partitions.iter().enumerate() {
-        let topic_partition = TopicPartition {
-            topic: name.to_owned(),
-            partition: PartitionId(index as i32),
-        };
-        effects
-            .reconfigure
-            .entry(*owner)
-            .or_default()
-            .push((topic_partition, config.clone()));
-    }
+    by_owner(
+        &mut effects.reconfigure,
+        name,
+        0,
+        &topic.partitions,
+        |partition| (partition, config.clone()),
+    );
     TopicOutcome::done(topic)
 }
 

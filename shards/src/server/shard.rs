@@ -9,6 +9,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use brook_engine::cluster::broker_config::BrokerConfig;
+use brook_engine::cluster::broker_dynamic::effective;
 use brook_engine::cluster::image::{MetadataImage, ShardId};
 use brook_engine::cluster::records::PartitionRegistration;
 use brook_engine::cluster::topic_config;
@@ -60,6 +62,9 @@ pub struct Shard {
     /// Connections to the other brokers (cluster mode).
     pub peers: Peers,
     image: RefCell<Arc<MetadataImage>>,
+    /// The settings this broker runs with: its static ones
+    /// (`context.config`) under the image's dynamic broker configs.
+    config: RefCell<Arc<BrokerConfig>>,
     /// The cluster as the metadata log says (cluster mode only).
     cluster_view: RefCell<Option<Arc<ClusterView>>>,
     /// Admin requests for the active controller (shard 0, cluster mode).
@@ -90,7 +95,17 @@ impl Shard {
     }
 
     pub fn set_image(&self, image: Arc<MetadataImage>) {
-        *self.image.borrow_mut() = image;
+        let old = self.image.replace(image.clone());
+        if old.broker_configs != image.broker_configs {
+            *self.config.borrow_mut() =
+                Arc::new(effective(&self.context.config, &image.broker_configs));
+        }
+    }
+
+    /// The settings this broker runs with now: the static ones under the
+    /// dynamic broker configs (KIP-226) in force.
+    pub fn config(&self) -> Arc<BrokerConfig> {
+        self.config.borrow().clone()
     }
 
     pub fn cluster_view(&self) -> Option<Arc<ClusterView>> {
@@ -212,8 +227,8 @@ impl Shard {
             .topic(topic)
             .map(|topic| topic.configs.clone())
             .unwrap_or_default();
-        topic_config::resolve(&self.context.config.log_defaults, &overrides)
-            .unwrap_or_else(|_| self.context.config.log_defaults.clone())
+        let defaults = &self.config().log_defaults;
+        topic_config::resolve(defaults, &overrides).unwrap_or_else(|_| defaults.clone())
     }
 
     /// Opens (creating if new) partition logs owned by this shard.
@@ -345,6 +360,7 @@ async fn start(
     let this = BrokerId(context.broker_id);
     let peers = Peers::new(context.listen, context.broker_id, id.0);
     let metrics = ShardMetrics::new(context.metrics.clone(), id.0);
+    let config = Arc::new(effective(&context.config, &image.broker_configs));
     let shard = Rc::new(Shard {
         id,
         context,
@@ -355,6 +371,7 @@ async fn start(
         transactions: TxnHost::default(),
         peers,
         image: RefCell::new(image.clone()),
+        config: RefCell::new(config),
         cluster_view: RefCell::new(None),
         forward: RefCell::new(None),
         fetch_sessions,

@@ -420,10 +420,17 @@ fn alter_configs_replaces_every_override_of_a_topic() {
     assert_eq!(unknown.error_code, 40, "INVALID_CONFIG");
     let missing = alter(&mut stream, 2, "no-such-topic", &[], false);
     assert_eq!(missing.error_code, 3, "UNKNOWN_TOPIC_OR_PARTITION");
+    // A broker resource takes Kafka's dynamic configs and refuses the
+    // others as Kafka does (INVALID_REQUEST, KAFKA-13609).
     let broker = alter(&mut stream, 4, "0", &[("num.io.threads", Some("4"))], false);
+    assert_eq!((broker.error_code, broker.error_message), (0, None));
+    let read_only = alter(&mut stream, 4, "0", &[("num.partitions", Some("4"))], false);
     assert_eq!(
-        broker.error_code, 42,
-        "INVALID_REQUEST: no dynamic broker configs"
+        (read_only.error_code, read_only.error_message.as_deref()),
+        (
+            42,
+            Some("Cannot update these configs dynamically: Set(num.partitions)")
+        )
     );
 }
 

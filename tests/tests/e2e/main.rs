@@ -37,6 +37,7 @@ mod cluster_transactions;
 mod crash_recovery;
 mod crash_restart;
 mod dev_cluster;
+mod dynamic_broker_configs;
 mod exactly_once;
 mod fetch_sessions;
 mod franz_go;

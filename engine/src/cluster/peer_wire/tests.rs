@@ -189,6 +189,22 @@ fn frames() -> Vec<PeerFrame> {
                 validate_only: true,
             },
         },
+        PeerFrame::Request {
+            correlation: 13,
+            epoch: 2,
+            request: PeerRequest::AlterBrokerConfigs {
+                resource: "".into(),
+                changes: vec![
+                    (
+                        "log.retention.ms".into(),
+                        ConfigOperation::Set(Some("5".into())),
+                    ),
+                    ("message.max.bytes".into(), ConfigOperation::Delete),
+                ],
+                replace: false,
+                validate_only: true,
+            },
+        },
         PeerFrame::Response {
             correlation: 10,
             epoch: 4,

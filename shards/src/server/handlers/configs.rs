@@ -1,11 +1,13 @@
 //! DescribeConfigs, IncrementalAlterConfigs and AlterConfigs: topic configs
 //! (Kafka's names, effective values and sources), the broker's configs
-//! (read-only) and groups' configs (Kafka 4's GROUP resource; read-only, as
-//! Brook runs no KIP-848 groups they would apply to).
+//! (dynamic ones per broker and cluster-wide, KIP-226) and groups' configs
+//! (Kafka 4's GROUP resource; read-only, as Brook runs no KIP-848 groups
+//! they would apply to).
 
 use std::rc::Rc;
 
-use brook_engine::cluster::broker_describe::{BrokerIdentity, broker_entries};
+use brook_engine::cluster::broker_describe::{BrokerIdentity, broker_entries, default_entries};
+use brook_engine::cluster::broker_dynamic;
 use brook_engine::cluster::describe::{
     ConfigEntry, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_GROUP, RESOURCE_TOPIC,
     config_resources, group_entries, topic_entries, wanted,
@@ -75,16 +77,15 @@ fn described(
         RESOURCE_TOPIC => {
             let image = shard.image();
             match image.topic(name) {
-                Some(topic) => Ok(topic_entries(&shard.context.config, &topic.configs)),
+                Some(topic) => Ok(topic_entries(&shard.config(), &topic.configs)),
                 None => Err((ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, None)),
             }
         }
-        // An empty name asks for the cluster-wide dynamic defaults, which
-        // Brook has none of.
-        RESOURCE_BROKER if name.is_empty() => Ok(Vec::new()),
+        // An empty name asks for the cluster-wide dynamic defaults.
+        RESOURCE_BROKER if name.is_empty() => Ok(default_entries(&shard.config())),
         RESOURCE_BROKER => match name.parse::<i32>() {
             Ok(id) if id == shard.context.broker_id => {
-                Ok(broker_entries(&shard.context.config, &identity(shard)))
+                Ok(broker_entries(&shard.config(), &identity(shard)))
             }
             Ok(_) => Err((
                 ErrorCode::INVALID_REQUEST,
@@ -163,17 +164,6 @@ pub async fn incremental_alter_configs(
     let mut responses = Vec::with_capacity(body.resources.len());
     for resource in body.resources {
         let name = resource.resource_name.to_string();
-        let response = AlterConfigsResourceResponse::default()
-            .with_resource_type(resource.resource_type)
-            .with_resource_name(text(&name));
-        if let Some(message) = unalterable(resource.resource_type) {
-            responses.push(
-                response
-                    .with_error_code(ErrorCode::INVALID_REQUEST.0)
-                    .with_error_message(Some(text(message))),
-            );
-            continue;
-        }
         let changes: Option<Vec<(String, ConfigOperation)>> = resource
             .configs
             .iter()
@@ -189,21 +179,20 @@ pub async fn incremental_alter_configs(
                 Some("unknown config operation".to_owned()),
             ),
             Some(changes) => {
-                // Applied on the controller, to the topic's configs as they
-                // are there, so concurrent alters do not undo each other.
-                let change = Change::AlterConfigs {
-                    topic: name.clone(),
+                let alter = Alter {
+                    resource_type: resource.resource_type,
+                    name: &name,
                     changes,
+                    replace: false,
                     validate_only: body.validate_only,
                 };
-                let outcome = controller::apply(shard, change).await.pop();
-                outcome.map_or((ErrorCode::UNKNOWN_SERVER_ERROR, None), |outcome| {
-                    (outcome.error, outcome.message)
-                })
+                alter.apply(shard).await
             }
         };
         responses.push(
-            response
+            AlterConfigsResourceResponse::default()
+                .with_resource_type(resource.resource_type)
+                .with_resource_name(text(&name))
                 .with_error_code(error.0)
                 .with_error_message(message.as_deref().map(text)),
         );
@@ -214,51 +203,32 @@ pub async fn incremental_alter_configs(
     )
 }
 
-/// Why Brook refuses to alter configs of this resource type (only topic
-/// configs can be altered).
-fn unalterable(resource_type: i8) -> Option<&'static str> {
-    match resource_type {
-        RESOURCE_TOPIC => None,
-        RESOURCE_BROKER | RESOURCE_BROKER_LOGGER => {
-            Some("dynamic broker configs are not supported; set them in the config file")
-        }
-        RESOURCE_GROUP => Some("group configs are not supported: Brook runs classic groups only"),
-        _ => Some("unsupported resource type"),
-    }
-}
-
 /// AlterConfigs (Kafka's older, non-incremental API, still used by
-/// aiokafka and kafkajs): each topic's overrides become exactly the configs
-/// given; one left out (or given a null value) goes back to its default.
+/// aiokafka and kafkajs): the resource's configs become exactly the ones
+/// given; one left out goes back to its default. A topic config given a
+/// null value is left out; a broker config with one is refused (Kafka).
 pub async fn alter_configs(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
     let body: AlterConfigsRequest = request.decode_body()?;
     let mut responses = Vec::with_capacity(body.resources.len());
     for resource in body.resources {
         let name = resource.resource_name.to_string();
-        let (error, message) = match unalterable(resource.resource_type) {
-            Some(message) => (ErrorCode::INVALID_REQUEST, Some(message.to_owned())),
-            None => {
-                let configs = resource
-                    .configs
-                    .iter()
-                    .filter_map(|config| {
-                        let value = config.value.as_ref()?;
-                        Some((config.name.to_string(), value.to_string()))
-                    })
-                    .collect();
-                let change = Change::ReplaceConfigs {
-                    topic: name.clone(),
-                    configs,
-                    validate_only: body.validate_only,
-                };
-                controller::apply(shard, change)
-                    .await
-                    .pop()
-                    .map_or((ErrorCode::UNKNOWN_SERVER_ERROR, None), |outcome| {
-                        (outcome.error, outcome.message)
-                    })
-            }
+        let changes = resource
+            .configs
+            .iter()
+            .filter(|config| config.value.is_some() || resource.resource_type != RESOURCE_TOPIC)
+            .map(|config| {
+                let value = config.value.as_ref().map(|value| value.to_string());
+                (config.name.to_string(), ConfigOperation::Set(value))
+            })
+            .collect();
+        let alter = Alter {
+            resource_type: resource.resource_type,
+            name: &name,
+            changes,
+            replace: true,
+            validate_only: body.validate_only,
         };
+        let (error, message) = alter.apply(shard).await;
         responses.push(
             alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_resource_type(resource.resource_type)
@@ -271,6 +241,122 @@ pub async fn alter_configs(shard: &Rc<Shard>, request: &Request) -> Result<Respo
         request,
         &AlterConfigsResponse::default().with_responses(responses),
     )
+}
+
+/// One resource's config changes, from either AlterConfigs API.
+struct Alter<'a> {
+    resource_type: i8,
+    name: &'a str,
+    changes: Vec<(String, ConfigOperation)>,
+    /// AlterConfigs: the configs become exactly the `Set` ones.
+    replace: bool,
+    validate_only: bool,
+}
+
+impl Alter<'_> {
+    /// Applied on the controller, to the configs as they are there, so
+    /// that concurrent alters do not undo each other.
+    async fn apply(self, shard: &Rc<Shard>) -> (ErrorCode, Option<String>) {
+        let Alter {
+            resource_type,
+            name,
+            changes,
+            replace,
+            validate_only,
+        } = self;
+        let change = match resource_type {
+            RESOURCE_TOPIC if replace => Change::ReplaceConfigs {
+                topic: name.to_owned(),
+                configs: changes
+                    .into_iter()
+                    .filter_map(|(key, operation)| match operation {
+                        ConfigOperation::Set(value) => Some((key, value?)),
+                        _ => None,
+                    })
+                    .collect(),
+                validate_only,
+            },
+            RESOURCE_TOPIC => Change::AlterConfigs {
+                topic: name.to_owned(),
+                changes,
+                validate_only,
+            },
+            RESOURCE_BROKER => {
+                // Checked here first, as Kafka's broker does before it
+                // forwards: the resource is this broker or the default,
+                // and the values hold under this broker's settings.
+                if let Err(refused) = this_broker_or_default(shard, name) {
+                    return refused;
+                }
+                let checked = broker_dynamic::altered(
+                    &shard.context.config,
+                    &shard.image().broker_configs,
+                    name,
+                    &changes,
+                    replace,
+                );
+                if let Err(refusal) = checked {
+                    return (refusal.error, Some(refusal.message));
+                }
+                Change::AlterBrokerConfigs {
+                    resource: name.to_owned(),
+                    changes,
+                    replace,
+                    validate_only,
+                }
+            }
+            RESOURCE_BROKER_LOGGER => {
+                return (
+                    ErrorCode::INVALID_REQUEST,
+                    Some(
+                        "log levels cannot be changed at run time (KIP-412); Brook reads them \
+                         from RUST_LOG at start"
+                            .into(),
+                    ),
+                );
+            }
+            RESOURCE_GROUP => {
+                return (
+                    ErrorCode::INVALID_REQUEST,
+                    Some("group configs are not supported: Brook runs classic groups only".into()),
+                );
+            }
+            other => {
+                return (
+                    ErrorCode::INVALID_REQUEST,
+                    Some(format!("Unknown resource type {other}")),
+                );
+            }
+        };
+        controller::apply(shard, change)
+            .await
+            .pop()
+            .map_or((ErrorCode::UNKNOWN_SERVER_ERROR, None), |outcome| {
+                (outcome.error, outcome.message)
+            })
+    }
+}
+
+/// A BROKER resource named for a change: empty (the cluster-wide default)
+/// or this broker's id, else Kafka's refusal.
+fn this_broker_or_default(shard: &Shard, name: &str) -> Result<(), (ErrorCode, Option<String>)> {
+    if name.is_empty() {
+        return Ok(());
+    }
+    let id = shard.context.broker_id;
+    match name.parse::<i32>() {
+        Ok(named) if named == id => Ok(()),
+        Ok(_) => Err((
+            ErrorCode::INVALID_REQUEST,
+            Some(format!(
+                "Unexpected broker id, expected {id}, but received {name}"
+            )),
+        )),
+        Err(_) => Err((
+            ErrorCode::INVALID_REQUEST,
+            Some(format!("Node id must be an integer, but it is: {name}")),
+        )),
+    }
 }
 
 /// ListConfigResources (v0 is Kafka's ListClientMetricsResources).

@@ -42,6 +42,8 @@ use std::time::{Duration, Instant};
 use brook_engine::cluster::alter_partition::{
     AlterPartitionRequest, AlterPartitionResponse, alter_partition,
 };
+use brook_engine::cluster::broker_config::BrokerConfig;
+use brook_engine::cluster::broker_dynamic::alter_broker_configs;
 use brook_engine::cluster::cluster_image::ClusterImage;
 use brook_engine::cluster::controller::{
     HeartbeatRequest, Refusal, TopicDefaults, create_topics, delete_topics,
@@ -668,6 +670,26 @@ fn handle_request(
                 let log = &quorum.topic_defaults.log;
                 let rule = alter_topic_configs(image, &topic, &changes, replace, log);
                 one_topic_change(image, &topic, rule, validate_only, None)
+            });
+            return propose_topics(quorum, &mut node, proposed, reply);
+        }
+        PeerRequest::AlterBrokerConfigs {
+            resource,
+            changes,
+            replace,
+            validate_only,
+        } => {
+            // The broker that took the request checked the values against
+            // its own settings; here the names and values are checked alone.
+            let proposed = node.latest_image().map(|image| {
+                let base = BrokerConfig::default();
+                match alter_broker_configs(image, &base, &resource, &changes, replace) {
+                    Ok(records) => (
+                        vec![topic_result(&resource, Ok((TopicId::default(), 0, 0)))],
+                        if validate_only { Vec::new() } else { records },
+                    ),
+                    Err(refusal) => (vec![topic_result(&resource, Err(refusal))], Vec::new()),
+                }
             });
             return propose_topics(quorum, &mut node, proposed, reply);
         }

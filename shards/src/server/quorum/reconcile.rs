@@ -1,7 +1,8 @@
 //! Makes this broker's own topics (its local image: topics, ids, the shard
 //! of each partition, configs) follow the cluster image: topics the log
 //! created are opened here with the log's ids, deleted ones are removed,
-//! grown ones get their new partitions, changed configs are applied.
+//! grown ones get their new partitions, changed configs (topics' and the
+//! dynamic broker configs) are applied.
 //!
 //! Only ever forward: the local image records the log offset it follows,
 //! and an older cluster image changes nothing. A restarting broker rebuilds
@@ -90,6 +91,11 @@ fn changes_to_follow(local: &MetadataImage, image: &ClusterImage) -> Vec<Change>
             validate_only: false,
         });
     }
+    if local.broker_configs != image.broker_configs {
+        changes.push(Change::FollowBrokerConfigs {
+            configs: image.broker_configs.clone(),
+        });
+    }
     if !changes.is_empty() {
         changes.push(Change::Follow {
             offset: image.offset,
@@ -171,6 +177,10 @@ mod tests {
                 Change::AddPartitions { topic, total, .. } => format!("grow {topic} {total}"),
                 Change::AlterConfigs { topic, .. } | Change::ReplaceConfigs { topic, .. } => {
                     format!("configs {topic}")
+                }
+                Change::AlterBrokerConfigs { resource, .. } => format!("broker configs {resource}"),
+                Change::FollowBrokerConfigs { configs } => {
+                    format!("broker configs {}", configs.len())
                 }
                 Change::Follow { offset } => format!("follow {offset}"),
             })
