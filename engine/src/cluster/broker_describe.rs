@@ -23,7 +23,7 @@ use crate::cluster::{endpoints, node_config};
 use crate::log::config::LogConfig;
 
 /// Who this broker is, for the configs that say it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BrokerIdentity {
     /// The address it listens on (`host:port`).
     pub listen: String,
@@ -230,8 +230,16 @@ const KAFKA_DEFAULTS: &[(&str, ConfigType, Option<&str>)] = &[
     ("unstable.api.versions.enable", Boolean, Some("false")),
 ];
 
+/// Kafka's default of a setting Brook lists without acting on it.
+pub(crate) fn kafka_default(name: &str) -> Option<String> {
+    KAFKA_DEFAULTS
+        .iter()
+        .find(|(known, _, _)| *known == name)
+        .and_then(|(_, _, default)| default.map(str::to_owned))
+}
+
 /// The settings Brook reads, with the values it runs with.
-fn brook_values(
+pub(crate) fn brook_values(
     config: &BrokerConfig,
     identity: &BrokerIdentity,
 ) -> Vec<(&'static str, ConfigType, Option<String>)> {
@@ -332,8 +340,11 @@ fn brook_values(
             Int,
             value(&config.offsets_topic_partitions),
         ),
-        // Brook creates it with one replica (one broker).
-        ("offsets.topic.replication.factor", Short, Some("1".into())),
+        (
+            "offsets.topic.replication.factor",
+            Short,
+            value(&config.offsets_topic_replication_factor),
+        ),
         (
             "offsets.topic.segment.bytes",
             Int,
@@ -434,6 +445,19 @@ pub fn broker_entries(config: &BrokerConfig, identity: &BrokerIdentity) -> Vec<C
             .or(default.clone());
         entries.push(entry(config, name, *config_type, value, default));
     }
+    // Dynamic settings of no listed name (a plugin's, a security one):
+    // listed as set, as Kafka lists them.
+    for name in config
+        .dynamic_broker
+        .keys()
+        .chain(config.dynamic_default.keys())
+    {
+        let synonyms: Vec<Synonym> = set_synonyms(config, &[name.as_str()]).collect();
+        let value = synonyms.first().and_then(|set| set.value.clone());
+        let config_type = broker_config_type(name).unwrap_or(ConfigType::Unknown);
+        entries.push(with_default(name, value, config_type, synonyms, None));
+    }
+    // Stable: a name listed above keeps its first entry.
     entries.sort_by(|left, right| left.name.cmp(&right.name));
     entries.dedup_by(|later, earlier| later.name == earlier.name);
     entries
@@ -484,11 +508,7 @@ fn with_default(
 /// What Brook runs with when nothing sets `name`.
 fn default_value(name: &str) -> Option<String> {
     let defaults = BrokerConfig::default();
-    let identity = BrokerIdentity {
-        listen: String::new(),
-        advertised: String::new(),
-        log_dir: String::new(),
-    };
+    let identity = BrokerIdentity::default();
     brook_values(&defaults, &identity)
         .into_iter()
         .find(|(known, _, _)| *known == name)
@@ -533,11 +553,7 @@ pub fn default_entries(config: &BrokerConfig) -> Vec<ConfigEntry> {
 
 /// Every Kafka broker config name Brook knows, with its type.
 fn known_names() -> impl Iterator<Item = (&'static str, ConfigType)> {
-    let identity = BrokerIdentity {
-        listen: String::new(),
-        advertised: String::new(),
-        log_dir: String::new(),
-    };
+    let identity = BrokerIdentity::default();
     brook_values(&BrokerConfig::default(), &identity)
         .into_iter()
         .map(|(name, config_type, _)| (name, config_type))
@@ -708,6 +724,20 @@ mod tests {
         let defaults = default_entries(&config);
         let names: Vec<&str> = defaults.iter().map(|entry| entry.name.as_str()).collect();
         assert_eq!(names, ["log.retention.ms", "message.max.bytes"]);
+        let mut custom = dynamic.clone();
+        custom
+            .get_mut("1")
+            .unwrap()
+            .insert("cleanup.policy".into(), "delete".into());
+        let entries = broker_entries(&effective(&base, &custom), &identity());
+        let custom = entries
+            .iter()
+            .find(|entry| entry.name == "cleanup.policy")
+            .unwrap();
+        assert_eq!(
+            (custom.value.as_deref(), custom.source),
+            (Some("delete"), ConfigSource::DynamicBroker)
+        );
         assert_eq!(defaults[1].value.as_deref(), Some("2000"));
         assert_eq!(defaults[1].source, ConfigSource::DynamicDefaultBroker);
     }

@@ -17,7 +17,9 @@
 //!   `message.max.bytes`, `min.insync.replicas`, …): applied live to every
 //!   partition whose topic does not override it;
 //! - Kafka's thread-pool sizes: kept and shown, no effect (as when given in
-//!   the file; [`crate::cluster::broker_config::NO_EFFECT`]);
+//!   the file; [`crate::cluster::broker_config::NO_EFFECT`]); likewise the
+//!   security settings (`ssl.*`, `sasl.*`, `listener.name.*`), which no
+//!   listener Brook serves uses;
 //! - any other Kafka broker config: refused, "Cannot update these configs
 //!   dynamically" (read-only in Kafka), or Brook's "not served" message;
 //! - a name that is no Kafka broker config: kept as given (Kafka allows
@@ -53,7 +55,8 @@ const THREAD_POOLS: &[&str] = &[
 ];
 
 /// Configs Kafka 4.1 changes live that Brook does not act on yet (some of
-/// them Brook does not have at all: TLS, SASL, connection quotas, throttles).
+/// them Brook does not have at all: listeners, connection quotas,
+/// throttles).
 const NOT_SERVED: &[&str] = &[
     "listeners",
     "advertised.listeners",
@@ -82,8 +85,10 @@ const NOT_SERVED: &[&str] = &[
     "remote.list.offsets.request.timeout.ms",
 ];
 
-/// Prefixes of Kafka's dynamic security and per-listener configs.
-const NOT_SERVED_PREFIXES: &[&str] = &["ssl.", "sasl.", "listener.name."];
+/// Prefixes of Kafka's security and per-listener settings: kept with no
+/// effect, as no listener Brook serves uses them (an SSL or SASL listener
+/// is refused at start). librdkafka's admin test sets one on a broker.
+const SECURITY_PREFIXES: &[&str] = &["ssl.", "sasl.", "listener.name."];
 
 /// What a BROKER resource may do with a config name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,13 +111,13 @@ pub fn kind(name: &str) -> Kind {
         .any(|config| config.broker_name() == Some(name));
     if topic_default {
         Kind::Applied
-    } else if THREAD_POOLS.contains(&name) {
-        Kind::NoEffect
-    } else if NOT_SERVED.contains(&name)
-        || NOT_SERVED_PREFIXES
+    } else if THREAD_POOLS.contains(&name)
+        || SECURITY_PREFIXES
             .iter()
             .any(|prefix| name.starts_with(prefix))
     {
+        Kind::NoEffect
+    } else if NOT_SERVED.contains(&name) {
         Kind::NotServed
     } else if is_broker_config(name) {
         Kind::ReadOnly
@@ -276,7 +281,10 @@ fn check(
     if let Some((name, _)) = unwritable {
         return Err(format!("config {name:?} has a line break or an empty name"));
     }
-    for name in of_kind(Kind::NoEffect) {
+    let thread_pools = of_kind(Kind::NoEffect)
+        .into_iter()
+        .filter(|name| THREAD_POOLS.contains(name));
+    for name in thread_pools {
         let positive = configs[name].trim().parse::<i32>().is_ok_and(|n| n > 0);
         if !positive {
             return Err(format!(
@@ -390,7 +398,11 @@ mod tests {
         assert_eq!(kind("max.connections"), Kind::NotServed);
         assert_eq!(
             kind("listener.name.plain.ssl.keystore.location"),
-            Kind::NotServed
+            Kind::NoEffect
+        );
+        assert_eq!(
+            kind("sasl.kerberos.min.time.before.relogin"),
+            Kind::NoEffect
         );
         assert_eq!(kind("cleanup.policy"), Kind::Custom);
         assert!(is_dynamic_in_kafka("log.segment.bytes"));

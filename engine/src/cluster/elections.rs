@@ -20,8 +20,11 @@
 //!   epoch (Kafka's `PartitionRegistration.merge`); an ISR shrink alone
 //!   does not bump the leader epoch (metadata version 3.6 and later).
 //!
-//! The broker-wide default for unclean elections (Kafka's broker config of
-//! the same name) is not consulted: a topic override or false.
+//! Whether a topic's elections may be unclean: its own
+//! `unclean.leader.election.enable`, else the cluster-wide dynamic default
+//! of the broker setting of that name (KRaft's order), else false. A
+//! broker's file setting is not consulted: it would differ from one
+//! controller to the next.
 //!
 //! Leadership also moves back to a partition's preferred replica (its first)
 //! once that replica is in the ISR and may lead: the controller's periodic
@@ -30,6 +33,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::cluster::broker_dynamic::CLUSTER_DEFAULT;
 use crate::cluster::cluster_image::{ClusterImage, TopicRegistration};
 use crate::cluster::controller::Refusal;
 use crate::cluster::records::{MetadataRecord, PartitionRegistration};
@@ -49,9 +53,18 @@ pub enum Election {
 }
 
 impl Election {
-    /// The topic's choice: `unclean.leader.election.enable`, default false.
-    pub fn of_topic(topic: &TopicRegistration) -> Election {
-        match topic.configs.get(UNCLEAN_LEADER_ELECTION_ENABLE) {
+    /// The topic's `unclean.leader.election.enable`, else the cluster-wide
+    /// dynamic default's (`kafka-configs --entity-default`), else false.
+    pub fn of_topic(topic: &TopicRegistration, image: &ClusterImage) -> Election {
+        let cluster_default = image
+            .broker_configs
+            .get(CLUSTER_DEFAULT)
+            .and_then(|configs| configs.get(UNCLEAN_LEADER_ELECTION_ENABLE));
+        match topic
+            .configs
+            .get(UNCLEAN_LEADER_ELECTION_ENABLE)
+            .or(cluster_default)
+        {
             Some(value) if value.trim().eq_ignore_ascii_case("true") => Election::Unclean,
             _ => Election::Clean,
         }
@@ -449,7 +462,7 @@ fn changed_partitions<'a>(
 ) -> impl Iterator<Item = Candidate<'a>> + 'a {
     let mut candidates = Vec::new();
     for topic in image.topics.values() {
-        let election = Election::of_topic(topic);
+        let election = Election::of_topic(topic, image);
         for (index, current) in topic.partitions.iter().enumerate() {
             if let Some(target_isr) = target(current) {
                 candidates.push((topic.id, index, current, target_isr, election));
@@ -883,10 +896,22 @@ mod tests {
     }
 
     #[test]
-    fn the_unclean_setting_is_the_topics_and_false_by_default() {
-        let image = image(&[1], &[1], 1, Election::Clean);
+    fn the_unclean_setting_is_the_topics_then_the_clusters_and_false_by_default() {
+        let mut image = image(&[1], &[1], 1, Election::Clean);
         let mut topic = image.topics[&TOPIC].clone();
-        assert_eq!(Election::of_topic(&topic), Election::Clean);
+        assert_eq!(Election::of_topic(&topic, &image), Election::Clean);
+        let cluster_default = |value: &str| MetadataRecord::BrokerConfig {
+            resource: CLUSTER_DEFAULT.into(),
+            key: UNCLEAN_LEADER_ELECTION_ENABLE.into(),
+            value: Some(value.into()),
+        };
+        image
+            .apply(image.offset + 1, &[cluster_default("true")])
+            .unwrap();
+        assert_eq!(Election::of_topic(&topic, &image), Election::Unclean);
+        image
+            .apply(image.offset + 1, &[cluster_default("false")])
+            .unwrap();
         for (value, election) in [
             ("true", Election::Unclean),
             (" TRUE", Election::Unclean),
@@ -896,7 +921,7 @@ mod tests {
             topic
                 .configs
                 .insert(UNCLEAN_LEADER_ELECTION_ENABLE.into(), value.into());
-            assert_eq!(Election::of_topic(&topic), election, "{value:?}");
+            assert_eq!(Election::of_topic(&topic, &image), election, "{value:?}");
         }
     }
 }

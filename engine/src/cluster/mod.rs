@@ -21,6 +21,7 @@ pub mod placement;
 pub mod producer_ids;
 pub mod quorum;
 pub mod records;
+pub mod settings_table;
 pub mod sim;
 pub mod topic_changes;
 pub mod topic_config;
