@@ -27,7 +27,7 @@ use brook_bench::workload::options::WorkloadOptions;
 use brook_bench::workload::report::WorkloadReport;
 use brook_engine::cluster::broker_config::{BrokerConfig, parse_properties};
 use brook_engine::cluster::endpoints::{self, ServeFlags};
-use brook_shards::server::ServerOptions;
+use brook_shards::server::{OtherListener, ServerOptions};
 use clap::{Args, Parser, Subcommand};
 
 /// Counts live heap bytes so `brook bench log` can report what an idle
@@ -353,10 +353,31 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let others = endpoints
+        .others
+        .iter()
+        .map(|other| {
+            Ok(OtherListener {
+                name: other.name.clone(),
+                listen: listen_address(&other.host, other.port)?,
+                advertised_host: other.advertised_host.clone(),
+                advertised_port: other.advertised_port,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>();
+    let others = match others {
+        Ok(others) => others,
+        Err(error) => {
+            eprintln!("brook serve: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     let options = ServerOptions {
+        listener_name: endpoints.listener_name,
         listen,
         advertised_host: endpoints.advertised_host,
         advertised_port: endpoints.advertised_port,
+        others,
         data_dir: PathBuf::from(endpoints.data_dir),
         cores: args.cores,
         config,

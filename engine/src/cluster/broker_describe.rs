@@ -25,9 +25,9 @@ use crate::log::config::LogConfig;
 /// Who this broker is, for the configs that say it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BrokerIdentity {
-    /// The address it listens on (`host:port`).
+    /// Its client listeners (`NAME://host:port,…`).
     pub listen: String,
-    /// What clients are told to connect to (`host:port`).
+    /// What clients are told to connect to (`NAME://host:port,…`).
     pub advertised: String,
     pub log_dir: String,
 }
@@ -251,7 +251,7 @@ pub(crate) fn brook_values(
         (
             "advertised.listeners",
             Text,
-            Some(format!("PLAINTEXT://{}", identity.advertised)),
+            Some(identity.advertised.clone()),
         ),
         (
             "auto.create.topics.enable",
@@ -276,11 +276,7 @@ pub(crate) fn brook_values(
             Int,
             value(&groups.session_timeout_min_ms),
         ),
-        (
-            "listeners",
-            Text,
-            Some(format!("PLAINTEXT://{}", identity.listen)),
-        ),
+        ("listeners", Text, Some(identity.listen.clone())),
         (
             "log.cleaner.backoff.ms",
             Long,
@@ -603,8 +599,8 @@ mod tests {
 
     fn identity() -> BrokerIdentity {
         BrokerIdentity {
-            listen: "127.0.0.1:9092".into(),
-            advertised: "localhost:9092".into(),
+            listen: "PLAINTEXT://127.0.0.1:9092".into(),
+            advertised: "PLAINTEXT://localhost:9092".into(),
             log_dir: "/data".into(),
         }
     }

@@ -11,7 +11,8 @@
 //! 127.0.0.1:9092 (Kafka: every address) and data in `./brook-data`
 //! (Kafka: `/tmp/kafka-logs`). What Brook does not serve yet is refused
 //! with a reason, never dropped: a listener of another security protocol
-//! than PLAINTEXT, several client listeners, several log directories.
+//! than PLAINTEXT, several log directories. Several client listeners are
+//! each served, each advertised under its own name.
 
 use std::collections::BTreeMap;
 
@@ -43,18 +44,35 @@ pub struct ServeFlags {
 /// What the broker serves clients on and keeps its data in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Endpoints {
-    /// The client listener's host (empty: every address) and port.
+    /// The inter-broker client listener's name (`inter.broker.listener.name`,
+    /// else the one named PLAINTEXT, else the first): the one other brokers
+    /// dial, and the one the flags set.
+    pub listener_name: String,
+    /// Its host (empty: every address) and port.
     pub listen_host: String,
     pub listen_port: u16,
-    /// The host Metadata names for this broker; `None`: the listen host
-    /// (the machine's name when that is every address, as Kafka does).
+    /// The host Metadata names for this broker on it; `None`: the listen
+    /// host (the machine's name when that is every address, as Kafka does).
     pub advertised_host: Option<String>,
     /// The port Metadata names; `None`: the listen port.
     pub advertised_port: Option<u16>,
+    /// The other client listeners, each served, each advertised as
+    /// `advertised.listeners` says under its name.
+    pub others: Vec<ClientListener>,
     pub data_dir: String,
 }
 
-/// Resolves the client listener, what is advertised and the data
+/// A further client listener.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientListener {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+    pub advertised_host: Option<String>,
+    pub advertised_port: Option<u16>,
+}
+
+/// Resolves the client listeners, what is advertised and the data
 /// directory from the settings `given` (file, then `--set`) and `flags`.
 pub fn resolve(
     given: &BTreeMap<String, String>,
@@ -70,45 +88,80 @@ pub fn resolve(
         .unwrap_or_else(|| vec!["CONTROLLER"]);
     let protocols = protocol_map(given, &controller_names)?;
     check_listeners(given, &listeners, &protocols)?;
-    let clients: Vec<&Listener> = listeners
+    let mut clients: Vec<&Listener> = listeners
         .iter()
         .filter(|listener| !controller_names.contains(&listener.name.as_str()))
         .collect();
-    if clients.len() > 1 {
-        let names: Vec<&str> = clients.iter().map(|client| client.name.as_str()).collect();
-        return Err(invalid(
-            "listeners",
-            given.get("listeners").map_or("", String::as_str),
-            format!(
-                "{} client listeners ({}): Brook serves one so far; keep one and name the others' addresses in advertised.listeners",
-                names.len(),
-                names.join(", ")
-            ),
-        ));
+    let inter_broker = given.get("inter.broker.listener.name");
+    if let Some(name) = inter_broker.filter(|_| !clients.is_empty()) {
+        if !clients.iter().any(|client| &client.name == name) {
+            let names: Vec<&str> = clients.iter().map(|client| client.name.as_str()).collect();
+            return Err(invalid(
+                "inter.broker.listener.name",
+                name,
+                format!(
+                    "inter.broker.listener.name must be a listener name defined in advertised.listeners. \
+                     The valid options based on currently configured listeners are {}",
+                    names.join(",")
+                ),
+            ));
+        }
     }
-    let client = clients.first().copied();
-    let advertised = match (given.get("advertised.listeners"), client) {
-        (Some(text), Some(client)) => parse_listeners("advertised.listeners", text)?
-            .into_iter()
-            .find(|listener| listener.name == client.name),
-        _ => None,
+    // The inter-broker listener first.
+    let first = clients
+        .iter()
+        .position(|client| Some(&client.name) == inter_broker)
+        .or_else(|| clients.iter().position(|client| client.name == "PLAINTEXT"))
+        .unwrap_or(0);
+    if first < clients.len() {
+        let inter = clients.remove(first);
+        clients.insert(0, inter);
+    }
+    let advertised = match given.get("advertised.listeners") {
+        Some(text) => parse_listeners("advertised.listeners", text)?,
+        None => Vec::new(),
     };
+    let advertised_of = |name: &str| {
+        let listener = advertised.iter().find(|listener| listener.name == name);
+        (
+            listener
+                .map(|listener| listener.host.clone())
+                .filter(|host| !host.is_empty()),
+            listener.map(|listener| listener.port),
+        )
+    };
+    let client = clients.first().copied();
     let (listen_host, listen_port) = match (&flags.listen, client) {
         (Some((host, port)), _) => (host.clone(), *port),
         (None, Some(client)) => (client.host.clone(), client.port),
         (None, None) => (LISTEN_HOST_DEFAULT.to_owned(), LISTEN_PORT_DEFAULT),
     };
-    let advertised_host = flags.advertised_host.clone().or_else(|| {
-        advertised
-            .as_ref()
-            .map(|listener| listener.host.clone())
-            .filter(|host| !host.is_empty())
-    });
+    let listener_name = client.map_or("PLAINTEXT".to_owned(), |client| client.name.clone());
+    let (advertised_host, advertised_port) = match client {
+        Some(client) => advertised_of(&client.name),
+        None => (None, None),
+    };
+    let others = clients
+        .iter()
+        .skip(1)
+        .map(|listener| {
+            let (advertised_host, advertised_port) = advertised_of(&listener.name);
+            ClientListener {
+                name: listener.name.clone(),
+                host: listener.host.clone(),
+                port: listener.port,
+                advertised_host,
+                advertised_port,
+            }
+        })
+        .collect();
     Ok(Endpoints {
+        listener_name,
         listen_host,
         listen_port,
-        advertised_host,
-        advertised_port: advertised.map(|listener| listener.port),
+        advertised_host: flags.advertised_host.clone().or(advertised_host),
+        advertised_port,
+        others,
         data_dir: data_dir(given, flags)?,
     })
 }
@@ -275,10 +328,12 @@ mod tests {
         assert_eq!(
             endpoints,
             Endpoints {
+                listener_name: "PLAINTEXT".to_owned(),
                 listen_host: "127.0.0.1".to_owned(),
                 listen_port: 9092,
                 advertised_host: None,
                 advertised_port: None,
+                others: Vec::new(),
                 data_dir: "./brook-data".to_owned(),
             }
         );
@@ -290,10 +345,12 @@ mod tests {
         assert_eq!(
             endpoints,
             Endpoints {
+                listener_name: "PLAINTEXT".to_owned(),
                 listen_host: String::new(),
                 listen_port: 9092,
                 advertised_host: Some("localhost".to_owned()),
                 advertised_port: Some(9092),
+                others: Vec::new(),
                 data_dir: "/tmp/kraft-combined-logs".to_owned(),
             }
         );
@@ -337,7 +394,7 @@ mod tests {
     }
 
     #[test]
-    fn listeners_must_be_mapped_distinct_and_one_for_clients() {
+    fn listeners_must_be_mapped_and_distinct() {
         let unmapped = given(&[("listeners", "EXTERNAL://:9092")]);
         let error = resolve(&unmapped, &ServeFlags::default())
             .unwrap_err()
@@ -351,22 +408,58 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("different port"), "{error}");
-        let two = given(&[
-            ("listeners", "PLAINTEXT://:9092,EXTERNAL://:9094"),
+        let malformed = given(&[("listeners", "PLAINTEXT//:9092")]);
+        assert!(resolve(&malformed, &ServeFlags::default()).is_err());
+    }
+
+    /// Docker's usual pair: clients outside dial EXTERNAL, brokers dial
+    /// each other on INTERNAL; each listener advertises its own address.
+    #[test]
+    fn several_client_listeners_the_inter_broker_one_first() {
+        let mut settings = given(&[
+            (
+                "listeners",
+                "EXTERNAL://:9094,INTERNAL://:9092,CONTROLLER://:9093",
+            ),
+            (
+                "advertised.listeners",
+                "EXTERNAL://broker.example:19094,INTERNAL://kafka-1:9092",
+            ),
             (
                 "listener.security.protocol.map",
-                "PLAINTEXT:PLAINTEXT,EXTERNAL:PLAINTEXT",
+                "CONTROLLER:PLAINTEXT,INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
             ),
+            ("inter.broker.listener.name", "INTERNAL"),
         ]);
-        let error = resolve(&two, &ServeFlags::default())
+        let endpoints = resolve(&settings, &ServeFlags::default()).unwrap();
+        assert_eq!(
+            (
+                endpoints.listener_name.as_str(),
+                endpoints.listen_port,
+                endpoints.advertised_host.as_deref()
+            ),
+            ("INTERNAL", 9092, Some("kafka-1"))
+        );
+        assert_eq!(
+            endpoints.others,
+            [ClientListener {
+                name: "EXTERNAL".into(),
+                host: String::new(),
+                port: 9094,
+                advertised_host: Some("broker.example".into()),
+                advertised_port: Some(19094),
+            }]
+        );
+        settings.insert("inter.broker.listener.name".into(), "OTHER".into());
+        let error = resolve(&settings, &ServeFlags::default())
             .unwrap_err()
             .to_string();
         assert!(
-            error.contains("2 client listeners (PLAINTEXT, EXTERNAL)"),
+            error.contains(
+                "The valid options based on currently configured listeners are EXTERNAL,INTERNAL"
+            ),
             "{error}"
         );
-        let malformed = given(&[("listeners", "PLAINTEXT//:9092")]);
-        assert!(resolve(&malformed, &ServeFlags::default()).is_err());
     }
 
     #[test]

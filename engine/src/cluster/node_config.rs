@@ -1,7 +1,6 @@
 //! A node's place in a cluster, from Kafka's KRaft settings: `node.id`,
 //! `process.roles`, `controller.quorum.voters`, `listeners`,
-//! `advertised.listeners`, `controller.listener.names`,
-//! `inter.broker.listener.name`, `broker.rack`,
+//! `advertised.listeners`, `controller.listener.names`, `broker.rack`,
 //! `broker.heartbeat.interval.ms`, `broker.session.timeout.ms`, and
 //! `cluster.id` (Brook's: Kafka writes it with `kafka-storage format`).
 //!
@@ -19,7 +18,9 @@ use crate::cluster::controller::{
 };
 use crate::types::BrokerId;
 
-/// The settings this module reads (so the broker does not call them unknown).
+/// The settings this module reads (so the broker does not call them
+/// unknown); `inter.broker.listener.name` is read by
+/// [`crate::cluster::endpoints`].
 pub const SETTINGS: &[&str] = &[
     "process.roles",
     "controller.quorum.voters",
@@ -82,8 +83,6 @@ pub struct ClusterSettings {
     pub advertised: Vec<Listener>,
     /// The first of `controller.listener.names` (CONTROLLER).
     pub controller_listener: String,
-    /// `inter.broker.listener.name` (PLAINTEXT).
-    pub inter_broker_listener: String,
     pub rack: Option<String>,
     pub heartbeat_interval_ms: u64,
     pub session_timeout_ms: u64,
@@ -185,10 +184,6 @@ impl ClusterSettings {
                     .to_owned()
             })
             .unwrap_or_else(|| "CONTROLLER".to_owned());
-        let inter_broker_listener = given
-            .get("inter.broker.listener.name")
-            .cloned()
-            .unwrap_or_else(|| "PLAINTEXT".to_owned());
         let listeners = match given.get("listeners") {
             Some(text) => parse_listeners("listeners", text)?,
             None => Vec::new(),
@@ -221,7 +216,6 @@ impl ClusterSettings {
             listeners,
             advertised,
             controller_listener,
-            inter_broker_listener,
         };
         if let Some(voter) = voter {
             // A voter listens where the others dial it.

@@ -47,6 +47,13 @@ pub struct BrokerRegistration {
     pub rack: Option<String>,
 }
 
+impl BrokerRegistration {
+    /// Its endpoint on the listener named `name`.
+    pub fn endpoint(&self, name: &str) -> Option<&Endpoint> {
+        self.listeners.iter().find(|endpoint| endpoint.name == name)
+    }
+}
+
 /// A partition as the metadata log records it: the same on every broker at
 /// the same offset.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -68,6 +68,9 @@ pub struct Request {
     /// Where the request came from as Kafka shows it (`/127.0.0.1`); set by
     /// the connection, empty until then.
     pub client_host: String,
+    /// Which of the broker's client listeners it came in on (0: the
+    /// inter-broker one); set by the connection.
+    pub listener: usize,
 }
 
 impl Request {
@@ -121,6 +124,7 @@ pub fn parse_request(mut frame: Bytes) -> Result<Request, FrameError> {
     })?;
     Ok(Request {
         client_host: String::new(),
+        listener: 0,
         api_key,
         api_version,
         correlation_id,

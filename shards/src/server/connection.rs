@@ -26,7 +26,8 @@ use crate::server::shard::Shard;
 /// Requests one connection may have in flight before reading pauses.
 pub const IN_FLIGHT_REQUESTS_MAX: u64 = 64;
 
-pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
+/// Serves one client connection, accepted on client listener `listener`.
+pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream, listener: usize) {
     let peer = stream
         .peer_addr()
         .map_or_else(|_| "unknown".to_owned(), |peer| peer.to_string());
@@ -48,7 +49,8 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
     ));
     let client_host = stream_host(&peer);
     shard.metrics.connection_opened();
-    match read_requests(&shard, client_host, socket, reader, queue, in_flight).await {
+    let origin = (client_host, listener);
+    match read_requests(&shard, origin, socket, reader, queue, in_flight).await {
         Ok(()) => writing.await,
         Err(error) => {
             tracing::warn!(%peer, %error, "closing connection");
@@ -86,7 +88,7 @@ impl InFlight {
 
 async fn read_requests<R: AsyncRead + Unpin>(
     shard: &Rc<Shard>,
-    client_host: String,
+    (client_host, listener): (String, usize),
     socket: std::os::fd::RawFd,
     mut reader: R,
     queue: mpsc::UnboundedSender<Pending>,
@@ -111,6 +113,7 @@ async fn read_requests<R: AsyncRead + Unpin>(
         let response_slot = match parse_request(frame) {
             Ok(mut request) => {
                 request.client_host.clone_from(&client_host);
+                request.listener = listener;
                 tracing::trace!(api = ?request.api_key, version = request.api_version, client = ?request.client_id, "request");
                 Slot::Handle(request)
             }
@@ -171,6 +174,7 @@ enum Slot {
 fn unsupported_api_versions(correlation_id: i32, cluster: bool) -> Response {
     let request = Request {
         client_host: String::new(),
+        listener: 0,
         api_key: ApiKey::ApiVersions,
         api_version: 0,
         correlation_id,

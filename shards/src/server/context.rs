@@ -9,15 +9,29 @@ use brook_engine::cluster::image::ShardId;
 
 use crate::server::mesh::MeshSender;
 
+/// A client listener: where it binds (every shard, SO_REUSEPORT) and what
+/// Metadata names for this broker on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientEndpoint {
+    pub name: String,
+    pub listen: SocketAddr,
+    pub advertised_host: String,
+    pub advertised_port: u16,
+}
+
 #[derive(Debug)]
 pub struct ServerContext {
     pub broker_id: i32,
     pub cluster_id: String,
-    /// The address listeners bind (every shard, SO_REUSEPORT).
+    /// The inter-broker client listener's address (`listeners[0]`).
     pub listen: SocketAddr,
-    /// What Metadata tells clients to connect to.
+    /// What Metadata tells clients of the inter-broker listener to
+    /// connect to (`listeners[0]`).
     pub advertised_host: String,
     pub advertised_port: u16,
+    /// Every client listener, the inter-broker one first; a request
+    /// answers with the endpoints of the listener it came in on.
+    pub listeners: Vec<ClientEndpoint>,
     pub data_dir: PathBuf,
     pub config: BrokerConfig,
     pub shards: u16,

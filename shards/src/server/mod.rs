@@ -35,7 +35,7 @@ use brook_engine::cluster::image::ShardId;
 use glommio::{Placement, PoolPlacement};
 use thiserror::Error;
 
-pub use context::ServerContext;
+pub use context::{ClientEndpoint, ServerContext};
 
 use crate::runtime::{executor_builder, guarded};
 
@@ -45,18 +45,31 @@ const SENDFILE_THREADS: usize = 4;
 /// How to run the broker (the `brook serve` flags).
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
+    /// The inter-broker client listener's name and address.
+    pub listener_name: String,
     pub listen: SocketAddr,
     /// Host put in Metadata responses (default: the listen host; this
     /// machine's name when that is every address, as Kafka advertises).
     pub advertised_host: Option<String>,
     /// Port put in Metadata responses (default: the listen port).
     pub advertised_port: Option<u16>,
+    /// Further client listeners (`listeners` naming several).
+    pub others: Vec<OtherListener>,
     pub data_dir: PathBuf,
     /// Shards to run (default: every available core).
     pub cores: Option<usize>,
     pub config: BrokerConfig,
     /// Where to serve Prometheus metrics (port 0: a free one); `None`: off.
     pub metrics_listen: Option<SocketAddr>,
+}
+
+/// A further client listener to serve.
+#[derive(Clone, Debug)]
+pub struct OtherListener {
+    pub name: String,
+    pub listen: SocketAddr,
+    pub advertised_host: Option<String>,
+    pub advertised_port: Option<u16>,
 }
 
 /// What a started broker reports.
@@ -95,7 +108,13 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
         crate::storage::StorageError::io("creating", &options.data_dir, source)
     })?;
     let listen = resolve_port(options.listen)?;
+    let others = options
+        .others
+        .iter()
+        .map(|other| resolve_port(other.listen))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut addresses = vec![listen];
+    addresses.extend(&others);
     addresses.extend(controller_address(&options.config)?);
     // Held until the process exits; another process then starts.
     let _exclusive = exclusive::claim(&options.data_dir, &addresses)?;
@@ -134,19 +153,35 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
     }
     let image = Arc::new(image);
     let (senders, receivers) = mesh::channels(shards);
-    let advertised_host = options.advertised_host.clone().unwrap_or_else(|| {
-        if listen.ip().is_unspecified() {
-            machine_name().unwrap_or_else(|| "localhost".to_owned())
-        } else {
-            listen.ip().to_string()
-        }
-    });
+    let first = OtherListener {
+        name: options.listener_name.clone(),
+        listen,
+        advertised_host: options.advertised_host.clone(),
+        advertised_port: options.advertised_port,
+    };
+    let listeners: Vec<ClientEndpoint> = std::iter::once(&first)
+        .chain(&options.others)
+        .zip(std::iter::once(listen).chain(others))
+        .map(|(listener, listen)| ClientEndpoint {
+            name: listener.name.clone(),
+            listen,
+            advertised_host: listener.advertised_host.clone().unwrap_or_else(|| {
+                if listen.ip().is_unspecified() {
+                    machine_name().unwrap_or_else(|| "localhost".to_owned())
+                } else {
+                    listen.ip().to_string()
+                }
+            }),
+            advertised_port: listener.advertised_port.unwrap_or(listen.port()),
+        })
+        .collect();
     let context = Arc::new(ServerContext {
         broker_id: options.config.broker_id,
         cluster_id,
         listen,
-        advertised_host,
-        advertised_port: options.advertised_port.unwrap_or(listen.port()),
+        advertised_host: listeners[0].advertised_host.clone(),
+        advertised_port: listeners[0].advertised_port,
+        listeners,
         data_dir: options.data_dir.clone(),
         config: options.config.clone(),
         shards,

@@ -306,18 +306,23 @@ pub async fn run_shard(
             return;
         }
     };
-    let listener = match crate::server::exclusive::bind_listener(shard.context.listen) {
-        // SAFETY: the descriptor of a bound, listening socket, given up by
-        // the std listener it came in.
-        Ok(listener) => unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) },
-        Err(error) => {
-            let _ = ready.send(Err(format!(
-                "shard {}: binding {}: {error}",
-                id.0, shard.context.listen
-            )));
-            return;
+    let mut listeners = Vec::with_capacity(shard.context.listeners.len());
+    for endpoint in &shard.context.listeners {
+        match crate::server::exclusive::bind_listener(endpoint.listen) {
+            // SAFETY: the descriptor of a bound, listening socket, given up
+            // by the std listener it came in.
+            Ok(listener) => {
+                listeners.push(unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) })
+            }
+            Err(error) => {
+                let _ = ready.send(Err(format!(
+                    "shard {}: binding {} ({}): {error}",
+                    id.0, endpoint.listen, endpoint.name
+                )));
+                return;
+            }
         }
-    };
+    }
     glommio::spawn_local(run_jobs(shard.clone(), jobs)).detach();
     glommio::spawn_local(run_timers(shard.clone())).detach();
     glommio::spawn_local(transactions::run_timers(shard.clone())).detach();
@@ -329,8 +334,12 @@ pub async fn run_shard(
     // disconnect instead of leaving start-up waiting.
     let _ = ready.send(Ok(id));
     drop(ready);
-    accept_until_stopped(&shard, &listener).await;
-    drop(listener);
+    let accepting = listeners
+        .iter()
+        .enumerate()
+        .map(|(index, listener)| accept_until_stopped(&shard, listener, index));
+    futures::future::join_all(accepting).await;
+    drop(listeners);
     if let Err(error) = shard.store.close().await {
         tracing::error!(shard = id.0, %error, "closing the store failed; the next start will recover");
     }
@@ -423,19 +432,24 @@ async fn run_jobs(shard: Rc<Shard>, jobs: MeshReceiver) {
     }
 }
 
-async fn accept_until_stopped(shard: &Rc<Shard>, listener: &TcpListener) {
+/// Accepts connections on client listener `index` until the shard stops.
+async fn accept_until_stopped(shard: &Rc<Shard>, listener: &TcpListener, index: usize) {
     loop {
         let accept = std::pin::pin!(listener.accept());
         let stop = std::pin::pin!(shard.stop_bell.acquire(1));
         match futures::future::select(accept, stop).await {
             futures::future::Either::Left((Ok(stream), _)) => {
-                glommio::spawn_local(serve_connection(shard.clone(), stream)).detach();
+                glommio::spawn_local(serve_connection(shard.clone(), stream, index)).detach();
             }
             futures::future::Either::Left((Err(error), _)) => {
                 tracing::warn!(shard = shard.id.0, %error, "accept failed");
                 glommio::timer::sleep(Duration::from_millis(10)).await;
             }
-            futures::future::Either::Right(_) => return,
+            futures::future::Either::Right(_) => {
+                // Passed on: every listener's loop waits on the one bell.
+                shard.stop_bell.signal(1);
+                return;
+            }
         }
         if shard.is_stopping() {
             return;

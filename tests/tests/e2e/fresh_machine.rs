@@ -11,6 +11,9 @@ use std::time::Duration;
 
 use brook_tests::broker::Broker;
 use brook_tests::cluster::free_port;
+use kafka_protocol::messages::TopicName;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::protocol::StrBytes;
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -54,8 +57,8 @@ fn serve(cwd: &Path, args: &[&str]) -> Serve {
     Serve { child, first_line }
 }
 
-/// Produces `count` records to a new topic through `address` and reads them
-/// back.
+/// Produces `count` records to a topic through `address` (new ones are
+/// auto-created) and reads them all back.
 fn round_trip(address: &str, topic: &str, count: usize) {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", address)
@@ -83,7 +86,10 @@ fn round_trip(address: &str, topic: &str, count: usize) {
             values.push(String::from_utf8_lossy(message.payload().unwrap()).into_owned());
         }
     }
-    let expected: Vec<String> = (0..count).map(|index| format!("record-{index}")).collect();
+    // Each partition's records in order; partitions interleave.
+    let mut expected: Vec<String> = (0..count).map(|index| format!("record-{index}")).collect();
+    expected.sort();
+    values.sort();
     assert_eq!(values, expected);
 }
 
@@ -239,22 +245,48 @@ fn java_producer_checks_pass(bootstrap: &str) {
 fn three_nodes_from_kafkas_stock_files_form_one_cluster() {
     let cwd = tempfile::tempdir().unwrap();
     let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+    let quorum = quorum_of(&ports);
+    let nodes = start_nodes(cwd.path(), &ports, |index, dir| {
+        let (port, controller) = ports[index];
+        kafka_node_properties(index + 1, &quorum, port, controller, &dir.join("logs"))
+    });
+    let listed: Vec<String> = ports
+        .iter()
+        .enumerate()
+        .map(|(index, (port, _))| format!("broker {} at localhost:{port}", index + 1))
+        .collect();
+    wait_listed(&format!("127.0.0.1:{}", ports[0].0), &listed);
+    java_producer_checks_pass(&format!("localhost:{}", ports[1].0));
+    for (dir, _) in &nodes {
+        let log = std::fs::read_to_string(dir.join("brook.log")).unwrap();
+        assert!(!log.contains("ignoring unknown config"), "{log}");
+    }
+}
+
+/// `controller.quorum.voters` of nodes 1.. on `ports`' controller ports.
+fn quorum_of(ports: &[(u16, u16)]) -> String {
     let voters = ports
         .iter()
         .enumerate()
         .map(|(index, (_, controller))| format!("{}@localhost:{controller}", index + 1))
         .collect::<Vec<_>>()
         .join(",");
-    let quorum = format!("controller.quorum.voters={voters}");
-    let starting: Vec<_> = ports
-        .iter()
-        .enumerate()
-        .map(|(index, (port, controller))| {
-            let dir = cwd.path().join(format!("node-{}", index + 1));
+    format!("controller.quorum.voters={voters}")
+}
+
+/// Starts one node per entry of `ports` (client, controller), node `i + 1`
+/// in `cwd/node-<i + 1>` from the file `properties(i, dir)`, and checks
+/// each listens on its client port on every address.
+fn start_nodes(
+    cwd: &Path,
+    ports: &[(u16, u16)],
+    properties: impl Fn(usize, &Path) -> String,
+) -> Vec<(std::path::PathBuf, Serve)> {
+    let starting: Vec<_> = (0..ports.len())
+        .map(|index| {
+            let dir = cwd.join(format!("node-{}", index + 1));
             std::fs::create_dir_all(&dir).unwrap();
-            let properties =
-                kafka_node_properties(index + 1, &quorum, *port, *controller, &dir.join("logs"));
-            std::fs::write(dir.join("server.properties"), properties).unwrap();
+            std::fs::write(dir.join("server.properties"), properties(index, &dir)).unwrap();
             std::thread::spawn(move || {
                 let node = serve(
                     &dir,
@@ -268,7 +300,7 @@ fn three_nodes_from_kafkas_stock_files_form_one_cluster() {
         .into_iter()
         .map(|thread| thread.join().unwrap())
         .collect();
-    for ((dir, node), (port, _)) in nodes.iter().zip(&ports) {
+    for ((dir, node), (port, _)) in nodes.iter().zip(ports) {
         assert!(
             node.first_line
                 .starts_with(&format!("brook listening on 0.0.0.0:{port} ")),
@@ -277,37 +309,106 @@ fn three_nodes_from_kafkas_stock_files_form_one_cluster() {
             std::fs::read_to_string(dir.join("brook.log")).unwrap_or_default()
         );
     }
-    let first = format!("127.0.0.1:{}", ports[0].0);
+    nodes
+}
+
+/// Waits (at most 30 s) until `kcat -L` through `bootstrap` lists every
+/// one of `brokers` (its "broker N at host:port" lines); the listing.
+fn wait_listed(bootstrap: &str, brokers: &[String]) -> String {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let all_listed = |listing: &str| {
-        ports.iter().enumerate().all(|(index, (port, _))| {
-            listing.contains(&format!("broker {} at localhost:{port}", index + 1))
-        })
-    };
     loop {
         let listing = Command::new("kcat")
-            .args(["-b", &first, "-L", "-m", "10"])
+            .args(["-b", bootstrap, "-L", "-m", "10"])
             .output()
             .expect("kcat runs");
         let listing = String::from_utf8_lossy(&listing.stdout).into_owned();
-        if all_listed(&listing) {
-            break;
+        if brokers
+            .iter()
+            .all(|broker| listing.contains(broker.as_str()))
+        {
+            return listing;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "three brokers at their advertised addresses: {listing}"
+            "{brokers:?} through {bootstrap}: {listing}"
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    java_producer_checks_pass(&format!("localhost:{}", ports[1].0));
-    for (dir, _) in &nodes {
-        let log = std::fs::read_to_string(dir.join("brook.log")).unwrap();
-        assert!(!log.contains("ignoring unknown config"), "{log}");
-    }
 }
 
-/// Kafka listener and log settings a broker cannot serve as given stop it
-/// at start with the reason, before it listens or writes anything.
+/// Kafka's usual pair of client listeners (as in its Docker images):
+/// brokers dial each other on INTERNAL (`inter.broker.listener.name`),
+/// clients elsewhere dial EXTERNAL. Each is served, and Metadata through
+/// each names every broker at its address on that listener; a topic with
+/// three in-sync replicas required (replication over INTERNAL) takes and
+/// gives back records through EXTERNAL, its group coordinator found there.
+#[test]
+fn two_client_listeners_each_advertise_their_own_addresses() {
+    let cwd = tempfile::tempdir().unwrap();
+    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+    let external: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let quorum = quorum_of(&ports);
+    let _nodes = start_nodes(cwd.path(), &ports, |index, dir| {
+        let (internal, controller) = ports[index];
+        let outside = external[index];
+        let stock =
+            kafka_node_properties(index + 1, &quorum, internal, controller, &dir.join("logs"));
+        stock
+            .lines()
+            .map(|line| match line.split_once('=').map(|(key, _)| key) {
+                Some("listeners") => format!(
+                    "listeners=INTERNAL://:{internal},EXTERNAL://:{outside},CONTROLLER://:{controller}"
+                ),
+                Some("advertised.listeners") => format!(
+                    "advertised.listeners=INTERNAL://127.0.0.1:{internal},EXTERNAL://localhost:{outside}"
+                ),
+                Some("inter.broker.listener.name") => "inter.broker.listener.name=INTERNAL".into(),
+                Some("listener.security.protocol.map") => {
+                    "listener.security.protocol.map=CONTROLLER:PLAINTEXT,INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT"
+                        .into()
+                }
+                _ => line.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    let on = |host: &str, ports: &[u16]| -> Vec<String> {
+        ports
+            .iter()
+            .enumerate()
+            .map(|(index, port)| format!("broker {} at {host}:{port}", index + 1))
+            .collect()
+    };
+    let internal: Vec<u16> = ports.iter().map(|(port, _)| *port).collect();
+    let inside = wait_listed(
+        &format!("127.0.0.1:{}", internal[0]),
+        &on("127.0.0.1", &internal),
+    );
+    assert!(!inside.contains("at localhost:"), "{inside}");
+    let outside = wait_listed(
+        &format!("127.0.0.1:{}", external[0]),
+        &on("localhost", &external),
+    );
+    assert!(!outside.contains("at 127.0.0.1:"), "{outside}");
+
+    let bootstrap = format!("localhost:{}", external[1]);
+    let mut stream = brook_tests::raw::connect_to(&format!("127.0.0.1:{}", external[1]));
+    brook_tests::raw::create(
+        &mut stream,
+        CreatableTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("outside")))
+            .with_num_partitions(3)
+            .with_replication_factor(3)
+            .with_configs(vec![
+                CreatableTopicConfig::default()
+                    .with_name(StrBytes::from_static_str("min.insync.replicas"))
+                    .with_value(Some(StrBytes::from_static_str("3"))),
+            ]),
+    );
+    round_trip(&bootstrap, "outside", 30);
+    java_producer_checks_pass(&bootstrap);
+}
+
 #[test]
 fn bad_listener_and_log_settings_stop_the_start_with_a_reason() {
     let cwd = tempfile::tempdir().unwrap();

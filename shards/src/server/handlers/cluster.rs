@@ -173,13 +173,21 @@ struct Advertised {
     rack: Option<String>,
 }
 
-/// The live (registered, unfenced) brokers of the cluster image; this
-/// broker alone in a one-node cluster, or before it has seen the image.
-fn advertised_brokers(shard: &Shard) -> Vec<Advertised> {
+/// The live (registered, unfenced) brokers of the cluster image, at their
+/// endpoints on client listener `listener` (the one a request came in on;
+/// a broker without a listener of that name is left out, as Kafka leaves
+/// it out); this broker alone in a one-node cluster, or before it has seen
+/// the image.
+fn advertised_brokers(shard: &Shard, listener: usize) -> Vec<Advertised> {
+    let endpoint = shard
+        .context
+        .listeners
+        .get(listener)
+        .unwrap_or(&shard.context.listeners[0]);
     let this = || Advertised {
         id: shard.context.broker_id,
-        host: shard.context.advertised_host.clone(),
-        port: shard.context.advertised_port,
+        host: endpoint.advertised_host.clone(),
+        port: endpoint.advertised_port,
         rack: shard
             .context
             .config
@@ -194,11 +202,11 @@ fn advertised_brokers(shard: &Shard) -> Vec<Advertised> {
         .image
         .live_brokers()
         .filter_map(|broker| {
-            let endpoint = broker.registration.listeners.first()?;
+            let registered = broker.registration.endpoint(&endpoint.name)?;
             Some(Advertised {
                 id: broker.registration.id.0,
-                host: endpoint.host.clone(),
-                port: endpoint.port,
+                host: registered.host.clone(),
+                port: registered.port,
                 rack: broker.registration.rack.clone(),
             })
         })
@@ -213,15 +221,15 @@ fn advertised_brokers(shard: &Shard) -> Vec<Advertised> {
 /// knows any). DescribeQuorum names the active controller itself.
 fn controller_id(shard: &Shard) -> BrokerId {
     let this = shard.context.broker_id;
-    let live = advertised_brokers(shard);
+    let live = advertised_brokers(shard, 0);
     match live.iter().any(|broker| broker.id == this) {
         true => BrokerId(this),
         false => BrokerId(live.first().map_or(this, |broker| broker.id)),
     }
 }
 
-fn metadata_brokers(shard: &Shard) -> Vec<MetadataResponseBroker> {
-    advertised_brokers(shard)
+fn metadata_brokers(shard: &Shard, listener: usize) -> Vec<MetadataResponseBroker> {
+    advertised_brokers(shard, listener)
         .into_iter()
         .map(|broker| {
             MetadataResponseBroker::default()
@@ -389,7 +397,7 @@ pub async fn metadata(shard: &Rc<Shard>, request: &Request) -> Result<Response, 
             .collect(),
     };
     let response = MetadataResponse::default()
-        .with_brokers(metadata_brokers(shard))
+        .with_brokers(metadata_brokers(shard, request.listener))
         .with_cluster_id(Some(text(&shard.context.cluster_id)))
         .with_controller_id(controller_id(shard))
         .with_topics(topics)
@@ -414,7 +422,7 @@ pub async fn describe_cluster(
         return encode(request, &response);
     }
     first_view(shard).await;
-    let brokers = advertised_brokers(shard)
+    let brokers = advertised_brokers(shard, request.listener)
         .into_iter()
         .map(|broker| {
             DescribeClusterBroker::default()

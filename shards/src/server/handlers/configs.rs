@@ -25,6 +25,7 @@ use kafka_protocol::messages::{
     ListConfigResourcesResponse, alter_configs_response, list_config_resources_response,
 };
 
+use crate::server::ClientEndpoint;
 use crate::server::controller::{self, Change};
 use crate::server::handlers::text;
 use crate::server::response::{Response, encode};
@@ -33,9 +34,19 @@ use crate::server::shard::Shard;
 /// This broker as the broker configs describe it.
 pub(crate) fn identity(shard: &Shard) -> BrokerIdentity {
     let context = &shard.context;
+    let list = |endpoint: fn(&ClientEndpoint) -> String| {
+        context
+            .listeners
+            .iter()
+            .map(|listener| format!("{}://{}", listener.name, endpoint(listener)))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
     BrokerIdentity {
-        listen: context.listen.to_string(),
-        advertised: format!("{}:{}", context.advertised_host, context.advertised_port),
+        listen: list(|listener| listener.listen.to_string()),
+        advertised: list(|listener| {
+            format!("{}:{}", listener.advertised_host, listener.advertised_port)
+        }),
         log_dir: context.data_dir.display().to_string(),
     }
 }

@@ -82,13 +82,22 @@ fn optional_text(value: Option<&str>) -> Option<StrBytes> {
 /// Where the coordinator of `key` is: this broker in a one-node cluster;
 /// in a cluster, the live leader of the key's partition of
 /// `__consumer_offsets` or `__transaction_state`, as the metadata log says.
-fn coordinator_of(shard: &Shard, key_type: i8, key: &str) -> Option<(i32, String, u16)> {
-    if shard.context.config.cluster.is_none() {
-        let context = &shard.context;
+fn coordinator_of(
+    shard: &Shard,
+    listener: usize,
+    key_type: i8,
+    key: &str,
+) -> Option<(i32, String, u16)> {
+    let context = &shard.context;
+    let own = context
+        .listeners
+        .get(listener)
+        .unwrap_or(&context.listeners[0]);
+    if context.config.cluster.is_none() {
         return Some((
             context.broker_id,
-            context.advertised_host.clone(),
-            context.advertised_port,
+            own.advertised_host.clone(),
+            own.advertised_port,
         ));
     }
     let view = shard.cluster_view()?;
@@ -114,7 +123,7 @@ fn coordinator_of(shard: &Shard, key_type: i8, key: &str) -> Option<(i32, String
         .brokers
         .get(&leader)
         .filter(|broker| !broker.fenced)?;
-    let endpoint = broker.registration.listeners.first()?;
+    let endpoint = broker.registration.endpoint(&own.name)?;
     Some((leader.0, endpoint.host.clone(), endpoint.port))
 }
 
@@ -143,7 +152,8 @@ pub async fn find_coordinator(
         let found = if error.is_error() {
             Err(error)
         } else {
-            coordinator_of(shard, body.key_type, key).ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+            coordinator_of(shard, request.listener, body.key_type, key)
+                .ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)
         };
         match found {
             Ok((id, host, port)) => Coordinator::default()

@@ -243,11 +243,18 @@ fn registration(shard: &Shard, settings: &ClusterSettings) -> BrokerRegistration
     BrokerRegistration {
         id: settings.node,
         incarnation,
-        listeners: vec![Endpoint {
-            name: settings.inter_broker_listener.clone(),
-            host: shard.context.advertised_host.clone(),
-            port: shard.context.advertised_port,
-        }],
+        // Every client listener, the inter-broker one first (other brokers
+        // dial the first).
+        listeners: shard
+            .context
+            .listeners
+            .iter()
+            .map(|listener| Endpoint {
+                name: listener.name.clone(),
+                host: listener.advertised_host.clone(),
+                port: listener.advertised_port,
+            })
+            .collect(),
         rack: settings.rack.clone(),
     }
 }
