@@ -15,7 +15,9 @@
 //!
 //! - the broker-level name of every topic default (`log.retention.ms`,
 //!   `message.max.bytes`, `min.insync.replicas`, …): applied live to every
-//!   partition whose topic does not override it;
+//!   partition whose topic does not override it; and the cleaner's
+//!   `log.cleaner.backoff.ms` and `log.cleaner.dedupe.buffer.size`, from
+//!   its next pass;
 //! - Kafka's thread-pool sizes: kept and shown, no effect (as when given in
 //!   the file; [`crate::cluster::broker_config::NO_EFFECT`]); likewise the
 //!   security settings (`ssl.*`, `sasl.*`, `listener.name.*`), which no
@@ -68,11 +70,9 @@ const NOT_SERVED: &[&str] = &[
     "max.connection.creation.rate",
     "metric.reporters",
     "log.cleaner.threads",
-    "log.cleaner.dedupe.buffer.size",
     "log.cleaner.io.buffer.load.factor",
     "log.cleaner.io.buffer.size",
     "log.cleaner.io.max.bytes.per.second",
-    "log.cleaner.backoff.ms",
     "producer.id.expiration.ms",
     "transaction.partition.verification.enable",
     "leader.replication.throttled.rate",
@@ -84,6 +84,10 @@ const NOT_SERVED: &[&str] = &[
     "remote.log.manager.fetch.max.bytes.per.second",
     "remote.list.offsets.request.timeout.ms",
 ];
+
+/// Broker settings besides the topic defaults that Brook applies live
+/// (Kafka's `LogCleaner.ReconfigurableConfigs` it has).
+const APPLIED: &[&str] = &["log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size"];
 
 /// Prefixes of Kafka's security and per-listener settings: kept with no
 /// effect, as no listener Brook serves uses them (an SSL or SASL listener
@@ -109,7 +113,7 @@ pub fn kind(name: &str) -> Kind {
     let topic_default = TOPIC_CONFIGS
         .iter()
         .any(|config| config.broker_name() == Some(name));
-    if topic_default {
+    if topic_default || APPLIED.contains(&name) {
         Kind::Applied
     } else if THREAD_POOLS.contains(&name)
         || SECURITY_PREFIXES
@@ -295,7 +299,10 @@ fn check(
         }
     }
     for name in of_kind(Kind::Applied) {
-        let topic = by_broker_name(name).expect("an applied config is a topic default");
+        // The others are checked with the whole set below.
+        let Some(topic) = by_broker_name(name) else {
+            continue;
+        };
         let value = configs[name].as_str();
         if let Err(error) = LogConfig::default().with_overrides([(topic.topic, value)]) {
             return Err(format!(
@@ -395,6 +402,8 @@ mod tests {
         assert_eq!(kind("num.partitions"), Kind::ReadOnly);
         assert_eq!(kind("broker.id"), Kind::ReadOnly);
         assert_eq!(kind("num.io.threads"), Kind::NoEffect);
+        assert_eq!(kind("log.cleaner.backoff.ms"), Kind::Applied);
+        assert_eq!(kind("log.cleaner.threads"), Kind::NotServed);
         assert_eq!(kind("max.connections"), Kind::NotServed);
         assert_eq!(
             kind("listener.name.plain.ssl.keystore.location"),
@@ -449,6 +458,9 @@ mod tests {
         );
         assert!(refused(&[set("max.connections", "10")], "").contains("Set(max.connections)"));
         assert!(refused(&[set("message.max.bytes", "lots")], "1").contains("message.max.bytes"));
+        assert!(
+            refused(&[set("log.cleaner.backoff.ms", "-1")], "").contains("log.cleaner.backoff.ms")
+        );
         assert_eq!(
             refused(&[set("num.io.threads", "0")], "1"),
             "Dynamic thread count update validation failed for num.io.threads=0, value should be \

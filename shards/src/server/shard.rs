@@ -97,8 +97,10 @@ impl Shard {
     pub fn set_image(&self, image: Arc<MetadataImage>) {
         let old = self.image.replace(image.clone());
         if old.broker_configs != image.broker_configs {
-            *self.config.borrow_mut() =
-                Arc::new(effective(&self.context.config, &image.broker_configs));
+            let config = effective(&self.context.config, &image.broker_configs);
+            self.store
+                .set_cleaner_schedule(cleaner_schedule(&config, self.context.shards));
+            *self.config.borrow_mut() = Arc::new(config);
         }
     }
 
@@ -407,16 +409,11 @@ async fn start(
         .collect();
     shard.open_partitions(owned).await?;
     shard.store.checkpoint().await?;
-    let config = &shard.context.config;
-    // The dedupe buffer is the broker's, shared by its shards as Kafka
-    // shares it by its cleaner threads.
-    let shards = u64::from(shard.context.shards.max(1));
-    let cleaner = config.cleaner.enabled.then(|| CleanerSchedule {
-        backoff: Duration::from_millis(config.cleaner.backoff_ms.max(1)),
-        map_bytes: usize::try_from(config.cleaner.dedupe_buffer_bytes / shards)
-            .unwrap_or(usize::MAX)
-            .max(CLEANER_MAP_BYTES_MIN),
-    });
+    let config = shard.config();
+    let cleaner = config
+        .cleaner
+        .enabled
+        .then(|| cleaner_schedule(&config, shard.context.shards));
     shard.store.start_maintenance(MaintenanceSchedule {
         retention_check_interval: Duration::from_millis(config.retention_check_interval_ms.max(1)),
         checkpoint_interval: Duration::from_millis(config.checkpoint_interval_ms.max(1)),
@@ -424,6 +421,18 @@ async fn start(
         ..MaintenanceSchedule::default()
     });
     Ok(shard)
+}
+
+/// A shard's cleaner schedule under `config`: the dedupe buffer is the
+/// broker's, shared by its shards as Kafka shares it by its cleaner threads.
+fn cleaner_schedule(config: &BrokerConfig, shards: u16) -> CleanerSchedule {
+    let shards = u64::from(shards.max(1));
+    CleanerSchedule {
+        backoff: Duration::from_millis(config.cleaner.backoff_ms.max(1)),
+        map_bytes: usize::try_from(config.cleaner.dedupe_buffer_bytes / shards)
+            .unwrap_or(usize::MAX)
+            .max(CLEANER_MAP_BYTES_MIN),
+    }
 }
 
 async fn run_jobs(shard: Rc<Shard>, jobs: MeshReceiver) {

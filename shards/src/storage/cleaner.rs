@@ -10,7 +10,7 @@
 //! the broker restarts (Kafka's uncleanable partitions); its data stays
 //! readable, only uncompacted.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -60,6 +60,9 @@ pub(crate) struct Cleaner {
     checkpoints: RefCell<HashMap<TopicPartition, Offset>>,
     uncleanable: RefCell<HashSet<TopicPartition>>,
     task: RefCell<Option<Task<()>>>,
+    /// What the running cleaner reads before each pass (dynamic broker
+    /// configs change it).
+    schedule: Cell<CleanerSchedule>,
 }
 
 impl Cleaner {
@@ -86,6 +89,7 @@ impl Cleaner {
             checkpoints: RefCell::new(checkpoints),
             uncleanable: RefCell::new(HashSet::new()),
             task: RefCell::new(None),
+            schedule: Cell::new(CleanerSchedule::default()),
         }
     }
 
@@ -222,16 +226,25 @@ impl Store {
         }
     }
 
+    /// The cleaner's schedule from its next pass on
+    /// (`log.cleaner.backoff.ms`, `log.cleaner.dedupe.buffer.size` set
+    /// while the broker runs).
+    pub fn set_cleaner_schedule(&self, schedule: CleanerSchedule) {
+        self.cleaner.schedule.set(schedule);
+    }
+
     /// Starts the shard's cleaner: passes back to back while logs are due,
     /// `schedule.backoff` between checks otherwise.
     pub(crate) fn start_cleaner(self: &Rc<Self>, schedule: CleanerSchedule) {
+        self.cleaner.schedule.set(schedule);
         let store = Rc::downgrade(self);
-        let map_bytes = schedule.map_bytes.max(CLEANER_MAP_BYTES_MIN);
         let task = glommio::spawn_local(async move {
             loop {
                 let Some(strong) = store.upgrade() else {
                     return;
                 };
+                let schedule = strong.cleaner.schedule.get();
+                let map_bytes = schedule.map_bytes.max(CLEANER_MAP_BYTES_MIN);
                 let cleaned = strong.clean_filthiest_log(wall_clock_ms(), map_bytes).await;
                 drop(strong);
                 match cleaned {
