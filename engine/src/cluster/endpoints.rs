@@ -137,9 +137,12 @@ pub fn resolve(
         (None, None) => (LISTEN_HOST_DEFAULT.to_owned(), LISTEN_PORT_DEFAULT),
     };
     let listener_name = client.map_or("PLAINTEXT".to_owned(), |client| client.name.clone());
-    let (advertised_host, advertised_port) = match client {
-        Some(client) => advertised_of(&client.name),
-        None => (None, None),
+    // `--listen` replaces the first listener, and with it what the file
+    // advertised for it (which names the file's port): the listen address
+    // is advertised, or `--advertised-host` at the new port.
+    let (advertised_host, advertised_port) = match (client, &flags.listen) {
+        (Some(client), None) => advertised_of(&client.name),
+        _ => (None, None),
     };
     let others = clients
         .iter()
@@ -372,6 +375,18 @@ mod tests {
                 endpoints.data_dir.as_str()
             ),
             ("127.0.0.1", 7000, Some("broker-1"), "/data")
+        );
+        // The file advertised localhost:9092 for the listener `--listen`
+        // replaced: clients are sent to the new port, not the file's.
+        assert_eq!(endpoints.advertised_port, None);
+        let listen_only = ServeFlags {
+            listen: Some(("127.0.0.1".to_owned(), 7000)),
+            ..ServeFlags::default()
+        };
+        let endpoints = resolve(&stock(), &listen_only).unwrap();
+        assert_eq!(
+            (endpoints.advertised_host, endpoints.advertised_port),
+            (None, None)
         );
     }
 

@@ -100,7 +100,12 @@ fn claim_address(listen: SocketAddr) -> Result<UnixListener, ServerError> {
             in_use(match error.kind() {
                 std::io::ErrorKind::AddrInUse => std::io::Error::new(
                     error.kind(),
-                    "Address already in use (by another brook serve)",
+                    match live_holder(listen) {
+                        Some(holder) => {
+                            format!("Address already in use (by another brook serve, {holder})")
+                        }
+                        None => "Address already in use (by another brook serve)".to_owned(),
+                    },
                 ),
                 _ => {
                     std::io::Error::other(format!("claiming the address for this process: {error}"))
@@ -155,6 +160,18 @@ fn wait_until_bindable(listen: SocketAddr, wait_max: Duration) -> std::io::Resul
 /// A live process that holds a socket on `listen`'s port and address, as
 /// "pid N (program)"; `None` when every such socket is one no process
 /// holds (or `/proc` cannot tell, which is then waited for as such).
+/// `error` (binding `listen`) with who holds the address, when it is in
+/// use by a live process.
+pub(crate) fn explained(listen: SocketAddr, error: std::io::Error) -> std::io::Error {
+    if error.kind() != std::io::ErrorKind::AddrInUse {
+        return error;
+    }
+    match live_holder(listen) {
+        Some(holder) => std::io::Error::new(error.kind(), format!("{error}: held by {holder}")),
+        None => error,
+    }
+}
+
 fn live_holder(listen: SocketAddr) -> Option<String> {
     let mut inodes = BTreeSet::new();
     for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {

@@ -90,6 +90,14 @@ pub enum ServerError {
         address: SocketAddr,
         source: std::io::Error,
     },
+    #[error(
+        "cannot serve metrics on {address} (--metrics-listen ADDRESS moves them, \
+         --metrics-listen none turns them off): {source}"
+    )]
+    MetricsListen {
+        address: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("cannot lock {}: another process is using this directory ({source})", path.display())]
     DataDirInUse {
         path: PathBuf,
@@ -129,7 +137,12 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
     )?;
     let metrics_listener = match options.metrics_listen {
         Some(address) => {
-            Some(metrics::bind(address).map_err(|source| ServerError::Listen { address, source })?)
+            Some(
+                metrics::bind(address).map_err(|source| ServerError::MetricsListen {
+                    address,
+                    source: exclusive::explained(address, source),
+                })?,
+            )
         }
         None => None,
     };

@@ -739,7 +739,7 @@ pub(crate) fn roll(cluster: &mut Cluster, topic: &str, partitions: i32) {
         let stopped_in = started.elapsed();
         let log = cluster.nodes[node].log();
         assert!(
-            log.contains("controlled shutdown: this broker leads nothing"),
+            log.contains("controlled shutdown: the controller moved every leadership it could"),
             "node {node} stopped without handing over its leaderships:\n{log}"
         );
         cluster.nodes[node].restart();

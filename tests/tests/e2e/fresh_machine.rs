@@ -575,5 +575,22 @@ fn a_second_broker_on_the_same_port_or_data_dir_refuses_to_start() {
         other_program.contains(&format!("held by pid {}", std::process::id())),
         "{other_program}"
     );
+    // Another port, the same metrics port: the error says it is the
+    // metrics listener, who holds it, and the flag that moves it.
+    let metrics = broker.metrics_address().expect("the broker serves metrics");
+    let same_metrics = refused(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        elsewhere.path().to_str().unwrap(),
+        "--metrics-listen",
+        metrics,
+    ]);
+    assert!(
+        same_metrics.contains(&format!(
+            "cannot serve metrics on {metrics} (--metrics-listen"
+        )) && same_metrics.contains(&format!("held by pid {}", broker.pid())),
+        "{same_metrics}"
+    );
     round_trip(&broker.address, "still-serving", 3);
 }

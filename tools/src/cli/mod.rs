@@ -248,6 +248,17 @@ pub struct BrokersGiven {
 }
 
 impl BrokersGiven {
+    /// Whether one of the brokers given is on `port`.
+    fn has_port(&self, port: u16) -> bool {
+        self.brokers.split(',').any(|broker| {
+            broker
+                .trim()
+                .rsplit_once(':')
+                .and_then(|(_, given)| given.parse::<u16>().ok())
+                == Some(port)
+        })
+    }
+
     /// Where `brokers` came from: clap takes `--brokers` over
     /// `BROOK_BROKERS` over the default.
     fn of(brokers: &str) -> BrokersGiven {
@@ -276,6 +287,17 @@ impl CliError {
     pub fn hint(&self, command: &str, brokers: Option<&BrokersGiven>) -> Option<String> {
         let uses_topics = ["produce", "consume", "offsets"].contains(&command);
         match (self, brokers) {
+            // An address none of the bootstrap brokers has: a broker
+            // advertised it.
+            (CliError::Client(ClientError::Connect { address, .. }), Some(given))
+                if !given.has_port(address.port()) =>
+            {
+                Some(format!(
+                    "a broker told the client to connect to {address} (its advertised.listeners, \
+                     or --advertised-host): is the broker there, and does it advertise the \
+                     address it listens on?"
+                ))
+            }
             (CliError::Client(ClientError::Connect { .. }), Some(given)) => Some(format!(
                 "is a broker running at {} ({})? `brook serve` starts one on {BROKERS_DEFAULT}; \
                  --brokers or BROOK_BROKERS points the tools elsewhere",
@@ -289,8 +311,8 @@ impl CliError {
                 _,
             ) if uses_topics => Some(
                 "the topic does not exist: `brook topic create <topic>` creates it (`brook topic \
-                 list` lists them), or a broker with auto.create.topics.enable=true creates it \
-                 on first use"
+                 list` lists them); the brook tools never create topics on first use (Kafka \
+                 clients' producers do, where the broker has auto.create.topics.enable=true)"
                     .to_owned(),
             ),
             _ => None,
@@ -314,6 +336,16 @@ mod tests {
         };
         let hint = refused.hint("topic", Some(&given)).unwrap();
         assert!(hint.contains("127.0.0.1:1 (--brokers)"), "{hint}");
+        // Refused at an address a broker advertised, not one given.
+        let advertised = BrokersGiven {
+            brokers: "localhost:9092".to_owned(),
+            from: "--brokers",
+        };
+        let hint = refused.hint("produce", Some(&advertised)).unwrap();
+        assert!(
+            hint.contains("a broker told the client to connect to 127.0.0.1:1"),
+            "{hint}"
+        );
         let unknown = CliError::Kafka {
             what: "topic t".to_owned(),
             code: 3,

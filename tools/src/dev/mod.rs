@@ -65,7 +65,8 @@ pub struct ClusterArgs {
     /// Where the nodes' data directories go (`node-<id>` each).
     #[arg(long, default_value = "./brook-dev-cluster")]
     dir: PathBuf,
-    /// The first node's client port; node N listens on this + N.
+    /// The first node's client port; node N listens on this + N, and its
+    /// controller listener on this + 100 + N.
     #[arg(long, default_value_t = 9092)]
     first_port: u16,
     /// Node N serves Prometheus metrics on this port + N.

@@ -74,7 +74,7 @@ pub async fn shut_down_in_turn(shard: Rc<Shard>) {
     }
     tracing::info!(
         after_ms = started.elapsed().as_millis() as u64,
-        "controlled shutdown: this broker leads nothing"
+        "controlled shutdown: the controller moved every leadership it could"
     );
 }
 
