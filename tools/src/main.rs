@@ -187,8 +187,9 @@ enum BenchCommand {
     /// fsync latency, loopback TCP.
     Ceiling(CeilingArgs),
     /// A named workload from the performance bar (throughput, latency,
-    /// catchup, many-partitions, recovery, scaling, all), each figure beside
-    /// the same-run ceiling; starts its own broker unless --brokers is given.
+    /// catchup, many-partitions, recovery, scaling, replication,
+    /// controller-failover, all), each figure beside the same-run ceiling;
+    /// starts its own broker unless --brokers is given.
     Run(RunArgs),
     /// Any workload against a running broker: `brook bench workload
     /// --brokers host:port [options]`.
