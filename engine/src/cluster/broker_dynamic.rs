@@ -357,7 +357,8 @@ pub fn records(
 }
 
 /// Every key whose value differs between `old` and `new`, with its new
-/// value (`None`: removed).
+/// value (`None`: removed): the config records of a change, a topic's or
+/// a broker resource's.
 pub fn changed<'a>(
     old: &'a BTreeMap<String, String>,
     new: &'a BTreeMap<String, String>,

@@ -2,8 +2,9 @@
 //! and (Incremental)AlterConfigs, as pure functions of the cluster image
 //! returning the records to propose (see [`crate::cluster::controller`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
+use crate::cluster::broker_dynamic::changed;
 use crate::cluster::cluster_image::{ClusterImage, TopicRegistration};
 use crate::cluster::controller::{Refusal, new_partitions};
 use crate::cluster::image::PARTITIONS_MAX;
@@ -144,14 +145,11 @@ pub fn alter_topic_configs(
 ) -> Result<Vec<MetadataRecord>, Refusal> {
     let topic = existing(image, name)?;
     let configs = altered_overrides(&topic.configs, changes, replace, log_defaults)?;
-    let keys: BTreeSet<&String> = topic.configs.keys().chain(configs.keys()).collect();
-    Ok(keys
-        .into_iter()
-        .filter(|key| topic.configs.get(*key) != configs.get(*key))
-        .map(|key| MetadataRecord::TopicConfig {
+    Ok(changed(&topic.configs, &configs)
+        .map(|(key, value)| MetadataRecord::TopicConfig {
             topic: name.to_owned(),
-            key: key.clone(),
-            value: configs.get(key).cloned(),
+            key,
+            value,
         })
         .collect())
 }
@@ -162,6 +160,7 @@ mod tests {
     use crate::cluster::controller::tests::three_brokers;
     use crate::cluster::controller::{TopicDefaults, TopicRequest, create_topic};
     use crate::cluster::image::TopicId;
+    use std::collections::BTreeSet;
 
     fn with_topic(partitions: i32, replication_factor: i16) -> ClusterImage {
         let mut image = three_brokers();
