@@ -31,9 +31,12 @@ fn main() {
             {
                 bug = Some(Bug::ShowAppliedTopics)
             }
+            ("--bug", _) if pair.get(1).is_some_and(|name| name == "hide-offline-dirs") => {
+                bug = Some(Bug::HideOfflineDirs)
+            }
             _ => {
                 eprintln!(
-                    "usage: controller_sim [--seeds N] [--first S] [--bug forget-vote|fence-early|elect-out-of-isr|show-applied-topics]"
+                    "usage: controller_sim [--seeds N] [--first S] [--bug forget-vote|fence-early|elect-out-of-isr|show-applied-topics|hide-offline-dirs]"
                 );
                 std::process::exit(2);
             }

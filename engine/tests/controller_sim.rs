@@ -30,6 +30,8 @@ fn a_sweep_of_seeds_keeps_every_invariant_and_exercises_the_faults() {
     // Clients were shown most topics (the visibility invariant was
     // exercised, not skipped).
     assert!(total.topics_shown > total.topics / 2, "{total:?}");
+    // Log directories failed under replicas.
+    assert!(total.offline_replicas > count, "{total:?}");
 }
 
 #[test]
@@ -98,5 +100,22 @@ fn the_checker_catches_a_topic_shown_before_every_live_broker_serves_it() {
     );
     let mut config = SimConfig::new(violation.seed);
     config.bug = Some(Bug::ShowAppliedTopics);
+    assert_eq!(Simulation::new(config).run(), Err(violation));
+}
+
+/// Brokers that do not report their failed log directories keep leading
+/// (or stay in the ISR of) partitions they can no longer serve: the end
+/// check must see it, and the seed must reproduce it.
+#[test]
+fn the_checker_catches_offline_replicas_left_leading() {
+    let violation = sweep(0, 200, |config| config.bug = Some(Bug::HideOfflineDirs))
+        .expect_err("unreported failed log directories went unnoticed for 200 seeds");
+    println!("caught: {violation}");
+    assert!(
+        violation.what.contains("failed log directory"),
+        "{violation}"
+    );
+    let mut config = SimConfig::new(violation.seed);
+    config.bug = Some(Bug::HideOfflineDirs);
     assert_eq!(Simulation::new(config).run(), Err(violation));
 }

@@ -9,6 +9,7 @@ pub mod java;
 pub mod kafka;
 pub mod librdkafka;
 pub mod load;
+pub mod loop_fs;
 pub mod netns;
 pub mod raw;
 pub mod scrape;

@@ -379,7 +379,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         advertised_host: endpoints.advertised_host,
         advertised_port: endpoints.advertised_port,
         others,
-        data_dir: PathBuf::from(endpoints.data_dir),
+        log_dirs: endpoints.log_dirs.iter().map(PathBuf::from).collect(),
         cores: args.cores,
         config,
         metrics_listen: args.metrics_listen.0,

@@ -12,7 +12,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cluster::cluster_image::{ClusterImage, TopicRegistration};
-use crate::cluster::elections::{broker_leaves, elect_offline_partitions, fence_brokers};
+use crate::cluster::elections::{
+    OfflineReplicas, broker_leaves, elect_offline_partitions, fence_brokers, replicas_offline,
+};
 use crate::cluster::image::{PARTITIONS_MAX, TopicId, validate_topic_name};
 use crate::cluster::manual_assignment::manual_partitions;
 use crate::cluster::placement::{Candidate, PlacementError, Spread, assign_replicas};
@@ -20,7 +22,7 @@ use crate::cluster::records::{BrokerRegistration, MetadataRecord, PartitionRegis
 use crate::cluster::topic_config::check_overrides;
 use crate::log::config::LogConfig;
 use crate::protocol::errors::ErrorCode;
-use crate::types::{BrokerId, LeaderEpoch, PartitionId};
+use crate::types::{BrokerId, LeaderEpoch, PartitionId, TopicPartition};
 
 /// Kafka's `broker.session.timeout.ms` default.
 pub const BROKER_SESSION_TIMEOUT_MS_DEFAULT: u64 = 9_000;
@@ -55,6 +57,8 @@ pub struct BrokerSessions {
     session_timeout_ms: u64,
     /// When the controller last looked ([`BrokerSessions::looked`]).
     last_look_ms: Option<u64>,
+    /// What brokers' heartbeats named of their failed log directories.
+    pub offline: OfflineReplicas,
 }
 
 impl BrokerSessions {
@@ -63,6 +67,7 @@ impl BrokerSessions {
             last_heard_ms: BTreeMap::new(),
             session_timeout_ms,
             last_look_ms: None,
+            offline: OfflineReplicas::default(),
         }
     }
 
@@ -168,7 +173,7 @@ pub fn register_broker(
 }
 
 /// A BrokerHeartbeat, as far as the controller reads it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HeartbeatRequest {
     pub broker: BrokerId,
     pub epoch: i64,
@@ -177,6 +182,10 @@ pub struct HeartbeatRequest {
     /// Kafka's `WantShutDown`: the broker is stopping and asks that its
     /// leaderships move first (controlled shutdown).
     pub want_shut_down: bool,
+    /// The partitions of the broker's failed log directories (Kafka sends
+    /// the directories' ids, `OfflineLogDirs`, and its controller knows
+    /// which partitions each holds; Brook's brokers name the partitions).
+    pub offline: Vec<TopicPartition>,
 }
 
 /// What a heartbeat gets back.
@@ -204,8 +213,10 @@ impl HeartbeatOutcome {
 
 /// BrokerHeartbeat: the session is renewed; a fenced broker that has
 /// caught up to its own registration is unfenced, and leads the offline
-/// partitions it can ([`elect_offline_partitions`]); a broker that wants
-/// to shut down goes through [`controlled_shutdown`].
+/// partitions it can ([`elect_offline_partitions`]); its replicas in
+/// failed log directories leave their ISRs and leaderships
+/// ([`replicas_offline`]); a broker that wants to shut down goes through
+/// [`controlled_shutdown`].
 pub fn heartbeat(
     image: &ClusterImage,
     sessions: &mut BrokerSessions,
@@ -213,7 +224,7 @@ pub fn heartbeat(
     caught_up_at: u64,
     now_ms: u64,
 ) -> HeartbeatOutcome {
-    let HeartbeatRequest { broker, epoch, .. } = request;
+    let (broker, epoch) = (request.broker, request.epoch);
     let Some(known) = image.brokers.get(&broker) else {
         return HeartbeatOutcome::refused(ErrorCode::BROKER_ID_NOT_REGISTERED);
     };
@@ -221,6 +232,7 @@ pub fn heartbeat(
         return HeartbeatOutcome::refused(ErrorCode::STALE_BROKER_EPOCH);
     }
     sessions.heard(broker, epoch, now_ms);
+    sessions.offline.report(broker, &request.offline);
     // Once in controlled shutdown a broker stays in it (as in Kafka's
     // BrokerHeartbeatManager) until it is fenced or registers again.
     if request.want_shut_down || (known.in_controlled_shutdown && !known.fenced) {
@@ -231,13 +243,15 @@ pub fn heartbeat(
     // could lack a topic the others already show
     // ([`crate::cluster::visibility`]).
     let caught_up = request.applied_offset >= (epoch as u64).max(caught_up_at);
-    let records = if known.fenced && caught_up {
+    let mut records = if known.fenced && caught_up {
         let mut records = vec![MetadataRecord::UnfenceBroker { id: broker, epoch }];
-        records.extend(elect_offline_partitions(image, broker));
+        records.extend(elect_offline_partitions(image, broker, &request.offline));
         records
     } else {
         Vec::new()
     };
+    // Disjoint from the elections above, which leave these partitions be.
+    records.extend(replicas_offline(image, broker, &request.offline));
     HeartbeatOutcome {
         error: ErrorCode::NONE,
         fenced: known.fenced,

@@ -31,17 +31,45 @@
 //! balancing (`auto.leader.rebalance.enable`, [`balance_leaders`]) and
 //! ElectLeaders ([`elect_leader`]), as Kafka's PREFERRED election.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cluster::broker_dynamic::CLUSTER_DEFAULT;
 use crate::cluster::cluster_image::{ClusterImage, TopicRegistration};
 use crate::cluster::controller::Refusal;
+use crate::cluster::image::TopicId;
 use crate::cluster::records::{MetadataRecord, PartitionRegistration};
 use crate::protocol::errors::ErrorCode;
-use crate::types::{BrokerId, LeaderEpoch, PartitionId};
+use crate::types::{BrokerId, LeaderEpoch, PartitionId, TopicPartition};
 
 /// The topic config that allows electing a replica outside the ISR.
 pub const UNCLEAN_LEADER_ELECTION_ENABLE: &str = "unclean.leader.election.enable";
+
+/// Per broker, the partitions of its failed log directories, as its last
+/// heartbeat named them: it may not lead them. The active controller keeps
+/// this in memory (Kafka keeps the directories in the metadata log, KIP-858);
+/// a new controller learns it from the next heartbeats, within an interval.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OfflineReplicas(BTreeMap<BrokerId, BTreeSet<TopicPartition>>);
+
+impl OfflineReplicas {
+    /// What `broker`'s heartbeat names (nothing: it has none).
+    pub fn report(&mut self, broker: BrokerId, partitions: &[TopicPartition]) {
+        if partitions.is_empty() {
+            self.0.remove(&broker);
+        } else {
+            self.0.insert(broker, partitions.iter().cloned().collect());
+        }
+    }
+
+    /// Whether `broker`'s replica of `topic`'s partition `index` is offline.
+    pub fn holds(&self, broker: BrokerId, topic: &str, index: usize) -> bool {
+        self.0.get(&broker).is_some_and(|partitions| {
+            partitions
+                .iter()
+                .any(|tp| tp.topic == topic && usize::try_from(tp.partition.0) == Ok(index))
+        })
+    }
+}
 
 /// Which replicas an election may choose from when no ISR member can lead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,13 +174,7 @@ pub fn broker_leaves(
         if !current.isr.contains(&broker) && current.leader != broker {
             return None;
         }
-        let without: Vec<BrokerId> = current
-            .isr
-            .iter()
-            .copied()
-            .filter(|member| *member != broker)
-            .collect();
-        Some(without)
+        Some(isr_without(current, broker))
     })
     .filter_map(|(topic, index, current, target_isr, election)| {
         let changed = change_partition(current, target_isr, may_lead, election)?;
@@ -190,17 +212,68 @@ pub fn fence_brokers(image: &ClusterImage, brokers: &[(BrokerId, i64)]) -> Vec<M
 
 /// The elections for leaderless partitions when `returning` is unfenced
 /// (Kafka's "elect leaders for offline partitions"): it may lead although
-/// the image still shows it fenced.
-pub fn elect_offline_partitions(image: &ClusterImage, returning: BrokerId) -> Vec<MetadataRecord> {
-    let may_lead = |replica: BrokerId| replica == returning || image.is_active(replica);
+/// the image still shows it fenced, except the partitions of its failed
+/// log directories, `offline`.
+pub fn elect_offline_partitions(
+    image: &ClusterImage,
+    returning: BrokerId,
+    offline: &[TopicPartition],
+) -> Vec<MetadataRecord> {
+    let offline_here = |topic: TopicId, index: usize| {
+        image.topics.get(&topic).is_some_and(|registered| {
+            offline.iter().any(|tp| {
+                tp.topic == registered.name && usize::try_from(tp.partition.0) == Ok(index)
+            })
+        })
+    };
     changed_partitions(image, |current| {
         (current.leader == BrokerId::NONE).then(|| current.isr.clone())
     })
     .filter_map(|(topic, index, current, target_isr, election)| {
+        let returns = !offline_here(topic, index);
+        let may_lead =
+            |replica: BrokerId| (returns && replica == returning) || image.is_active(replica);
         let changed = change_partition(current, target_isr, may_lead, election)?;
         Some(partition_record(topic, index, changed))
     })
     .collect()
+}
+
+/// The records that take `broker`'s replicas of the `offline` partitions
+/// (those in a log directory that failed on it) out of their ISRs and give
+/// their leaderships to other ISR members, as Kafka's controller does when
+/// a heartbeat reports offline log directories (KIP-858). An ISR keeps its
+/// last member, as when a broker is fenced: a partition whose only
+/// in-sync replica failed has no leader (unless its elections may be
+/// unclean). The broker's other partitions are untouched. Once applied,
+/// the same report changes nothing.
+pub fn replicas_offline(
+    image: &ClusterImage,
+    broker: BrokerId,
+    offline: &[TopicPartition],
+) -> Vec<MetadataRecord> {
+    let may_lead = |replica: BrokerId| replica != broker && image.is_active(replica);
+    let mut records = Vec::new();
+    for topic_partition in offline {
+        let Some(topic) = image.topic_by_name(&topic_partition.topic) else {
+            continue;
+        };
+        let Ok(index) = usize::try_from(topic_partition.partition.0) else {
+            continue;
+        };
+        let Some(current) = topic.partitions.get(index) else {
+            continue;
+        };
+        if !current.isr.contains(&broker) && current.leader != broker {
+            continue;
+        }
+        let election = Election::of_topic(topic, image);
+        let without = isr_without(current, broker);
+        if let Some(changed) = change_partition(current, without, may_lead, election) {
+            records.push(partition_record(topic.id, index, changed));
+        }
+    }
+    records
 }
 
 /// Kafka's cap on the elections one balancing run proposes
@@ -247,12 +320,21 @@ pub fn leaders_imbalanced(image: &ClusterImage) -> bool {
 /// partition order, at most `max` of them. Kafka (KRaft) moves every such
 /// partition whose preferred replica may lead; `leader.imbalance.per.broker
 /// .percentage` is a ZooKeeper-mode setting it no longer reads.
-pub fn balance_leaders(image: &ClusterImage, max: usize) -> Vec<MetadataRecord> {
-    let may_lead = |replica: BrokerId| image.is_active(replica);
+pub fn balance_leaders(
+    image: &ClusterImage,
+    max: usize,
+    offline: &OfflineReplicas,
+) -> Vec<MetadataRecord> {
     changed_partitions(image, |current| {
         (current.replicas.first() != Some(&current.leader)).then(Vec::new)
     })
     .filter_map(|(topic, index, current, _, _)| {
+        let name = image
+            .topics
+            .get(&topic)
+            .map_or("", |topic| topic.name.as_str());
+        let may_lead =
+            |replica: BrokerId| image.is_active(replica) && !offline.holds(replica, name, index);
         let changed = elect_preferred(current, may_lead)?;
         Some(partition_record(topic, index, changed))
     })
@@ -472,8 +554,18 @@ fn changed_partitions<'a>(
     candidates.into_iter()
 }
 
+/// `current`'s ISR without `broker`.
+fn isr_without(current: &PartitionRegistration, broker: BrokerId) -> Vec<BrokerId> {
+    current
+        .isr
+        .iter()
+        .copied()
+        .filter(|member| *member != broker)
+        .collect()
+}
+
 fn partition_record(
-    topic: crate::cluster::image::TopicId,
+    topic: TopicId,
     index: usize,
     registration: PartitionRegistration,
 ) -> MetadataRecord {
@@ -488,7 +580,6 @@ fn partition_record(
 mod tests {
     use super::*;
     use crate::cluster::controller::tests::three_brokers;
-    use crate::cluster::image::TopicId;
 
     const TOPIC: TopicId = TopicId([1; 16]);
 
@@ -667,8 +758,8 @@ mod tests {
         fence(&mut image, &[1]);
         assert_eq!(partition(&image).1, BrokerId::NONE);
         // Broker 2 comes back first: not in the ISR, so no clean election.
-        assert!(elect_offline_partitions(&image, BrokerId(2)).is_empty());
-        let records = elect_offline_partitions(&image, BrokerId(1));
+        assert!(elect_offline_partitions(&image, BrokerId(2), &[]).is_empty());
+        let records = elect_offline_partitions(&image, BrokerId(1), &[]);
         image.apply(image.offset + 1, &records).unwrap();
         assert_eq!(partition(&image), (brokers(&[1]), BrokerId(1), 2, 2));
     }
@@ -679,7 +770,7 @@ mod tests {
         fence(&mut image, &[2, 3]);
         fence(&mut image, &[1]);
         assert_eq!(partition(&image), (brokers(&[1]), BrokerId::NONE, 1, 1));
-        let records = elect_offline_partitions(&image, BrokerId(3));
+        let records = elect_offline_partitions(&image, BrokerId(3), &[]);
         image.apply(image.offset + 1, &records).unwrap();
         assert_eq!(partition(&image), (brokers(&[3]), BrokerId(3), 2, 2));
     }
@@ -717,23 +808,57 @@ mod tests {
         image.apply(image.offset + 1, &records).unwrap();
     }
 
+    fn balance(image: &ClusterImage) -> Vec<MetadataRecord> {
+        balance_leaders(
+            image,
+            ELECTIONS_PER_BALANCE_MAX,
+            &OfflineReplicas::default(),
+        )
+    }
+
+    /// A preferred replica in a failed log directory of its broker is not
+    /// given the leadership back, though in the ISR (its last member).
+    #[test]
+    fn balancing_skips_a_preferred_replica_whose_log_directory_failed() {
+        let image = image(&[1, 2], &[1], -1, Election::Clean);
+        assert_eq!(balance(&image).len(), 1, "the preferred replica leads");
+        let mut offline = OfflineReplicas::default();
+        offline.report(
+            BrokerId(1),
+            &[TopicPartition {
+                topic: "t".into(),
+                partition: PartitionId(0),
+            }],
+        );
+        assert!(balance_leaders(&image, ELECTIONS_PER_BALANCE_MAX, &offline).is_empty());
+        offline.report(BrokerId(1), &[]);
+        assert_eq!(
+            balance_leaders(&image, ELECTIONS_PER_BALANCE_MAX, &offline).len(),
+            1
+        );
+    }
+
     #[test]
     fn balancing_gives_the_preferred_replica_back_its_leadership_once_in_sync() {
         let mut image = image(&[1, 2, 3], &[1, 2, 3], 1, Election::Clean);
         assert!(!leaders_imbalanced(&image));
-        assert!(balance_leaders(&image, ELECTIONS_PER_BALANCE_MAX).is_empty());
+        assert!(balance(&image).is_empty());
         fence(&mut image, &[1]);
         assert_eq!(partition(&image), (brokers(&[2, 3]), BrokerId(2), 1, 1));
         // Fenced and out of the ISR: the leader stays.
         assert!(leaders_imbalanced(&image));
-        assert!(balance_leaders(&image, ELECTIONS_PER_BALANCE_MAX).is_empty());
+        assert!(balance(&image).is_empty());
         rejoin(&mut image, 1);
-        let records = balance_leaders(&image, ELECTIONS_PER_BALANCE_MAX);
+        let records = balance_leaders(
+            &image,
+            ELECTIONS_PER_BALANCE_MAX,
+            &OfflineReplicas::default(),
+        );
         image.apply(image.offset + 1, &records).unwrap();
         // A new leader epoch; the ISR as it was.
         assert_eq!(partition(&image), (brokers(&[2, 3, 1]), BrokerId(1), 2, 3));
         assert!(!leaders_imbalanced(&image));
-        assert!(balance_leaders(&image, 0).is_empty());
+        assert!(balance_leaders(&image, 0, &OfflineReplicas::default()).is_empty());
     }
 
     #[test]
@@ -744,7 +869,7 @@ mod tests {
             epoch: 1,
         };
         image.apply(image.offset + 1, &[shutting_down]).unwrap();
-        assert!(balance_leaders(&image, ELECTIONS_PER_BALANCE_MAX).is_empty());
+        assert!(balance(&image).is_empty());
         let refusal = elect_leader(&image, "t", 0, ElectionType::Preferred).unwrap_err();
         assert_eq!(
             (refusal.error, refusal.message.as_str()),

@@ -11,8 +11,10 @@
 //! 127.0.0.1:9092 (Kafka: every address) and data in `./brook-data`
 //! (Kafka: `/tmp/kafka-logs`). What Brook does not serve yet is refused
 //! with a reason, never dropped: a listener of another security protocol
-//! than PLAINTEXT, several log directories. Several client listeners are
-//! each served, each advertised under its own name.
+//! than PLAINTEXT. Several client listeners are each served, each
+//! advertised under its own name; several log directories (JBOD) each hold
+//! partitions, the first also the broker's metadata (Kafka's default for
+//! `metadata.log.dir`).
 
 use std::collections::BTreeMap;
 
@@ -59,7 +61,9 @@ pub struct Endpoints {
     /// The other client listeners, each served, each advertised as
     /// `advertised.listeners` says under its name.
     pub others: Vec<ClientListener>,
-    pub data_dir: String,
+    /// The log directories, in the order given (never empty, no two the
+    /// same); the first also holds the broker's metadata.
+    pub log_dirs: Vec<String>,
 }
 
 /// A further client listener.
@@ -165,7 +169,7 @@ pub fn resolve(
         advertised_host: flags.advertised_host.clone().or(advertised_host),
         advertised_port,
         others,
-        data_dir: data_dir(given, flags)?,
+        log_dirs: log_dirs(given, flags)?,
     })
 }
 
@@ -263,36 +267,36 @@ fn check_listeners(
 }
 
 /// `--data-dir`, else `log.dirs`, else `log.dir`, else
-/// [`DATA_DIR_DEFAULT`]; one directory.
-fn data_dir(
+/// [`DATA_DIR_DEFAULT`]. A directory named twice is refused, as Kafka
+/// refuses it.
+fn log_dirs(
     given: &BTreeMap<String, String>,
     flags: &ServeFlags,
-) -> Result<String, ClusterConfigError> {
+) -> Result<Vec<String>, ClusterConfigError> {
     if let Some(dir) = &flags.data_dir {
-        return Ok(dir.clone());
+        return Ok(vec![dir.clone()]);
     }
     let (name, text) = match (given.get("log.dirs"), given.get("log.dir")) {
         (Some(dirs), _) => ("log.dirs", dirs),
         (None, Some(dir)) => ("log.dir", dir),
-        (None, None) => return Ok(DATA_DIR_DEFAULT.to_owned()),
+        (None, None) => return Ok(vec![DATA_DIR_DEFAULT.to_owned()]),
     };
-    let dirs: Vec<&str> = text
-        .split(',')
-        .map(str::trim)
-        .filter(|dir| !dir.is_empty())
-        .collect();
-    match dirs.as_slice() {
-        [dir] => Ok((*dir).to_owned()),
-        [] => Err(invalid(name, text, "names no directory")),
-        several => Err(invalid(
-            name,
-            text,
-            format!(
-                "{} directories: Brook keeps one data directory per broker so far",
-                several.len()
-            ),
-        )),
+    let mut dirs: Vec<String> = Vec::new();
+    for dir in text.split(',').map(str::trim).filter(|dir| !dir.is_empty()) {
+        let same = |known: &String| known.trim_end_matches('/') == dir.trim_end_matches('/');
+        if dirs.iter().any(same) {
+            return Err(invalid(
+                name,
+                text,
+                format!("Duplicate log directory found: {dir}"),
+            ));
+        }
+        dirs.push(dir.to_owned());
     }
+    if dirs.is_empty() {
+        return Err(invalid(name, text, "names no directory"));
+    }
+    Ok(dirs)
 }
 
 #[cfg(test)]
@@ -337,7 +341,7 @@ mod tests {
                 advertised_host: None,
                 advertised_port: None,
                 others: Vec::new(),
-                data_dir: "./brook-data".to_owned(),
+                log_dirs: vec!["./brook-data".to_owned()],
             }
         );
     }
@@ -354,7 +358,7 @@ mod tests {
                 advertised_host: Some("localhost".to_owned()),
                 advertised_port: Some(9092),
                 others: Vec::new(),
-                data_dir: "/tmp/kraft-combined-logs".to_owned(),
+                log_dirs: vec!["/tmp/kraft-combined-logs".to_owned()],
             }
         );
     }
@@ -372,7 +376,7 @@ mod tests {
                 endpoints.listen_host.as_str(),
                 endpoints.listen_port,
                 endpoints.advertised_host.as_deref(),
-                endpoints.data_dir.as_str()
+                endpoints.log_dirs[0].as_str()
             ),
             ("127.0.0.1", 7000, Some("broker-1"), "/data")
         );
@@ -478,24 +482,36 @@ mod tests {
     }
 
     #[test]
-    fn one_log_directory_from_log_dirs_or_log_dir() {
-        let dir = given(&[("log.dir", "/var/lib/brook")]);
+    fn log_directories_from_log_dirs_or_log_dir() {
+        let dirs = |settings: &[(&str, &str)]| {
+            resolve(&given(settings), &ServeFlags::default()).map(|endpoints| endpoints.log_dirs)
+        };
         assert_eq!(
-            resolve(&dir, &ServeFlags::default()).unwrap().data_dir,
-            "/var/lib/brook"
+            dirs(&[("log.dir", "/var/lib/brook")]).unwrap(),
+            ["/var/lib/brook"]
         );
-        let both = given(&[("log.dir", "/a"), ("log.dirs", "/b")]);
         assert_eq!(
-            resolve(&both, &ServeFlags::default()).unwrap().data_dir,
-            "/b"
+            dirs(&[("log.dir", "/a"), ("log.dirs", "/b")]).unwrap(),
+            ["/b"]
         );
-        let several = given(&[("log.dirs", "/disk1/kafka,/disk2/kafka")]);
-        let error = resolve(&several, &ServeFlags::default())
+        assert_eq!(
+            dirs(&[("log.dirs", "/disk1/kafka, /disk2/kafka")]).unwrap(),
+            ["/disk1/kafka", "/disk2/kafka"]
+        );
+        assert!(dirs(&[("log.dirs", " , ")]).is_err());
+        let twice = dirs(&[("log.dirs", "/disk1/kafka,/disk2,/disk1/kafka/")])
             .unwrap_err()
             .to_string();
-        assert!(error.contains("2 directories"), "{error}");
-        let empty = given(&[("log.dirs", " , ")]);
-        assert!(resolve(&empty, &ServeFlags::default()).is_err());
+        assert!(
+            twice.contains("Duplicate log directory found: /disk1/kafka/"),
+            "{twice}"
+        );
+        let flag = ServeFlags {
+            data_dir: Some("/flag".into()),
+            ..ServeFlags::default()
+        };
+        let over = resolve(&given(&[("log.dirs", "/disk1,/disk2")]), &flag).unwrap();
+        assert_eq!(over.log_dirs, ["/flag"], "--data-dir stands for log.dirs");
     }
 
     #[test]

@@ -35,7 +35,7 @@ use crate::cluster::records::{
 };
 use crate::cluster::topic_config::ConfigOperation;
 use crate::protocol::errors::ErrorCode;
-use crate::types::BrokerId;
+use crate::types::{BrokerId, PartitionId, TopicPartition};
 
 /// The largest frame a node accepts (a snapshot of a large image fits).
 pub const PEER_FRAME_BYTES_MAX: usize = 64 << 20;
@@ -52,6 +52,8 @@ pub enum PeerRequest {
         /// The broker is stopping: move its leaderships (controlled
         /// shutdown).
         want_shut_down: bool,
+        /// The partitions of its failed log directories.
+        offline: Vec<TopicPartition>,
     },
     /// Committed metadata after `fetch.offset`; with how far the broker's
     /// shards serve the log and the `served_by_all` it last heard
@@ -274,12 +276,18 @@ fn encode_request(out: &mut Vec<u8>, request: &PeerRequest) {
             epoch,
             applied,
             want_shut_down,
+            offline,
         } => {
             out.put_u8(2);
             out.put_i32(broker.0);
             out.put_i64(*epoch);
             out.put_u64(*applied);
             out.put_u8(u8::from(*want_shut_down));
+            out.put_u32(offline.len() as u32);
+            for topic_partition in offline {
+                put_string(out, &topic_partition.topic);
+                out.put_i32(topic_partition.partition.0);
+            }
         }
         PeerRequest::Fetch(fetch) => {
             out.put_u8(3);
@@ -603,6 +611,17 @@ fn decode_request(reader: &mut Reader<'_>) -> Result<PeerRequest, PeerWireError>
             epoch: reader.i64()?,
             applied: reader.i64()? as u64,
             want_shut_down: reader.u8()? != 0,
+            offline: {
+                let count = reader.count(6)?;
+                (0..count)
+                    .map(|_| {
+                        Ok(TopicPartition {
+                            topic: reader.string()?,
+                            partition: PartitionId(reader.i32()?),
+                        })
+                    })
+                    .collect::<Result<Vec<_>, RecordError>>()?
+            },
         },
         3 => PeerRequest::Fetch(MetadataFetch {
             offset: reader.i64()? as u64,

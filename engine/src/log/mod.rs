@@ -20,6 +20,7 @@ pub mod epoch_cache;
 pub mod file_name;
 pub mod index;
 pub mod indexer;
+pub mod placement;
 pub mod records;
 pub mod recovery;
 pub mod retention;

@@ -32,7 +32,10 @@ pub struct ServerContext {
     /// Every client listener, the inter-broker one first; a request
     /// answers with the endpoints of the listener it came in on.
     pub listeners: Vec<ClientEndpoint>,
+    /// Where the broker's metadata lives: the first log directory.
     pub data_dir: PathBuf,
+    /// Every log directory, with where each partition is and which failed.
+    pub log_dirs: std::sync::Arc<crate::storage::LogDirs>,
     pub config: BrokerConfig,
     pub shards: u16,
     pub mesh: Vec<MeshSender>,

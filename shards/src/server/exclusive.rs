@@ -52,20 +52,23 @@ const LEFT_SOCKET_RETRY: Duration = Duration::from_millis(20);
 /// Held for the process's life: dropping it releases all of it.
 #[derive(Debug)]
 pub struct Exclusive {
-    _data_dir: File,
+    _log_dirs: Vec<File>,
     _addresses: Vec<UnixListener>,
 }
 
-/// Locks `data_dir` and claims every address of `listen` (resolved
-/// addresses, not port 0).
-pub fn claim(data_dir: &Path, listen: &[SocketAddr]) -> Result<Exclusive, ServerError> {
-    let data_dir = lock_data_dir(data_dir)?;
+/// Locks every log directory of `log_dirs` (as Kafka locks each) and
+/// claims every address of `listen` (resolved addresses, not port 0).
+pub fn claim(log_dirs: &[&Path], listen: &[SocketAddr]) -> Result<Exclusive, ServerError> {
+    let log_dirs = log_dirs
+        .iter()
+        .map(|dir| lock_data_dir(dir))
+        .collect::<Result<Vec<_>, _>>()?;
     let addresses = listen
         .iter()
         .map(|address| claim_address(*address))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Exclusive {
-        _data_dir: data_dir,
+        _log_dirs: log_dirs,
         _addresses: addresses,
     })
 }
@@ -310,17 +313,17 @@ mod tests {
     fn a_data_dir_and_an_address_are_held_by_one_claim_at_a_time() {
         let dir = tempfile::tempdir().unwrap();
         let port = free_address();
-        let first = claim(dir.path(), &[port]).unwrap();
-        let again = claim(dir.path(), &[port]).unwrap_err();
+        let first = claim(&[dir.path()], &[port]).unwrap();
+        let again = claim(&[dir.path()], &[port]).unwrap_err();
         assert!(again.to_string().contains("another process"), "{again}");
         let other_dir = tempfile::tempdir().unwrap();
-        let same_address = claim(other_dir.path(), &[port]).unwrap_err();
+        let same_address = claim(&[other_dir.path()], &[port]).unwrap_err();
         assert!(
             same_address.to_string().contains("Address already in use"),
             "{same_address}"
         );
         drop(first);
-        drop(claim(dir.path(), &[port]).unwrap());
+        drop(claim(&[dir.path()], &[port]).unwrap());
     }
 
     /// Every address is claimed: a second process that shares only the
@@ -329,8 +332,8 @@ mod tests {
     fn each_of_several_addresses_is_claimed() {
         let (dir, other_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let (clients, controllers) = (free_address(), free_address());
-        let first = claim(dir.path(), &[clients, controllers]).unwrap();
-        let refused = claim(other_dir.path(), &[free_address(), controllers]).unwrap_err();
+        let first = claim(&[dir.path()], &[clients, controllers]).unwrap();
+        let refused = claim(&[other_dir.path()], &[free_address(), controllers]).unwrap_err();
         assert!(
             matches!(&refused, ServerError::Listen { address, .. } if *address == controllers),
             "{refused}"
@@ -350,7 +353,7 @@ mod tests {
         let (accepted, _) = listener.accept().unwrap();
         drop(listener);
         drop(accepted); // the broker's side closes; the client's stays open
-        let restarted = claim(dir.path(), &[port]).unwrap();
+        let restarted = claim(&[dir.path()], &[port]).unwrap();
         drop(bind_listener(port).unwrap());
         drop((restarted, client));
     }
@@ -360,7 +363,7 @@ mod tests {
     fn a_port_another_program_listens_on_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let refused = claim(dir.path(), &[other.local_addr().unwrap()]).unwrap_err();
+        let refused = claim(&[dir.path()], &[other.local_addr().unwrap()]).unwrap_err();
         assert!(matches!(refused, ServerError::Listen { .. }), "{refused}");
         let holder = format!("held by pid {}", std::process::id());
         assert!(refused.to_string().contains(&holder), "{refused}");
@@ -388,7 +391,7 @@ mod tests {
             }
         });
         assert!(live_holder(address).is_none());
-        let claimed = claim(dir.path(), &[address]);
+        let claimed = claim(&[dir.path()], &[address]);
         assert!(
             released.load(Ordering::SeqCst),
             "the claim did not wait for the socket: {claimed:?}"

@@ -55,7 +55,9 @@ pub struct ServerOptions {
     pub advertised_port: Option<u16>,
     /// Further client listeners (`listeners` naming several).
     pub others: Vec<OtherListener>,
-    pub data_dir: PathBuf,
+    /// The log directories (`log.dirs`; at least one): partitions are
+    /// spread over them, and the first also holds the broker's metadata.
+    pub log_dirs: Vec<PathBuf>,
     /// Shards to run (default: every available core).
     pub cores: Option<usize>,
     pub config: BrokerConfig,
@@ -112,9 +114,16 @@ pub enum ServerError {
 pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), ServerError> {
     signals::block_termination_signals();
     raise_open_file_limit();
-    std::fs::create_dir_all(&options.data_dir).map_err(|source| {
-        crate::storage::StorageError::io("creating", &options.data_dir, source)
-    })?;
+    let data_dir = options
+        .log_dirs
+        .first()
+        .cloned()
+        .unwrap_or_else(|| PathBuf::from(brook_engine::cluster::endpoints::DATA_DIR_DEFAULT));
+    let log_dirs: Vec<PathBuf> = match options.log_dirs.is_empty() {
+        true => vec![data_dir.clone()],
+        false => options.log_dirs.clone(),
+    };
+    create_log_dirs(&log_dirs)?;
     let listen = resolve_port(options.listen)?;
     let others = options
         .others
@@ -125,9 +134,10 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
     addresses.extend(&others);
     addresses.extend(controller_address(&options.config)?);
     // Held until the process exits; another process then starts.
-    let _exclusive = exclusive::claim(&options.data_dir, &addresses)?;
+    let dir_paths: Vec<&std::path::Path> = log_dirs.iter().map(PathBuf::as_path).collect();
+    let _exclusive = exclusive::claim(&dir_paths, &addresses)?;
     let cluster_id = meta_properties::load_or_create_cluster_id(
-        &options.data_dir,
+        &data_dir,
         options.config.broker_id,
         options
             .config
@@ -135,6 +145,15 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
             .as_ref()
             .map(|cluster| cluster.cluster_id.as_str()),
     )?;
+    // Every log directory belongs to this broker of this cluster.
+    for dir in &log_dirs[1..] {
+        meta_properties::load_or_create_cluster_id(
+            dir,
+            options.config.broker_id,
+            Some(&cluster_id),
+        )?;
+    }
+    let dirs = Arc::new(crate::storage::LogDirs::scan(&log_dirs)?);
     let metrics_listener = match options.metrics_listen {
         Some(address) => {
             Some(
@@ -155,7 +174,7 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
         .cores
         .unwrap_or(cpus.len())
         .clamp(1, u16::MAX as usize) as u16;
-    let mut image = controller::load_image(&options.data_dir)?;
+    let mut image = controller::load_image(&data_dir)?;
     let moved = image.reassign_beyond(shards);
     if moved > 0 {
         tracing::warn!(
@@ -195,7 +214,8 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
         advertised_host: listeners[0].advertised_host.clone(),
         advertised_port: listeners[0].advertised_port,
         listeners,
-        data_dir: options.data_dir.clone(),
+        data_dir,
+        log_dirs: dirs,
         config: options.config.clone(),
         shards,
         mesh: senders,
@@ -314,6 +334,30 @@ fn machine_name() -> Option<String> {
 
 /// Binds port 0 to learn a free port when asked for one, so every shard
 /// binds the same port.
+/// Creates the log directories that do not exist yet. If one cannot be
+/// created, those this call created are removed again: a start refused
+/// leaves nothing behind.
+fn create_log_dirs(dirs: &[PathBuf]) -> Result<(), ServerError> {
+    let mut created: Vec<PathBuf> = Vec::new();
+    for dir in dirs {
+        // The outermost directory this creates, removed whole on failure.
+        let mut outermost = None;
+        let mut ancestor = dir.as_path();
+        while !ancestor.as_os_str().is_empty() && !ancestor.exists() {
+            outermost = Some(ancestor.to_owned());
+            ancestor = ancestor.parent().unwrap_or(std::path::Path::new(""));
+        }
+        if let Err(source) = std::fs::create_dir_all(dir) {
+            for made in created.iter().rev() {
+                let _ = std::fs::remove_dir_all(made);
+            }
+            return Err(crate::storage::StorageError::io("creating", dir, source).into());
+        }
+        created.extend(outermost);
+    }
+    Ok(())
+}
+
 fn resolve_port(listen: SocketAddr) -> Result<SocketAddr, ServerError> {
     if listen.port() != 0 {
         return Ok(listen);

@@ -362,7 +362,7 @@ async fn start(
 ) -> Result<Rc<Shard>, StorageError> {
     let store = Rc::new(
         Store::open(StoreOptions {
-            root: context.data_dir.clone(),
+            dirs: context.log_dirs.clone(),
             shard: id.0,
         })
         .await?,

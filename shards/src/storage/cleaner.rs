@@ -3,8 +3,8 @@
 //! compacted log of its shard, one pass at a time, and sleeps
 //! `log.cleaner.backoff.ms` whenever none is due.
 //!
-//! Where each log's last pass ended is its cleaner checkpoint, kept in the
-//! data directory as `cleaner-offset-checkpoint-<shard>` (Kafka's
+//! Where each log's last pass ended is its cleaner checkpoint, kept in its
+//! log directory as `cleaner-offset-checkpoint-<shard>` (Kafka's
 //! `cleaner-offset-checkpoint` format), so a restart does not clean again
 //! what is clean. A log whose pass fails on damaged data is left alone until
 //! the broker restarts (Kafka's uncleanable partitions); its data stays
@@ -12,11 +12,10 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
-use brook_engine::log::checkpoint::{decode_offsets, encode_offsets};
 use brook_engine::log::compaction::DEDUPE_BUFFER_BYTES_DEFAULT;
 use brook_engine::log::compaction::offset_map::OFFSET_MAP_ENTRY_OVERHEAD_BYTES;
 use brook_engine::log::compaction::plan::LogToClean;
@@ -25,7 +24,7 @@ use glommio::Task;
 
 use crate::storage::clean_log::CleanOutcome;
 use crate::storage::error::StorageError;
-use crate::storage::files::{read_optional_text, write_atomically};
+use crate::storage::log_dirs::LogDirs;
 use crate::storage::partition_log::PartitionLog;
 use crate::storage::store::{Store, wall_clock_ms};
 
@@ -56,7 +55,9 @@ impl Default for CleanerSchedule {
 
 /// The cleaner's state. Lives on its shard, inside the [`Store`].
 pub(crate) struct Cleaner {
-    checkpoint_path: PathBuf,
+    dirs: Arc<LogDirs>,
+    /// The checkpoint file's name in each log directory.
+    checkpoint_name: String,
     checkpoints: RefCell<HashMap<TopicPartition, Offset>>,
     uncleanable: RefCell<HashSet<TopicPartition>>,
     task: RefCell<Option<Task<()>>>,
@@ -66,27 +67,14 @@ pub(crate) struct Cleaner {
 }
 
 impl Cleaner {
-    /// The cleaner of the shard whose store is in `root`, with the
-    /// checkpoints it left.
-    pub fn open(root: &Path, shard: u16) -> Cleaner {
-        let checkpoint_path = root.join(format!("cleaner-offset-checkpoint-{shard}"));
-        let checkpoints = match read_optional_text(&checkpoint_path)
-            .map(|text| text.map(|text| decode_offsets(&text)))
-        {
-            Ok(Some(Ok(entries))) => entries.into_iter().collect(),
-            Ok(None) => HashMap::new(),
-            Ok(Some(Err(error))) => {
-                tracing::warn!(path = %checkpoint_path.display(), %error, "ignoring a corrupt cleaner checkpoint; logs will be cleaned from their start");
-                HashMap::new()
-            }
-            Err(error) => {
-                tracing::warn!(%error, "ignoring an unreadable cleaner checkpoint");
-                HashMap::new()
-            }
-        };
+    /// The cleaner of shard `shard`, with the checkpoints it left in the
+    /// log directories `dirs`.
+    pub fn open(dirs: &Arc<LogDirs>, shard: u16) -> Cleaner {
+        let checkpoint_name = format!("cleaner-offset-checkpoint-{shard}");
         Cleaner {
-            checkpoint_path,
-            checkpoints: RefCell::new(checkpoints),
+            checkpoints: RefCell::new(dirs.read_checkpoints(&checkpoint_name)),
+            dirs: dirs.clone(),
+            checkpoint_name,
             uncleanable: RefCell::new(HashSet::new()),
             task: RefCell::new(None),
             schedule: Cell::new(CleanerSchedule::default()),
@@ -106,16 +94,15 @@ impl Cleaner {
     }
 
     async fn save(&self) -> Result<(), StorageError> {
-        let text = {
-            let checkpoints = self.checkpoints.borrow();
-            let mut entries: Vec<(&TopicPartition, Offset)> = checkpoints
-                .iter()
-                .map(|(tp, offset)| (tp, *offset))
-                .collect();
-            entries.sort();
-            encode_offsets(entries.into_iter())
-        };
-        write_atomically(&self.checkpoint_path, text.as_bytes()).await
+        let entries: Vec<(TopicPartition, Offset)> = self
+            .checkpoints
+            .borrow()
+            .iter()
+            .map(|(tp, offset)| (tp.clone(), *offset))
+            .collect();
+        self.dirs
+            .write_checkpoints(&self.checkpoint_name, &entries)
+            .await
     }
 }
 

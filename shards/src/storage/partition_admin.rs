@@ -14,6 +14,7 @@ use brook_engine::replica::divergence::{
 use brook_engine::types::{LeaderEpoch, Offset, TimestampMs};
 
 use crate::storage::error::{StorageError, io_error};
+use crate::storage::log_dirs::LogDirs;
 use crate::storage::partition_log::PartitionLog;
 use crate::storage::waiters::ShardNews;
 
@@ -71,6 +72,25 @@ impl PartitionLog {
     /// From now on, moves of the visible offset ring `news`.
     pub(crate) fn tell_news(&self, news: Rc<ShardNews>) {
         self.inner.state.borrow_mut().news = Some(news);
+    }
+
+    /// From now on, an IO error that takes this log offline fails its log
+    /// directory, `dirs`' `index`.
+    pub(crate) fn tell_dir_failures(&self, dirs: std::sync::Arc<LogDirs>, index: usize) {
+        self.inner.state.borrow_mut().log_dir = Some((dirs, index));
+    }
+
+    /// Takes the log offline for `cause` (its log directory failed).
+    pub(crate) fn take_offline(&self, cause: &StorageError) {
+        let mut state = self.inner.state.borrow_mut();
+        if state.failure().is_none() {
+            state.fail(cause);
+        }
+    }
+
+    /// Whether an IO error took the log offline.
+    pub fn is_offline(&self) -> bool {
+        self.inner.state.borrow().failure().is_some()
     }
 
     /// Waits until every offset below `offset` is visible (below the high

@@ -23,6 +23,7 @@ use glommio::io::DmaFile;
 use crate::storage::appender::{Reservation, Write};
 use crate::storage::error::StorageError;
 use crate::storage::files::FileAccess;
+use crate::storage::log_dirs::LogDirs;
 use crate::storage::segment::{Segment, SegmentFile};
 use crate::storage::waiters::{ShardNews, Waiters};
 
@@ -145,6 +146,9 @@ pub(crate) struct LogState {
     /// The shard's fetches of many partitions, told when the visible offset
     /// moves (set once the store holds the log).
     pub news: Option<Rc<ShardNews>>,
+    /// The log directory this log is in, failed by the IO error that takes
+    /// the log offline (set once the store holds the log).
+    pub log_dir: Option<(std::sync::Arc<LogDirs>, usize)>,
     pub epochs: LeaderEpochCache,
     failure: Option<StorageError>,
     pub closing: bool,
@@ -180,6 +184,7 @@ impl LogState {
             replicated_high_watermark: None,
             high_watermark_waiters: Waiters::default(),
             news: None,
+            log_dir: None,
             epochs,
             failure: None,
             closing: false,
@@ -645,8 +650,11 @@ impl LogState {
     }
 
     /// Takes the log offline after an IO error: every waiter and every later
-    /// call fails with the cause.
+    /// call fails with the cause. An IO error fails its log directory too.
     pub fn fail(&mut self, error: &StorageError) {
+        if let Some((dirs, index)) = &self.log_dir {
+            dirs.fail_on(*index, error);
+        }
         let failure = StorageError::Offline {
             path: self.dir.clone(),
             reason: error.to_string(),

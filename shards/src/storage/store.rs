@@ -1,24 +1,29 @@
 //! A shard's storage: its partition logs and the files that vouch for them.
 //!
-//! Per shard, in the data directory, in Kafka's checkpoint format:
+//! Partition directories are `<topic>-<partition>` in one of the broker's
+//! log directories ([`LogDirs`] says which). Per shard, in each log
+//! directory and for the partitions in it, as Kafka keeps them per
+//! directory, in Kafka's checkpoint format:
 //! `recovery-point-offset-checkpoint-<shard>` (below which each log is
 //! durable and sealed) and `log-start-offset-checkpoint-<shard>`, plus the
 //! clean-shutdown marker `.brook_cleanshutdown-<shard>`, written last by a
 //! clean close and removed first on open, so a crash at any moment leaves no
-//! marker. Partition directories are `<topic>-<partition>` under the root.
-//! The shard's log cleaner keeps `cleaner-offset-checkpoint-<shard>` (see
-//! [`crate::storage::cleaner`]), and `producer-state-checkpoint-<shard>`
+//! marker. The shard's log cleaner keeps `cleaner-offset-checkpoint-<shard>`
+//! (see [`crate::storage::cleaner`]), and `producer-state-checkpoint-<shard>`
 //! says where each log's producer state was last recorded (see
 //! [`crate::storage::producers`]).
+//!
+//! An IO error in a log directory fails it ([`LogDirs::fail`]): every shard
+//! takes its logs there offline ([`Store::take_failed_dirs_offline`]).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use brook_engine::cluster::broker_config::CHECKPOINT_INTERVAL_MS_DEFAULT;
-use brook_engine::log::checkpoint::{decode_offsets, encode_offsets};
 use brook_engine::log::config::{CleanupPolicy, LogConfig};
 use brook_engine::log::file_name::partition_dir_name;
 use brook_engine::types::{Offset, PartitionId, TopicPartition};
@@ -26,8 +31,9 @@ use brook_engine::types::{Offset, PartitionId, TopicPartition};
 use crate::storage::cleaner::{Cleaner, CleanerSchedule};
 use crate::storage::device::prepare_directory;
 use crate::storage::error::{StorageError, io_error};
-use crate::storage::files::{read_optional_text, sync_directory, write_atomically};
+use crate::storage::files::{sync_directory, write_atomically};
 use crate::storage::follower::LogCut;
+use crate::storage::log_dirs::LogDirs;
 use crate::storage::log_table::LogTable;
 use crate::storage::partition_log::{PartitionLog, RecoveryHints};
 use crate::storage::producers::ProducerCheckpoint;
@@ -36,9 +42,24 @@ use crate::storage::waiters::ShardNews;
 /// Where a store lives and which shard it belongs to.
 #[derive(Clone, Debug)]
 pub struct StoreOptions {
-    pub root: PathBuf,
+    /// The broker's log directories, shared by its shards.
+    pub dirs: Arc<LogDirs>,
     pub shard: u16,
 }
+
+impl StoreOptions {
+    /// Shard `shard`'s store in the one log directory `root`.
+    pub fn in_dir(root: PathBuf, shard: u16) -> Result<StoreOptions, StorageError> {
+        Ok(StoreOptions {
+            dirs: Arc::new(LogDirs::scan(&[root])?),
+            shard,
+        })
+    }
+}
+
+/// How often a shard looks whether another shard saw a log directory fail
+/// (an atomic load): within this, its logs there go offline too.
+const DIR_FAILURE_CHECK: Duration = Duration::from_millis(50);
 
 /// How often a shard's background maintenance runs (Kafka's broker settings).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,7 +93,8 @@ impl Default for MaintenanceSchedule {
 /// The partition logs owned by one shard. Lives on that shard.
 pub struct Store {
     options: StoreOptions,
-    clean_shutdown: bool,
+    /// Per log directory: whether this shard's last close there was clean.
+    clean_shutdown: Vec<bool>,
     /// Checkpointed offsets of the logs found at start-up, each used by the
     /// first open of its partition only (a partition deleted and created
     /// again starts afresh).
@@ -87,6 +109,10 @@ pub struct Store {
     /// Rung when any log's visible offset moves.
     news: Rc<ShardNews>,
     maintenance: RefCell<Option<glommio::Task<()>>>,
+    /// Takes logs of directories other shards saw fail offline.
+    dir_watch: RefCell<Option<glommio::Task<()>>>,
+    /// How many directory failures this shard has acted on.
+    failures_seen: std::cell::Cell<u64>,
     pub(crate) cleaner: Cleaner,
 }
 
@@ -101,22 +127,27 @@ impl std::fmt::Debug for Store {
 
 impl Store {
     /// Opens the shard's store: reads its checkpoints and consumes its
-    /// clean-shutdown marker.
+    /// clean-shutdown markers, in every log directory.
     pub async fn open(options: StoreOptions) -> Result<Store, StorageError> {
-        prepare_directory(&options.root).await?;
-        let marker = clean_marker_path(&options);
-        let clean_shutdown = marker.exists();
-        if clean_shutdown {
-            std::fs::remove_file(&marker).map_err(io_error("removing", &marker))?;
-            sync_directory(&options.root).await?;
+        let mut clean_shutdown = Vec::new();
+        for root in options.dirs.paths() {
+            prepare_directory(root).await?;
+            let marker = root.join(clean_marker_name(options.shard));
+            let clean = marker.exists();
+            if clean {
+                std::fs::remove_file(&marker).map_err(io_error("removing", &marker))?;
+                sync_directory(root).await?;
+            }
+            clean_shutdown.push(clean);
+            if options.shard == 0 {
+                remove_deleted_dirs(root).await;
+            }
         }
-        let recovery_points = read_checkpoint(&recovery_point_path(&options));
-        let log_start_offsets = read_checkpoint(&log_start_path(&options));
-        let producer_states = read_checkpoint(&producer_state_path(&options));
-        let cleaner = Cleaner::open(&options.root, options.shard);
-        if options.shard == 0 {
-            remove_deleted_dirs(&options.root).await;
-        }
+        let dirs = &options.dirs;
+        let recovery_points = dirs.read_checkpoints(&recovery_point_name(options.shard));
+        let log_start_offsets = dirs.read_checkpoints(&log_start_name(options.shard));
+        let producer_states = dirs.read_checkpoints(&producer_state_name(options.shard));
+        let cleaner = Cleaner::open(dirs, options.shard);
         Ok(Store {
             options,
             clean_shutdown,
@@ -127,17 +158,30 @@ impl Store {
             logs: RefCell::new(LogTable::default()),
             news: Rc::new(ShardNews::default()),
             maintenance: RefCell::new(None),
+            dir_watch: RefCell::new(None),
+            failures_seen: std::cell::Cell::new(0),
             cleaner,
         })
     }
 
-    /// Whether the last close of this shard's store was clean.
+    /// Whether the last close of this shard's store was clean (in every
+    /// log directory).
     pub fn was_clean(&self) -> bool {
-        self.clean_shutdown
+        self.clean_shutdown.iter().all(|clean| *clean)
     }
 
+    /// The broker's log directories.
+    pub fn dirs(&self) -> &Arc<LogDirs> {
+        &self.options.dirs
+    }
+
+    /// Where a partition's log is (or would be, in the first directory).
     pub fn partition_dir(&self, topic_partition: &TopicPartition) -> PathBuf {
-        self.options.root.join(partition_dir_name(topic_partition))
+        let index = self.options.dirs.location(topic_partition).unwrap_or(0);
+        self.options
+            .dirs
+            .path(index)
+            .join(partition_dir_name(topic_partition))
     }
 
     /// Opens (creating if needed) a partition's log on this shard.
@@ -169,8 +213,10 @@ impl Store {
         config: LogConfig,
         now_ms: i64,
     ) -> Result<PartitionLog, StorageError> {
+        let dirs = &self.options.dirs;
+        let index = dirs.place(topic_partition)?;
         let hints = RecoveryHints {
-            clean_shutdown: self.clean_shutdown,
+            clean_shutdown: self.clean_shutdown[index],
             recovery_point: self.recovery_points.borrow_mut().remove(topic_partition),
             log_start_offset: self.log_start_offsets.borrow_mut().remove(topic_partition),
             producers_checkpointed_at: self.producer_states.borrow_mut().remove(topic_partition),
@@ -187,10 +233,17 @@ impl Store {
         } else {
             config.clone()
         };
-        let dir = self.partition_dir(topic_partition);
-        let log = PartitionLog::open(dir, recover_as, hints, now_ms).await?;
+        let dir = dirs.path(index).join(partition_dir_name(topic_partition));
+        let log = match PartitionLog::open(dir, recover_as, hints, now_ms).await {
+            Ok(log) => log,
+            Err(error) => {
+                dirs.fail_on(index, &error);
+                return Err(error);
+            }
+        };
         log.set_config(config);
         log.tell_news(self.news.clone());
+        log.tell_dir_failures(dirs.clone(), index);
         self.logs
             .borrow_mut()
             .insert(topic_partition.clone(), log.clone());
@@ -265,7 +318,30 @@ impl Store {
     /// Forgets a partition's log (the caller closes or deletes it).
     pub fn remove_partition(&self, topic_partition: &TopicPartition) -> Option<PartitionLog> {
         self.cleaner.forget(topic_partition);
+        self.options.dirs.forget(topic_partition);
         self.logs.borrow_mut().remove(topic_partition)
+    }
+
+    /// Takes this shard's logs in failed log directories offline, once per
+    /// directory failure (the shard whose log failed first took that one).
+    pub fn take_failed_dirs_offline(&self) {
+        let dirs = &self.options.dirs;
+        let failures = dirs.failures();
+        if failures == self.failures_seen.get() {
+            return;
+        }
+        self.failures_seen.set(failures);
+        for (topic_partition, log) in self.partitions() {
+            let Some(index) = dirs.location(&topic_partition) else {
+                continue;
+            };
+            if let Some(reason) = dirs.failure(index) {
+                log.take_offline(&StorageError::Offline {
+                    path: dirs.path(index).to_owned(),
+                    reason: format!("its log directory failed: {reason}"),
+                });
+            }
+        }
     }
 
     /// Every log, in partition order (so checkpoint files list them in the
@@ -315,7 +391,8 @@ impl Store {
         futures::future::join_all(rounds).await;
     }
 
-    /// Writes the recovery-point and log-start-offset checkpoints.
+    /// Writes the recovery-point, log-start-offset and producer-state
+    /// checkpoints (in each online log directory, of its partitions).
     pub async fn checkpoint(&self) -> Result<(), StorageError> {
         let logs = self.partitions();
         let points: Vec<(TopicPartition, Offset)> = logs
@@ -326,24 +403,21 @@ impl Store {
             .iter()
             .map(|(tp, log)| (tp.clone(), log.log_start_offset()))
             .collect();
-        let encode = |entries: &[(TopicPartition, Offset)]| {
-            encode_offsets(entries.iter().map(|(tp, offset)| (tp, *offset)))
-        };
-        write_atomically(
-            &recovery_point_path(&self.options),
-            encode(&points).as_bytes(),
-        )
-        .await?;
-        write_atomically(&log_start_path(&self.options), encode(&starts).as_bytes()).await?;
         let producers: Vec<(TopicPartition, Offset)> = logs
             .iter()
             .filter_map(|(tp, log)| Some((tp.clone(), log.producers_checkpointed_at()?)))
             .collect();
-        write_atomically(
-            &producer_state_path(&self.options),
-            encode(&producers).as_bytes(),
-        )
-        .await
+        let dirs = &self.options.dirs;
+        let shard = self.options.shard;
+        let written = [
+            dirs.write_checkpoints(&recovery_point_name(shard), &points)
+                .await,
+            dirs.write_checkpoints(&log_start_name(shard), &starts)
+                .await,
+            dirs.write_checkpoints(&producer_state_name(shard), &producers)
+                .await,
+        ];
+        written.into_iter().collect()
     }
 
     /// Applies retention to every log (high watermark = durable offset on a
@@ -370,6 +444,17 @@ impl Store {
         if let Some(cleaner) = schedule.cleaner {
             self.start_cleaner(cleaner);
         }
+        let watched = Rc::downgrade(self);
+        let watch = glommio::spawn_local(async move {
+            loop {
+                glommio::timer::sleep(DIR_FAILURE_CHECK).await;
+                let Some(store) = watched.upgrade() else {
+                    return;
+                };
+                store.take_failed_dirs_offline();
+            }
+        });
+        *self.dir_watch.borrow_mut() = Some(watch);
         let store = Rc::downgrade(self);
         let task = glommio::spawn_local(async move {
             let start = Instant::now();
@@ -430,6 +515,7 @@ impl Store {
     /// If any log fails to close, no marker is written (the next open scans).
     pub async fn close(&self) -> Result<(), StorageError> {
         drop(self.maintenance.borrow_mut().take());
+        drop(self.dir_watch.borrow_mut().take());
         self.cleaner.stop();
         let mut first_error = None;
         for (topic_partition, log) in self.partitions() {
@@ -447,7 +533,11 @@ impl Store {
             return Err(error);
         }
         self.checkpoint().await?;
-        write_atomically(&clean_marker_path(&self.options), b"").await
+        let marker = clean_marker_name(self.options.shard);
+        for root in self.options.dirs.paths() {
+            write_atomically(&root.join(&marker), b"").await?;
+        }
+        Ok(())
     }
 }
 
@@ -457,54 +547,27 @@ pub(crate) fn wall_clock_ms() -> i64 {
         .map_or(0, |elapsed| elapsed.as_millis() as i64)
 }
 
-fn read_checkpoint(path: &Path) -> HashMap<TopicPartition, Offset> {
-    let text = match read_optional_text(path) {
-        Ok(Some(text)) => text,
-        Ok(None) => return HashMap::new(),
-        Err(error) => {
-            tracing::warn!(%error, "ignoring unreadable checkpoint");
-            return HashMap::new();
-        }
-    };
-    match decode_offsets(&text) {
-        Ok(entries) => entries.into_iter().collect(),
-        Err(error) => {
-            tracing::warn!(path = %path.display(), %error, "ignoring corrupt checkpoint; logs will be scanned");
-            HashMap::new()
-        }
-    }
+fn recovery_point_name(shard: u16) -> String {
+    format!("recovery-point-offset-checkpoint-{shard}")
 }
 
-fn recovery_point_path(options: &StoreOptions) -> PathBuf {
-    options.root.join(format!(
-        "recovery-point-offset-checkpoint-{}",
-        options.shard
-    ))
-}
-
-fn log_start_path(options: &StoreOptions) -> PathBuf {
-    options
-        .root
-        .join(format!("log-start-offset-checkpoint-{}", options.shard))
+fn log_start_name(shard: u16) -> String {
+    format!("log-start-offset-checkpoint-{shard}")
 }
 
 /// Brook's own checkpoint (Kafka's format): per partition, the offset at
 /// which its producer state is that of its newest snapshot file at or below
 /// it (see [`crate::storage::producers`]).
-fn producer_state_path(options: &StoreOptions) -> PathBuf {
-    options
-        .root
-        .join(format!("producer-state-checkpoint-{}", options.shard))
+fn producer_state_name(shard: u16) -> String {
+    format!("producer-state-checkpoint-{shard}")
 }
 
-fn clean_marker_path(options: &StoreOptions) -> PathBuf {
-    options
-        .root
-        .join(format!(".brook_cleanshutdown-{}", options.shard))
+fn clean_marker_name(shard: u16) -> String {
+    format!(".brook_cleanshutdown-{shard}")
 }
 
 /// Finishes removing partition directories a crash left marked deleted
-/// (shard 0 does it for the data directory all shards share).
+/// (shard 0 does it for the log directories all shards share).
 async fn remove_deleted_dirs(root: &std::path::Path) {
     let Ok(entries) = std::fs::read_dir(root) else {
         return;

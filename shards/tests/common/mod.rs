@@ -228,10 +228,7 @@ pub async fn settle(log: &PartitionLog) {
 /// Opens shard `shard`'s store under `root`; also the options that open it
 /// again (a restart).
 pub async fn open_store(root: &Path, shard: u16) -> (StoreOptions, Store) {
-    let options = StoreOptions {
-        root: root.to_owned(),
-        shard,
-    };
+    let options = StoreOptions::in_dir(root.to_owned(), shard).unwrap();
     let store = Store::open(options.clone()).await.unwrap();
     (options, store)
 }

@@ -215,12 +215,9 @@ fn shard_maintenance_applies_retention_and_checkpoints_in_the_background() {
     let root = root.path().to_owned();
     block_on(async move {
         let store = Rc::new(
-            Store::open(StoreOptions {
-                root: root.clone(),
-                shard: 0,
-            })
-            .await
-            .unwrap(),
+            Store::open(StoreOptions::in_dir(root.clone(), 0).unwrap())
+                .await
+                .unwrap(),
         );
         let config = LogConfig {
             segment_bytes: 4096,
@@ -274,10 +271,7 @@ fn a_recreated_partition_starts_at_offset_zero() {
     block_on(async move {
         let topic_partition = TopicPartition::new("t", 0);
         let config = small_segments(1500);
-        let options = || StoreOptions {
-            root: root.clone(),
-            shard: 0,
-        };
+        let options = || StoreOptions::in_dir(root.clone(), 0).unwrap();
         {
             let store = Store::open(options()).await.unwrap();
             let log = store
@@ -319,7 +313,9 @@ fn retention_goes_on_past_a_failing_partition() {
     let temporary = tempfile::tempdir().unwrap();
     let root = temporary.path().to_owned();
     block_on(async move {
-        let store = Store::open(StoreOptions { root, shard: 0 }).await.unwrap();
+        let store = Store::open(StoreOptions::in_dir(root, 0).unwrap())
+            .await
+            .unwrap();
         let config = LogConfig {
             segment_bytes: 4096,
             retention_ms: Some(HOUR_MS),
@@ -417,12 +413,9 @@ fn checkpoints_sync_the_logs_so_recovery_points_keep_up() {
     let root = root.path().to_owned();
     block_on(async move {
         let store = Rc::new(
-            Store::open(StoreOptions {
-                root: root.clone(),
-                shard: 0,
-            })
-            .await
-            .unwrap(),
+            Store::open(StoreOptions::in_dir(root.clone(), 0).unwrap())
+                .await
+                .unwrap(),
         );
         // Kafka's default flush policy: the log itself never asks for a sync.
         let config = LogConfig {

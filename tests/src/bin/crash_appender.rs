@@ -27,12 +27,9 @@ fn main() {
     };
     block_on(async move {
         let store = Rc::new(
-            Store::open(StoreOptions {
-                root: PathBuf::from(root),
-                shard: 0,
-            })
-            .await
-            .expect("opening the store"),
+            Store::open(StoreOptions::in_dir(PathBuf::from(root), 0).unwrap())
+                .await
+                .expect("opening the store"),
         );
         let config = LogConfig {
             segment_bytes: 256 << 10,

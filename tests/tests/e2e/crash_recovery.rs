@@ -90,7 +90,9 @@ fn run_and_kill(root: &Path, run: usize, random: &mut Xorshift) -> Vec<(i64, i64
 /// Reopens the log as the broker would after a crash and reads all of it.
 fn reopen_and_read(root: PathBuf) -> (Offset, Vec<u8>) {
     block_on(async move {
-        let store = Store::open(StoreOptions { root, shard: 0 }).await.unwrap();
+        let store = Store::open(StoreOptions::in_dir(root, 0).unwrap())
+            .await
+            .unwrap();
         assert!(
             !store.was_clean(),
             "a killed process leaves no clean-shutdown marker"

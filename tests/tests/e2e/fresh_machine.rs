@@ -26,7 +26,7 @@ const README_ADDRESS: &str = "127.0.0.1:9092";
 const README_METRICS: &str = "127.0.0.1:9644";
 
 /// A `brook serve` started by hand; killed when dropped.
-struct Serve {
+pub(crate) struct Serve {
     child: Child,
     first_line: String,
 }
@@ -135,17 +135,17 @@ fn the_readme_command_starts_a_working_broker_from_an_empty_directory() {
 /// Kafka keeps it: node 1, its own controller the only bootstrap server.
 fn kafka_stock_properties(port: u16, controller_port: u16, log_dirs: &Path) -> String {
     let quorum = format!("controller.quorum.bootstrap.servers=localhost:{controller_port}");
-    kafka_node_properties(1, &quorum, port, controller_port, log_dirs)
+    kafka_node_properties(1, &quorum, port, controller_port, log_dirs.display())
 }
 
 /// The stock file for node `id`, its quorum given by `quorum` (a
 /// `controller.quorum.*` line).
-fn kafka_node_properties(
+pub(crate) fn kafka_node_properties(
     id: usize,
     quorum: &str,
     port: u16,
     controller_port: u16,
-    log_dirs: &Path,
+    log_dirs: impl std::fmt::Display,
 ) -> String {
     format!(
         "process.roles=broker,controller
@@ -161,7 +161,7 @@ num.io.threads=8
 socket.send.buffer.bytes=102400
 socket.receive.buffer.bytes=102400
 socket.request.max.bytes=104857600
-log.dirs={}
+log.dirs={log_dirs}
 num.partitions=1
 num.recovery.threads.per.data.dir=1
 offsets.topic.replication.factor=1
@@ -172,8 +172,7 @@ transaction.state.log.min.isr=1
 log.retention.hours=168
 log.segment.bytes=1073741824
 log.retention.check.interval.ms=300000
-",
-        log_dirs.display()
+"
     )
 }
 
@@ -248,7 +247,13 @@ fn three_nodes_from_kafkas_stock_files_form_one_cluster() {
     let quorum = quorum_of(&ports);
     let nodes = start_nodes(cwd.path(), &ports, |index, dir| {
         let (port, controller) = ports[index];
-        kafka_node_properties(index + 1, &quorum, port, controller, &dir.join("logs"))
+        kafka_node_properties(
+            index + 1,
+            &quorum,
+            port,
+            controller,
+            dir.join("logs").display(),
+        )
     });
     let listed: Vec<String> = ports
         .iter()
@@ -264,7 +269,7 @@ fn three_nodes_from_kafkas_stock_files_form_one_cluster() {
 }
 
 /// `controller.quorum.voters` of nodes 1.. on `ports`' controller ports.
-fn quorum_of(ports: &[(u16, u16)]) -> String {
+pub(crate) fn quorum_of(ports: &[(u16, u16)]) -> String {
     let voters = ports
         .iter()
         .enumerate()
@@ -277,7 +282,7 @@ fn quorum_of(ports: &[(u16, u16)]) -> String {
 /// Starts one node per entry of `ports` (client, controller), node `i + 1`
 /// in `cwd/node-<i + 1>` from the file `properties(i, dir)`, and checks
 /// each listens on its client port on every address.
-fn start_nodes(
+pub(crate) fn start_nodes(
     cwd: &Path,
     ports: &[(u16, u16)],
     properties: impl Fn(usize, &Path) -> String,
@@ -351,8 +356,13 @@ fn two_client_listeners_each_advertise_their_own_addresses() {
     let _nodes = start_nodes(cwd.path(), &ports, |index, dir| {
         let (internal, controller) = ports[index];
         let outside = external[index];
-        let stock =
-            kafka_node_properties(index + 1, &quorum, internal, controller, &dir.join("logs"));
+        let stock = kafka_node_properties(
+            index + 1,
+            &quorum,
+            internal,
+            controller,
+            dir.join("logs").display(),
+        );
         stock
             .lines()
             .map(|line| match line.split_once('=').map(|(key, _)| key) {
@@ -449,11 +459,18 @@ fn bad_listener_and_log_settings_stop_the_start_with_a_reason() {
             "No security protocol defined for listener EXTERNAL",
         ),
         (
-            vec![format!("log.dirs={data_arg}/a,{data_arg}/b")],
-            "2 directories",
+            vec![format!("log.dirs={data_arg}/a,{data_arg}/b,{data_arg}/a/")],
+            "Duplicate log directory found",
         ),
         (
             vec!["log.dirs=/proc/brook-cannot-write-here".to_owned()],
+            "/proc/brook-cannot-write-here",
+        ),
+        // One of several: the good one is not left behind.
+        (
+            vec![format!(
+                "log.dirs={data_arg}/a,/proc/brook-cannot-write-here"
+            )],
             "/proc/brook-cannot-write-here",
         ),
     ];

@@ -12,13 +12,12 @@
 //! there.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use brook_tests::broker::Broker;
 use brook_tests::deliveries::Deliveries;
 use brook_tests::librdkafka::{assigned_from_start, send_when_queued};
+use brook_tests::loop_fs::LoopFilesystem;
 use brook_tests::raw::{connect, create_topic};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::Consumer;
@@ -41,53 +40,6 @@ const ROUND_RECORDS: usize = 5_000;
 /// The producer gives up when this many records went out without the disk
 /// filling (the filesystem holds fewer).
 const RECORDS_MAX: usize = 2 * FILESYSTEM_BYTES as usize / VALUE_BYTES;
-
-/// An ext4 image loop-mounted for one test; unmounted when dropped.
-struct SmallFilesystem {
-    mount: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl SmallFilesystem {
-    fn new() -> SmallFilesystem {
-        // SAFETY: geteuid has no preconditions.
-        let root = unsafe { libc::geteuid() } == 0;
-        assert!(
-            root,
-            "the full-disk tests mount a loop device and need root (CI runs as root)"
-        );
-        let dir = tempfile::tempdir().unwrap();
-        let image = dir.path().join("fs.img");
-        std::fs::File::create(&image)
-            .and_then(|file| file.set_len(FILESYSTEM_BYTES))
-            .unwrap();
-        run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&image));
-        let mount = dir.path().join("mnt");
-        std::fs::create_dir(&mount).unwrap();
-        run(Command::new("mount")
-            .args(["-o", "loop"])
-            .arg(&image)
-            .arg(&mount));
-        SmallFilesystem { mount, _dir: dir }
-    }
-}
-
-impl Drop for SmallFilesystem {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
-    }
-}
-
-fn run(command: &mut Command) {
-    let output = command
-        .output()
-        .unwrap_or_else(|error| panic!("{command:?}: {error}"));
-    assert!(
-        output.status.success(),
-        "{command:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
 
 fn value_of(key: &str) -> Vec<u8> {
     let mut value = format!("{key}:").into_bytes();
@@ -167,10 +119,10 @@ fn consume_all(broker: &Broker) -> HashMap<(i32, i64), (String, Vec<u8>)> {
 }
 
 fn fill_stop_free_and_restart(stop: impl FnOnce(&mut Broker)) {
-    let filesystem = SmallFilesystem::new();
-    let spare = filesystem.mount.join("spare");
+    let filesystem = LoopFilesystem::new(FILESYSTEM_BYTES);
+    let spare = filesystem.mount().join("spare");
     std::fs::write(&spare, vec![1u8; SPARE_BYTES]).unwrap();
-    let data_dir = filesystem.mount.join("data");
+    let data_dir = filesystem.mount().join("data");
     let mut broker = Broker::start(BROOK, &data_dir, 2, &["--set", SEGMENT_BYTES]);
     create_topic(&mut connect(&broker), TOPIC, PARTITIONS);
     let (delivered, errors) = fill(&broker);

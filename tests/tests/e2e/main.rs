@@ -51,6 +51,7 @@ mod java_transactions;
 mod kafka_log_format;
 mod kafka_tools;
 mod kcat_quickstart;
+mod log_dirs;
 mod metrics;
 mod old_clients;
 mod transactions;

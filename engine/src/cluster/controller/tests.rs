@@ -42,6 +42,7 @@ fn beat(broker: i32, epoch: i64, applied_offset: u64) -> HeartbeatRequest {
         epoch,
         applied_offset,
         want_shut_down: false,
+        offline: Vec::new(),
     }
 }
 
@@ -317,6 +318,20 @@ fn three_brokers_one_topic() -> ClusterImage {
     image
 }
 
+/// Brokers 1..=3 and topic "solo": three partitions of one replica each.
+fn three_brokers_one_single_replica_topic() -> ClusterImage {
+    let mut image = three_brokers();
+    let single = create_topic(
+        &image,
+        &request("solo", 3, 1),
+        &defaults(),
+        TopicId([6; 16]),
+    )
+    .unwrap();
+    image.apply(5, &single).unwrap();
+    image
+}
+
 fn leaders(image: &ClusterImage) -> Vec<BrokerId> {
     let topic = image.topic_by_name("orders").unwrap();
     topic
@@ -353,15 +368,7 @@ fn an_expired_session_fences_the_broker_and_moves_its_leaderships_in_one_batch()
 
 #[test]
 fn an_unfenced_broker_leads_the_offline_partitions_of_which_it_is_in_the_isr() {
-    let mut image = three_brokers();
-    let single = create_topic(
-        &image,
-        &request("solo", 3, 1),
-        &defaults(),
-        TopicId([6; 16]),
-    )
-    .unwrap();
-    image.apply(5, &single).unwrap();
+    let mut image = three_brokers_one_single_replica_topic();
     image
         .apply(6, &fence_brokers(&image, &[(BrokerId(2), 2)]))
         .unwrap();
@@ -385,6 +392,91 @@ fn an_unfenced_broker_leads_the_offline_partitions_of_which_it_is_in_the_isr() {
     image.apply(7, &outcome.records).unwrap();
     let solo = image.topic_by_name("solo").unwrap();
     assert!(solo.partitions.iter().all(|p| p.leader != BrokerId::NONE));
+}
+
+fn partition(topic: &str, index: i32) -> TopicPartition {
+    TopicPartition {
+        topic: topic.to_owned(),
+        partition: PartitionId(index),
+    }
+}
+
+/// KIP-858: a heartbeat naming partitions of a failed log directory takes
+/// the broker out of their ISRs and gives their leaderships to others; its
+/// other partitions stay as they are, and the same report again changes
+/// nothing.
+#[test]
+fn a_heartbeat_naming_offline_replicas_moves_them_out_of_isr_and_leadership() {
+    let mut image = three_brokers_one_topic();
+    let led = leaders(&image);
+    let failed = led
+        .iter()
+        .position(|leader| *leader == BrokerId(1))
+        .expect("broker 1 leads a partition") as i32;
+    let mut sessions = BrokerSessions::new(BROKER_SESSION_TIMEOUT_MS_DEFAULT);
+    let report = HeartbeatRequest {
+        offline: vec![partition("orders", failed), partition("gone", 0)],
+        ..beat(1, 1, 5)
+    };
+    let outcome = heartbeat(&image, &mut sessions, report.clone(), 0, 0);
+    assert_eq!(outcome.error, ErrorCode::NONE);
+    assert_eq!(outcome.records.len(), 1, "{:?}", outcome.records);
+    image.apply(6, &outcome.records).unwrap();
+    let topic = image.topic_by_name("orders").unwrap();
+    for (index, registration) in topic.partitions.iter().enumerate() {
+        if index as i32 == failed {
+            assert_ne!(registration.leader, BrokerId(1));
+            assert_ne!(registration.leader, BrokerId::NONE);
+            assert!(!registration.isr.contains(&BrokerId(1)));
+            assert_eq!(registration.leader_epoch, LeaderEpoch(1));
+        } else {
+            assert!(registration.isr.contains(&BrokerId(1)), "untouched");
+            assert_eq!(registration.leader, led[index]);
+        }
+    }
+    let again = heartbeat(&image, &mut sessions, report, 0, 0);
+    assert!(again.records.is_empty(), "{:?}", again.records);
+}
+
+/// A partition whose only in-sync replica failed keeps it as its last ISR
+/// member, leaderless (as when that broker is fenced), and the broker's
+/// return from a fence does not make it lead that partition again.
+#[test]
+fn an_offline_last_isr_member_leaves_its_partition_leaderless_and_does_not_lead_it_again() {
+    let mut image = three_brokers_one_single_replica_topic();
+    let solo = image.topic_by_name("solo").unwrap();
+    let index = solo
+        .partitions
+        .iter()
+        .position(|p| p.leader == BrokerId(2))
+        .expect("broker 2 leads one") as i32;
+    let mut sessions = BrokerSessions::new(BROKER_SESSION_TIMEOUT_MS_DEFAULT);
+    let report = HeartbeatRequest {
+        offline: vec![partition("solo", index)],
+        ..beat(2, 2, 5)
+    };
+    let outcome = heartbeat(&image, &mut sessions, report.clone(), 0, 0);
+    image.apply(6, &outcome.records).unwrap();
+    let registration = &image.topic_by_name("solo").unwrap().partitions[index as usize];
+    assert_eq!(registration.leader, BrokerId::NONE);
+    assert_eq!(
+        registration.isr,
+        vec![BrokerId(2)],
+        "the ISR is never emptied"
+    );
+    // Fenced, then back with the directory still failed: unfenced, but the
+    // partition stays leaderless.
+    image
+        .apply(7, &fence_brokers(&image, &[(BrokerId(2), 2)]))
+        .unwrap();
+    let back = heartbeat(&image, &mut sessions, report, 0, 0);
+    assert_eq!(
+        back.records,
+        vec![MetadataRecord::UnfenceBroker {
+            id: BrokerId(2),
+            epoch: 2
+        }]
+    );
 }
 
 #[test]
@@ -412,7 +504,7 @@ fn controlled_shutdown_moves_every_leadership_before_the_broker_may_stop() {
     };
     let before = leaders(&image);
     assert!(before.contains(&BrokerId(1)));
-    let first = heartbeat(&image, &mut sessions, stopping, 0, 0);
+    let first = heartbeat(&image, &mut sessions, stopping.clone(), 0, 0);
     assert_eq!(
         (first.error, first.should_shut_down),
         (ErrorCode::NONE, false)
@@ -434,7 +526,7 @@ fn controlled_shutdown_moves_every_leadership_before_the_broker_may_stop() {
     }
     // It leads nothing now: fenced, and told to stop; a plain
     // heartbeat in controlled shutdown goes the same way.
-    for request in [stopping, beat(1, 1, 6)] {
+    for request in [stopping.clone(), beat(1, 1, 6)] {
         let second = heartbeat(&image, &mut sessions, request, 0, 0);
         assert!(second.should_shut_down);
         assert_eq!(

@@ -1,6 +1,6 @@
 use super::*;
 use crate::cluster::records::Endpoint;
-use crate::types::{LeaderEpoch, PartitionId};
+use crate::types::{LeaderEpoch, PartitionId, TopicPartition};
 use proptest::prelude::*;
 
 fn frames() -> Vec<PeerFrame> {
@@ -47,6 +47,16 @@ fn frames() -> Vec<PeerFrame> {
                 epoch: 12,
                 applied: 40,
                 want_shut_down: true,
+                offline: vec![
+                    TopicPartition {
+                        topic: "orders".into(),
+                        partition: PartitionId(3),
+                    },
+                    TopicPartition {
+                        topic: "a-b".into(),
+                        partition: PartitionId(0),
+                    },
+                ],
             },
         },
         PeerFrame::Request {

@@ -324,6 +324,9 @@ impl ControllerNode {
             return Vec::new();
         };
         let balance_at = self.balance_at;
+        // Small (a few partitions of a few brokers), and `latest` borrows
+        // the node.
+        let offline = self.sessions.offline.clone();
         let Ok(latest) = self.latest() else {
             return Vec::new();
         };
@@ -337,7 +340,7 @@ impl ControllerNode {
             Some(at) if now_ms < at => return Vec::new(),
             Some(_) => {}
         }
-        let records = elections::balance_leaders(latest, ELECTIONS_PER_BALANCE_MAX);
+        let records = elections::balance_leaders(latest, ELECTIONS_PER_BALANCE_MAX, &offline);
         let more = records.len() >= ELECTIONS_PER_BALANCE_MAX;
         self.balance_at = more.then_some(now_ms + BALANCE_AGAIN_MS);
         if records.is_empty() || self.propose(records.clone()).is_err() {
@@ -567,12 +570,13 @@ impl ControllerNode {
         self.refresh_sessions(now_ms)?;
         let latest = &self.latest.as_ref().expect("refresh_sessions builds it").1;
         let caught_up_at = self.told_served_by_all;
+        let broker = request.broker;
         let mut outcome =
             controller::heartbeat(latest, &mut self.sessions, request, caught_up_at, now_ms);
         if !outcome.records.is_empty() {
             self.propose(outcome.records.clone())?;
         }
-        outcome.should_shut_down &= !self.image.leads_any(request.broker);
+        outcome.should_shut_down &= !self.image.leads_any(broker);
         Ok(outcome)
     }
 

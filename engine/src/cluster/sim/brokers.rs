@@ -14,7 +14,7 @@ use crate::cluster::quorum::{
 use crate::cluster::records::{BrokerRegistration, Endpoint};
 use crate::cluster::visibility::Visibility;
 use crate::protocol::errors::ErrorCode;
-use crate::types::BrokerId;
+use crate::types::{BrokerId, TopicPartition};
 
 impl Simulation {
     pub(super) fn registration(&self, node: usize) -> BrokerRegistration {
@@ -46,6 +46,10 @@ impl Simulation {
                 epoch,
                 applied: self.nodes[node].image.offset,
                 want_shut_down: self.nodes[node].shutting_down.is_some(),
+                offline: match self.config.bug {
+                    Some(Bug::HideOfflineDirs) => Vec::new(),
+                    _ => self.nodes[node].offline.clone(),
+                },
             },
         };
         self.send(node, target, payload);
@@ -118,6 +122,7 @@ impl Simulation {
         epoch: i64,
         applied: u64,
         want_shut_down: bool,
+        offline: Vec<TopicPartition>,
     ) -> Checked {
         let now = self.now_ms;
         let hint = self.leader_hint(to);
@@ -129,6 +134,7 @@ impl Simulation {
             epoch,
             applied_offset: applied,
             want_shut_down,
+            offline,
         };
         let (answer, should_shut_down) = match controller.heartbeat(request, now) {
             Err(_) => (ErrorCode::NOT_CONTROLLER, false),

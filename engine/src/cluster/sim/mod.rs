@@ -20,8 +20,14 @@
 //! - a topic that a live broker told a client exists is never unknown to a
 //!   live broker asked later ([`crate::cluster::visibility`]);
 //! - and at the end, with the faults healed: one controller, every broker
-//!   caught up, registered and unfenced; a broker then stopped for longer
-//!   than the session is fenced, and unfenced once it returns.
+//!   caught up, registered and unfenced; no broker leads, or is in the ISR
+//!   of (but as its last member), a partition of a log directory that
+//!   failed on it; a broker then stopped for longer than the session is
+//!   fenced, and unfenced once it returns.
+//!
+//! Log directories fail too (a broker's replicas of some partitions go
+//! offline until it restarts; its heartbeats name them), drawn from a
+//! stream of their own so the other faults of a seed stayed as they were.
 //!
 //! [`Bug`] breaks a rule on purpose, to show the checker catches it.
 //! The brokers' and the admin client's side is in [`brokers`].
@@ -47,7 +53,7 @@ use crate::cluster::quorum::{
 use crate::cluster::records::{BrokerRegistration, MetadataRecord};
 use crate::cluster::visibility::TopicVisibility;
 use crate::protocol::errors::ErrorCode;
-use crate::types::BrokerId;
+use crate::types::{BrokerId, PartitionId, TopicPartition};
 
 const SESSION_TIMEOUT_MS: u64 = 9_000;
 const HEARTBEAT_INTERVAL_MS: u64 = 2_000;
@@ -66,6 +72,8 @@ const SHUTDOWN_TIMEOUT_MS: u64 = 5_000;
 
 /// Mixed into the seed for the client's own random stream.
 const ASKS_STREAM: u64 = 0x5eed_a5c5;
+/// Mixed into the seed for the log directory failures' stream.
+const DISKS_STREAM: u64 = 0xd15c_fa11;
 
 /// A rule broken on purpose.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,12 +83,15 @@ pub enum Bug {
     ForgetVote,
     /// The controller fences after half the session timeout.
     FenceEarly,
-    /// The active controller elects the first live replica of an offline
-    /// partition, in the ISR or not, and leaves the ISR as it was.
+    /// The active controller elects the first live replica outside the ISR
+    /// of an offline partition, and leaves the ISR as it was.
     ElectOutOfIsr,
     /// Brokers show a topic as soon as they apply it, not once every live
     /// broker serves it ([`crate::cluster::visibility`]).
     ShowAppliedTopics,
+    /// Brokers do not name the partitions of their failed log directories
+    /// in heartbeats.
+    HideOfflineDirs,
 }
 
 #[derive(Clone, Debug)]
@@ -143,6 +154,8 @@ pub struct Report {
     pub balanced: u64,
     /// Topics a live broker showed a client.
     pub topics_shown: u64,
+    /// Replicas taken offline by a failed log directory.
+    pub offline_replicas: u64,
 }
 
 impl<'a> std::iter::Sum<&'a Report> for Report {
@@ -161,6 +174,7 @@ impl<'a> std::iter::Sum<&'a Report> for Report {
             controlled_shutdowns: sum.controlled_shutdowns + report.controlled_shutdowns,
             balanced: sum.balanced + report.balanced,
             topics_shown: sum.topics_shown + report.topics_shown,
+            offline_replicas: sum.offline_replicas + report.offline_replicas,
         })
     }
 }
@@ -174,6 +188,7 @@ enum Payload {
         epoch: i64,
         applied: u64,
         want_shut_down: bool,
+        offline: Vec<TopicPartition>,
     },
     /// The error, a hint of the controller, and `should_shut_down`.
     HeartbeatAnswer(ErrorCode, Option<BrokerId>, bool),
@@ -210,6 +225,8 @@ enum Event {
     AskTopics,
     /// Injects a random fault and schedules the next one.
     Fault,
+    /// A log directory of a random broker fails, and the next is scheduled.
+    DirFails,
 }
 
 /// What a voter has made durable.
@@ -243,6 +260,8 @@ struct Node {
     leader_since: Option<(u64, u64)>,
     /// In a controlled shutdown, to stay down this long once stopped.
     shutting_down: Option<u64>,
+    /// The partitions of its failed log directories (until it restarts).
+    offline: Vec<TopicPartition>,
 }
 
 pub struct Simulation {
@@ -266,6 +285,8 @@ pub struct Simulation {
     /// the main stream so that adding the client left other runs as they
     /// were.
     asks: ChaCha8Rng,
+    /// Which log directories fail, and when.
+    disks: ChaCha8Rng,
     report: Report,
 }
 
@@ -285,6 +306,7 @@ impl Simulation {
     pub fn new(config: SimConfig) -> Simulation {
         let rng = ChaCha8Rng::seed_from_u64(config.seed);
         let asks = ChaCha8Rng::seed_from_u64(config.seed ^ ASKS_STREAM);
+        let disks = ChaCha8Rng::seed_from_u64(config.seed ^ DISKS_STREAM);
         let nodes = (0..config.voters + config.brokers_only)
             .map(|index| Node {
                 id: BrokerId(index as i32),
@@ -302,6 +324,7 @@ impl Simulation {
                 heard: BTreeMap::new(),
                 leader_since: None,
                 shutting_down: None,
+                offline: Vec::new(),
             })
             .collect();
         Simulation {
@@ -321,6 +344,7 @@ impl Simulation {
             topics_asked: 0,
             shown: BTreeSet::new(),
             asks,
+            disks,
             report: Report::default(),
         }
     }
@@ -374,6 +398,8 @@ impl Simulation {
         self.schedule(1_000, Event::CreateTopic);
         self.schedule(1_000, Event::AskTopics);
         self.schedule(500, Event::Fault);
+        let first_failure = self.disks.gen_range(2_000..8_000);
+        self.schedule(first_failure, Event::DirFails);
         self.run_until(self.config.faulty_ms)?;
         self.heal_everything();
         self.run_until(self.config.faulty_ms + QUIET_MS)?;
@@ -482,6 +508,10 @@ impl Simulation {
                 self.inject_fault();
                 Ok(())
             }
+            Event::DirFails => {
+                self.fail_log_dir();
+                Ok(())
+            }
         }
     }
 
@@ -506,6 +536,7 @@ impl Simulation {
         state.leader_since = None;
         state.epoch = None;
         state.shutting_down = None;
+        state.offline.clear();
         state.image = ClusterImage::default();
         state.visibility = TopicVisibility::default();
         self.report.crashes += 1;
@@ -797,7 +828,8 @@ impl Simulation {
                 epoch,
                 applied,
                 want_shut_down,
-            } => self.on_heartbeat(from, to, epoch, applied, want_shut_down),
+                offline,
+            } => self.on_heartbeat(from, to, epoch, applied, want_shut_down, offline),
             Payload::AlterPartition(request) => self.on_alter_partition(to, &request),
             Payload::Fetch(fetch) => {
                 let now_ms = self.now_ms;
@@ -845,6 +877,37 @@ impl Simulation {
             }
             Payload::CreateTopic(name) => self.on_create_topic(to, name),
         }
+    }
+
+    /// A log directory of a running, registered broker fails: about half
+    /// the partitions it has a replica of, as its image shows them, go
+    /// offline on it.
+    fn fail_log_dir(&mut self) {
+        let node = self.disks.gen_range(0..self.nodes.len());
+        let next = self.disks.gen_range(2_000..8_000);
+        self.schedule(next, Event::DirFails);
+        let state = &self.nodes[node];
+        if !state.up || state.epoch.is_none() {
+            return;
+        }
+        let me = BrokerId(node as i32);
+        let mut failed = Vec::new();
+        for topic in state.image.topics.values() {
+            for (index, partition) in topic.partitions.iter().enumerate() {
+                let topic_partition = TopicPartition {
+                    topic: topic.name.clone(),
+                    partition: PartitionId(index as i32),
+                };
+                if partition.replicas.contains(&me)
+                    && !state.offline.contains(&topic_partition)
+                    && self.disks.gen_bool(0.5)
+                {
+                    failed.push(topic_partition);
+                }
+            }
+        }
+        self.report.offline_replicas += failed.len() as u64;
+        self.nodes[node].offline.extend(failed);
     }
 
     fn inject_fault(&mut self) {

@@ -40,17 +40,25 @@ impl Simulation {
         }
         let me = BrokerId(node as i32);
         let image = &self.nodes[node].image;
-        let mut led: Vec<(TopicId, usize, &PartitionRegistration)> = Vec::new();
+        // A replica in a failed log directory does not fetch, so it never
+        // catches up: no leader asks to add it.
+        let offline_on = |replica: BrokerId, topic: &str, index: usize| {
+            self.nodes[replica.0 as usize]
+                .offline
+                .iter()
+                .any(|tp| tp.topic == topic && tp.partition.0 as usize == index)
+        };
+        let mut led: Vec<(TopicId, &str, usize, &PartitionRegistration)> = Vec::new();
         for topic in image.topics.values() {
             for (index, partition) in topic.partitions.iter().enumerate() {
                 if partition.leader == me {
-                    led.push((topic.id, index, partition));
+                    led.push((topic.id, &topic.name, index, partition));
                 }
             }
         }
-        let Some((topic, index, current)) = led
+        let Some((topic, name, index, current)) = led
             .choose(&mut self.rng)
-            .map(|(topic, index, current)| (*topic, *index, (*current).clone()))
+            .map(|(topic, name, index, current)| (*topic, *name, *index, (*current).clone()))
         else {
             return;
         };
@@ -59,7 +67,11 @@ impl Simulation {
             .replicas
             .iter()
             .copied()
-            .filter(|replica| !current.isr.contains(replica) && image.is_active(*replica))
+            .filter(|replica| {
+                !current.isr.contains(replica)
+                    && image.is_active(*replica)
+                    && !offline_on(*replica, name, index)
+            })
             .collect();
         match outside.choose(&mut self.rng) {
             Some(joining) if self.rng.gen_bool(0.8) => new_isr.push(*joining),
@@ -230,8 +242,8 @@ fn check_progress(
     Ok(())
 }
 
-/// The broken rule: offline partitions led by their first active replica,
-/// the ISR left as it was.
+/// The broken rule: offline partitions led by their first active replica
+/// outside the ISR, the ISR left as it was.
 fn out_of_isr_elections(image: &ClusterImage) -> Vec<MetadataRecord> {
     let mut records = Vec::new();
     for topic in image.topics.values() {
@@ -243,7 +255,7 @@ fn out_of_isr_elections(image: &ClusterImage) -> Vec<MetadataRecord> {
                 .replicas
                 .iter()
                 .copied()
-                .find(|r| image.is_active(*r))
+                .find(|r| image.is_active(*r) && !partition.isr.contains(r))
             else {
                 continue;
             };

@@ -26,6 +26,7 @@ impl Simulation {
                         | Event::Partition(..)
                         | Event::CreateTopic
                         | Event::Fault
+                        | Event::DirFails
                 )
             })
             .map(|(sequence, _)| *sequence)
@@ -83,6 +84,21 @@ impl Simulation {
                 return Err(self.violation(format!(
                     "after healing, broker {index} is not registered and unfenced"
                 )));
+            }
+            for topic_partition in &node.offline {
+                let Some(partition) = image
+                    .topic_by_name(&topic_partition.topic)
+                    .and_then(|topic| topic.partitions.get(topic_partition.partition.0 as usize))
+                else {
+                    continue;
+                };
+                let in_isr = partition.isr.contains(&node.id) && partition.isr.len() > 1;
+                if partition.leader == node.id || in_isr {
+                    return Err(self.violation(format!(
+                        "after healing, broker {index}'s replica of {topic_partition} is in a \
+                         failed log directory, yet the partition is {partition:?}"
+                    )));
+                }
             }
         }
         Ok(())

@@ -254,9 +254,34 @@ struct Placement {
     leader_epoch: i32,
     replicas: Vec<BrokerId>,
     isr: Vec<BrokerId>,
+    /// This broker, if its replica is in a failed log directory.
+    offline: Vec<BrokerId>,
 }
 
-fn placement(shard: &Shard, topic: TopicId, index: usize) -> Placement {
+fn placement(shard: &Shard, topic: TopicId, name: &str, index: usize) -> Placement {
+    let mut placement = registered_placement(shard, topic, index);
+    let this = BrokerId(shard.context.broker_id);
+    let dirs = &shard.context.log_dirs;
+    let here = TopicPartition {
+        topic: name.to_owned(),
+        partition: PartitionId(index as i32),
+    };
+    let offline_here = dirs.failures() > 0
+        && placement.replicas.contains(&this)
+        && dirs.location(&here).is_some_and(|dir| dirs.is_offline(dir));
+    if offline_here {
+        placement.offline.push(this);
+        // Alone, this broker's failed replica leaves the partition without
+        // a leader, as Kafka's controller leaves it.
+        if shard.context.config.cluster.is_none() {
+            placement.error = ErrorCode::LEADER_NOT_AVAILABLE;
+            placement.leader = BrokerId(-1);
+        }
+    }
+    placement
+}
+
+fn registered_placement(shard: &Shard, topic: TopicId, index: usize) -> Placement {
     let brokers = |ids: &[brook_engine::types::BrokerId]| -> Vec<BrokerId> {
         ids.iter().map(|id| BrokerId(id.0)).collect()
     };
@@ -273,6 +298,7 @@ fn placement(shard: &Shard, topic: TopicId, index: usize) -> Placement {
             leader_epoch: registration.leader_epoch.0,
             replicas: brokers(&registration.replicas),
             isr: brokers(&registration.isr),
+            offline: Vec::new(),
         },
         // A partition this broker's view of the metadata log does not hold
         // yet (it is catching up after a restart): no leader known, as Kafka
@@ -283,6 +309,7 @@ fn placement(shard: &Shard, topic: TopicId, index: usize) -> Placement {
             leader_epoch: -1,
             replicas: Vec::new(),
             isr: Vec::new(),
+            offline: Vec::new(),
         },
         None => {
             let node = BrokerId(shard.context.broker_id);
@@ -292,6 +319,7 @@ fn placement(shard: &Shard, topic: TopicId, index: usize) -> Placement {
                 leader_epoch: FIRST_LEADER_EPOCH.0,
                 replicas: vec![node],
                 isr: vec![node],
+                offline: Vec::new(),
             }
         }
     }
@@ -300,7 +328,7 @@ fn placement(shard: &Shard, topic: TopicId, index: usize) -> Placement {
 fn topic_response(shard: &Shard, topic: &TopicMetadata, operations: i32) -> MetadataResponseTopic {
     let partitions = (0..topic.partitions.len())
         .map(|index| {
-            let placement = placement(shard, topic.id, index);
+            let placement = placement(shard, topic.id, &topic.name, index);
             MetadataResponsePartition::default()
                 .with_error_code(placement.error.0)
                 .with_partition_index(index as i32)
@@ -308,6 +336,7 @@ fn topic_response(shard: &Shard, topic: &TopicMetadata, operations: i32) -> Meta
                 .with_leader_epoch(placement.leader_epoch)
                 .with_replica_nodes(placement.replicas)
                 .with_isr_nodes(placement.isr)
+                .with_offline_replicas(placement.offline)
         })
         .collect();
     MetadataResponseTopic::default()
@@ -465,10 +494,15 @@ pub async fn describe_log_dirs(
             })
             .collect(),
     };
-    let mut by_topic: std::collections::BTreeMap<String, Vec<DescribeLogDirsPartition>> =
-        Default::default();
+    // Per log directory (by index), per topic, its partitions there.
+    let dirs = &shard.context.log_dirs;
+    let mut by_dir: Vec<std::collections::BTreeMap<String, Vec<DescribeLogDirsPartition>>> =
+        vec![Default::default(); dirs.len()];
     for topic_partition in wanted {
         let Some(owner) = image.owner(&topic_partition) else {
+            continue;
+        };
+        let Some(dir) = dirs.location(&topic_partition) else {
             continue;
         };
         let lookup = topic_partition.clone();
@@ -481,29 +515,42 @@ pub async fn describe_log_dirs(
             let partition = DescribeLogDirsPartition::default()
                 .with_partition_index(topic_partition.partition.0)
                 .with_partition_size(size as i64);
-            by_topic
+            by_dir[dir]
                 .entry(topic_partition.topic)
                 .or_default()
                 .push(partition);
         }
     }
-    let topics = by_topic
+    // As Kafka: a failed directory is listed with KAFKA_STORAGE_ERROR and
+    // nothing in it.
+    let results = dirs
+        .reports()
         .into_iter()
-        .map(|(name, partitions)| {
-            DescribeLogDirsTopic::default()
-                .with_name(topic_name(&name))
-                .with_partitions(partitions)
+        .zip(by_dir)
+        .map(|(dir, by_topic)| {
+            let result = DescribeLogDirsResult::default()
+                .with_log_dir(text(&dir.path.display().to_string()));
+            if dir.offline {
+                return result.with_error_code(ErrorCode::KAFKA_STORAGE_ERROR.0);
+            }
+            let topics = by_topic
+                .into_iter()
+                .map(|(name, partitions)| {
+                    DescribeLogDirsTopic::default()
+                        .with_name(topic_name(&name))
+                        .with_partitions(partitions)
+                })
+                .collect();
+            let (total_bytes, usable_bytes) = filesystem_space(&dir.path);
+            result
+                .with_topics(topics)
+                .with_total_bytes(total_bytes)
+                .with_usable_bytes(usable_bytes)
         })
         .collect();
-    let (total_bytes, usable_bytes) = filesystem_space(&shard.context.data_dir);
-    let result = DescribeLogDirsResult::default()
-        .with_log_dir(text(&shard.context.data_dir.display().to_string()))
-        .with_topics(topics)
-        .with_total_bytes(total_bytes)
-        .with_usable_bytes(usable_bytes);
     encode(
         request,
-        &DescribeLogDirsResponse::default().with_results(vec![result]),
+        &DescribeLogDirsResponse::default().with_results(results),
     )
 }
 
@@ -525,9 +572,10 @@ fn filesystem_space(dir: &std::path::Path) -> (i64, i64) {
 fn partition_metadata(
     shard: &Shard,
     topic: TopicId,
+    name: &str,
     index: usize,
 ) -> DescribeTopicPartitionsResponsePartition {
-    let placement = placement(shard, topic, index);
+    let placement = placement(shard, topic, name, index);
     DescribeTopicPartitionsResponsePartition::default()
         .with_error_code(placement.error.0)
         .with_partition_index(index as i32)
@@ -535,6 +583,7 @@ fn partition_metadata(
         .with_leader_epoch(placement.leader_epoch)
         .with_replica_nodes(placement.replicas)
         .with_isr_nodes(placement.isr)
+        .with_offline_replicas(placement.offline)
         // No eligible leader replicas (KIP-966) yet: empty, not null.
         .with_eligible_leader_replicas(Some(Vec::new()))
         .with_last_known_elr(Some(Vec::new()))
@@ -591,7 +640,7 @@ pub async fn describe_topic_partitions(
                             .with_is_internal(is_internal_topic(&name))
                             .with_partitions(
                                 partitions
-                                    .map(|index| partition_metadata(shard, id, index))
+                                    .map(|index| partition_metadata(shard, id, &name, index))
                                     .collect(),
                             )
                             .with_topic_authorized_operations(operations)
@@ -623,51 +672,70 @@ pub async fn describe_topic_partitions(
     encode(request, &response)
 }
 
-/// Where a replica may move (AlterReplicaLogDirs), given the broker's one
-/// log directory: nowhere else. Kafka's answers: LOG_DIR_NOT_FOUND for a
-/// directory not in the config, REPLICA_NOT_AVAILABLE for a partition the
-/// broker does not have, NONE for one already in the directory asked for.
-fn replica_move(log_dirs: &[String], path: &str, hosted: bool) -> ErrorCode {
-    if !log_dirs.iter().any(|dir| dir == path) {
-        ErrorCode::LOG_DIR_NOT_FOUND
-    } else if !hosted {
-        ErrorCode::REPLICA_NOT_AVAILABLE
-    } else {
-        ErrorCode::NONE
+/// Where a replica may move (AlterReplicaLogDirs): `target` is the index
+/// of the log directory the request names (`None`: not one of the
+/// broker's), `current` the one that holds the replica (`None`: the broker
+/// has none), `target_offline` whether the target has failed. Kafka's
+/// answers: LOG_DIR_NOT_FOUND for a directory not in the config,
+/// KAFKA_STORAGE_ERROR for a failed one, REPLICA_NOT_AVAILABLE for a
+/// partition the broker does not have, NONE for one already in the
+/// directory asked for. Brook does not move a replica between its
+/// directories yet: INVALID_REQUEST says so.
+fn replica_move(target: Option<usize>, current: Option<usize>, target_offline: bool) -> ErrorCode {
+    match (target, current) {
+        (None, _) => ErrorCode::LOG_DIR_NOT_FOUND,
+        _ if target_offline => ErrorCode::KAFKA_STORAGE_ERROR,
+        (Some(_), None) => ErrorCode::REPLICA_NOT_AVAILABLE,
+        (Some(target), Some(current)) if target == current => ErrorCode::NONE,
+        (Some(_), Some(_)) => ErrorCode::INVALID_REQUEST,
     }
 }
 
-/// The names the broker's log directory goes by: as configured, absolute,
-/// and resolved (Kafka compares absolute paths).
-fn log_dir_names(dir: &std::path::Path) -> Vec<String> {
-    let mut names = vec![dir.display().to_string()];
-    if let Ok(absolute) = std::path::absolute(dir) {
-        names.push(absolute.display().to_string());
-    }
-    if let Ok(canonical) = dir.canonicalize() {
-        names.push(canonical.display().to_string());
-    }
-    names
+/// Which of the broker's log directories `path` names: as configured,
+/// absolute, or resolved (Kafka compares absolute paths).
+fn log_dir_named(dirs: &crate::storage::LogDirs, path: &str) -> Option<usize> {
+    let names = |dir: &std::path::Path| {
+        let mut names = vec![dir.display().to_string()];
+        if let Ok(absolute) = std::path::absolute(dir) {
+            names.push(absolute.display().to_string());
+        }
+        if let Ok(canonical) = dir.canonicalize() {
+            names.push(canonical.display().to_string());
+        }
+        names
+    };
+    dirs.paths().position(|dir| {
+        names(dir)
+            .iter()
+            .any(|name| name.trim_end_matches('/') == path.trim_end_matches('/'))
+    })
 }
 
-/// AlterReplicaLogDirs: with one log directory a replica can only stay
-/// where it is.
+/// AlterReplicaLogDirs: a replica stays where it is (see [`replica_move`]).
 pub fn alter_replica_log_dirs(
     shard: &Rc<Shard>,
     request: &Request,
 ) -> Result<Response, FrameError> {
     let body: AlterReplicaLogDirsRequest = request.decode_body()?;
     let image = shard.image();
-    let log_dirs = log_dir_names(&shard.context.data_dir);
+    let dirs = &shard.context.log_dirs;
     let mut by_topic: Vec<(String, Vec<AlterReplicaLogDirPartitionResult>)> = Vec::new();
     for dir in &body.dirs {
+        let target = log_dir_named(dirs, &dir.path);
+        let target_offline = target.is_some_and(|index| dirs.is_offline(index));
         for topic in &dir.topics {
             let name = topic.name.to_string();
             let results = topic.partitions.iter().map(|partition| {
-                let hosted = image.owner_at(&name, PartitionId(*partition)).is_some();
+                let topic_partition = TopicPartition {
+                    topic: name.clone(),
+                    partition: PartitionId(*partition),
+                };
+                let current = image
+                    .owner(&topic_partition)
+                    .and_then(|_| dirs.location(&topic_partition));
                 AlterReplicaLogDirPartitionResult::default()
                     .with_partition_index(*partition)
-                    .with_error_code(replica_move(&log_dirs, &dir.path, hosted).0)
+                    .with_error_code(replica_move(target, current, target_offline).0)
             });
             match by_topic.iter_mut().find(|(known, _)| *known == name) {
                 Some((_, partitions)) => partitions.extend(results),
@@ -694,20 +762,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_replica_can_only_stay_in_the_one_log_directory() {
-        let dirs = vec!["/data".to_owned()];
-        assert_eq!(replica_move(&dirs, "/data", true), ErrorCode::NONE);
+    fn a_replica_stays_in_its_log_directory() {
+        assert_eq!(replica_move(Some(1), Some(1), false), ErrorCode::NONE);
         assert_eq!(
-            replica_move(&dirs, "/data", false),
+            replica_move(Some(0), None, false),
             ErrorCode::REPLICA_NOT_AVAILABLE
         );
         assert_eq!(
-            replica_move(&dirs, "/other", false),
+            replica_move(None, Some(0), false),
             ErrorCode::LOG_DIR_NOT_FOUND
         );
         assert_eq!(
-            replica_move(&dirs, "/other", true),
+            replica_move(None, None, false),
             ErrorCode::LOG_DIR_NOT_FOUND
+        );
+        assert_eq!(
+            replica_move(Some(1), Some(1), true),
+            ErrorCode::KAFKA_STORAGE_ERROR
+        );
+        assert_eq!(
+            replica_move(Some(0), Some(1), false),
+            ErrorCode::INVALID_REQUEST,
+            "no move between directories yet"
         );
     }
 }

@@ -289,21 +289,33 @@ async fn session(
     };
     let heartbeat_every = Duration::from_millis(state.settings.heartbeat_interval_ms);
     let mut next_heartbeat = Instant::now();
+    // Directory failures the controller has been told of: a new one is
+    // reported at once (Kafka's broker heartbeats at once too), so the
+    // leaderships of its partitions move within a metadata round.
+    let mut failures_told = 0;
     while !shard.is_stopping() {
         if shard.shut_down.get() == ShutDown::Wanted {
             next_heartbeat = next_heartbeat.min(Instant::now() + SHUTDOWN_HEARTBEAT);
         }
+        let failures = shard.context.log_dirs.failures();
+        if failures != failures_told && state.epoch.is_some() {
+            next_heartbeat = Instant::now();
+        }
         if Instant::now() >= next_heartbeat {
             let request = match state.epoch {
                 None => PeerRequest::Register(state.registration.clone()),
-                Some(epoch) => PeerRequest::Heartbeat {
-                    broker: state.settings.node,
-                    epoch,
-                    // What the shards serve: the controller unfences a
-                    // broker only once it serves far enough.
-                    applied: state.published.0,
-                    want_shut_down: shard.shut_down.get() != ShutDown::Running,
-                },
+                Some(epoch) => {
+                    failures_told = failures;
+                    PeerRequest::Heartbeat {
+                        broker: state.settings.node,
+                        epoch,
+                        // What the shards serve: the controller unfences a
+                        // broker only once it serves far enough.
+                        applied: state.published.0,
+                        want_shut_down: shard.shut_down.get() != ShutDown::Running,
+                        offline: shard.context.log_dirs.offline_partitions(),
+                    }
+                }
             };
             match session.ask(request).await? {
                 PeerResponse::NotController { leader } => {

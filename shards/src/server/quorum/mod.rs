@@ -537,12 +537,14 @@ fn handle_request(
             epoch,
             applied,
             want_shut_down,
+            offline,
         } => {
             let request = HeartbeatRequest {
                 broker,
                 epoch,
                 applied_offset: applied,
                 want_shut_down,
+                offline,
             };
             match node.heartbeat(request, now) {
                 Ok(outcome) => PeerResponse::Heartbeat {

@@ -71,11 +71,13 @@ pub async fn run(shard: Rc<Shard>, leader: BrokerId, mut stopped: oneshot::Recei
     while !shard.is_stopping() && !is_stopped(&mut stopped) {
         let followed = shard.replication.followed_from(leader);
         // A partition whose log this shard has not opened yet waits: the
-        // session's entries are exactly the partitions fetched.
+        // session's entries are exactly the partitions fetched. One whose
+        // log directory failed is not fetched: it cannot take the records,
+        // and fetching would tell the leader it is caught up.
         let followed: Vec<_> = followed
             .into_iter()
             .filter_map(|(tp, registration)| {
-                let log = shard.log(&tp)?;
+                let log = shard.log(&tp).filter(|log| !log.is_offline())?;
                 Some((tp, registration, log))
             })
             .collect();
