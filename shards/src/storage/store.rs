@@ -366,9 +366,12 @@ impl Store {
     pub async fn sync_for_checkpoint(&self) {
         // Producer state is recorded as of each log's end before the sync,
         // so the sync makes everything below that point durable.
+        // An offline log has nothing more to make durable, and its
+        // directory may answer nothing but errors.
         let logs: Vec<(TopicPartition, PartitionLog, ProducerCheckpoint)> = self
             .partitions()
             .into_iter()
+            .filter(|(_, log)| !log.is_offline())
             .map(|(topic_partition, log)| {
                 let producers = log.begin_producer_checkpoint();
                 (topic_partition, log, producers)
@@ -421,12 +424,15 @@ impl Store {
     }
 
     /// Applies retention to every log (high watermark = durable offset on a
-    /// single replica). Returns the number of segments deleted. A log that
-    /// fails (offline, closed) is logged and skipped: it must not stop
-    /// retention of the logs after it.
+    /// single replica). Returns the number of segments deleted. An offline
+    /// log is skipped; one that fails (closed meanwhile) is logged and
+    /// skipped: it must not stop retention of the logs after it.
     pub async fn apply_retention(&self, now_ms: i64) -> usize {
         let mut deleted = 0;
         for (topic_partition, log) in self.partitions() {
+            if log.is_offline() {
+                continue;
+            }
             match log.apply_retention(log.durable_offset(), now_ms).await {
                 Ok(count) => deleted += count,
                 Err(error) => {
