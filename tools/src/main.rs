@@ -36,7 +36,15 @@ use clap::{Args, Parser, Subcommand};
 static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 #[derive(Debug, Parser)]
-#[command(name = "brook", version, about = "Brook: a Kafka-compatible broker")]
+#[command(
+    name = "brook",
+    version,
+    about = "Brook: a Kafka-compatible broker",
+    after_help = "The client commands (topic, produce, consume, offsets, group) reach the \
+                  brokers named by --brokers HOST:PORT[,HOST:PORT...] (or BROOK_BROKERS; \
+                  default 127.0.0.1:9092, where `brook serve` listens with no settings).\n\
+                  `brook <COMMAND> --help` says more."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -111,7 +111,7 @@ impl WorkloadReport {
     pub fn to_text(&self) -> String {
         let options = &self.options;
         let mut text = format!(
-            "workload: {} topic(s) × {} partitions, {} B records ({:.0}% random), acks={}, batch {} B, linger {:?}, {:?}, {} producer(s), {} consumer(s), rate {}\n",
+            "workload: {} topic(s) × {} partitions, {} B records ({:.0}% random), acks={}, batch {} B, linger {:?}, compression {}, {} producer(s), {} consumer(s), rate {}\n",
             options.topics,
             options.partitions,
             options.record_bytes,
@@ -178,7 +178,7 @@ impl WorkloadReport {
                     .string("acks", &options.acks.to_string())
                     .integer("batch_bytes", options.batch_bytes as u64)
                     .number("linger_ms", options.linger.as_secs_f64() * 1000.0)
-                    .string("compression", &format!("{:?}", options.compression))
+                    .string("compression", &options.compression.to_string())
                     .integer("producers", options.producers as u64)
                     .integer("consumers", options.consumers as u64)
                     .integer("rate", options.rate),

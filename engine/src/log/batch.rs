@@ -144,6 +144,21 @@ pub enum Compression {
     Unknown(u8),
 }
 
+/// Kafka's names of the codecs (`compression.type`, and its tools'
+/// `compresscodec`).
+impl std::fmt::Display for Compression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Compression::None => f.write_str("none"),
+            Compression::Gzip => f.write_str("gzip"),
+            Compression::Snappy => f.write_str("snappy"),
+            Compression::Lz4 => f.write_str("lz4"),
+            Compression::Zstd => f.write_str("zstd"),
+            Compression::Unknown(id) => write!(f, "unknown({id})"),
+        }
+    }
+}
+
 /// How a batch's timestamps were assigned (attribute bit 3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimestampType {

@@ -251,9 +251,10 @@ fn stop(nodes: &mut Nodes) -> bool {
         let why = match signals::wait(Some(left)) {
             Wake::Termination(signal) => format!("a second {signal}"),
             _ if Instant::now() < deadline => continue,
-            _ if quorum_lost => {
-                "their controller quorum is gone, so no controlled shutdown can finish".to_owned()
-            }
+            _ if quorum_lost => "their controlled shutdown cannot finish now that the controller \
+                 quorum has stopped (expected when the whole cluster stops; their logs are \
+                 recovered at the next start)"
+                .to_owned(),
             _ => format!("they did not stop within {STOP_GRACE_MAX:?} of SIGTERM"),
         };
         let running = running

@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use brook_engine::log::batch::{BatchView, Compression, TimestampType};
+use brook_engine::log::batch::{BatchView, TimestampType};
 use brook_engine::log::control::{ControlRecordType, EndTxnMarker, MarkerKind};
 use serde::Serialize;
 
@@ -147,7 +147,7 @@ impl<'a> BatchLine<'a> {
                 TimestampType::LogAppendTime => "LogAppendTime",
             },
             size: batch.size_bytes(),
-            compression: compression_name(attributes.compression()),
+            compression: attributes.compression().to_string(),
             crc,
             crc_computed,
             crc_valid: crc == crc_computed,
@@ -196,17 +196,6 @@ fn last_sequence(batch: &BatchView<'_>) -> i64 {
         return -1;
     }
     (base + i64::from(batch.last_offset_delta())) % (i64::from(i32::MAX) + 1)
-}
-
-pub fn compression_name(compression: Compression) -> String {
-    match compression {
-        Compression::None => "none".to_owned(),
-        Compression::Gzip => "gzip".to_owned(),
-        Compression::Snappy => "snappy".to_owned(),
-        Compression::Lz4 => "lz4".to_owned(),
-        Compression::Zstd => "zstd".to_owned(),
-        Compression::Unknown(id) => format!("unknown({id})"),
-    }
 }
 
 /// A record in a batch's JSON `records`.

@@ -93,3 +93,14 @@ fn a_silent_broker_fails_within_the_timeout() {
     assert!(took < Duration::from_secs(20), "took {took:?}");
     drop(listener);
 }
+
+/// `brook --help` says how the client commands find a broker (the flag is
+/// on each of them, not on `brook` itself).
+#[test]
+fn top_level_help_says_how_client_commands_find_brokers() {
+    let run = brook_alone(&["--help"], None).ok();
+    assert!(
+        run.stdout.contains("--brokers HOST:PORT") && run.stdout.contains("BROOK_BROKERS"),
+        "{run:?}"
+    );
+}
