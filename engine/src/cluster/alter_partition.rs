@@ -16,6 +16,7 @@
 //! | ISR with a non-replica, a repeat, or empty    | INVALID_REQUEST            |
 //! | ISR without the leader                        | INVALID_REQUEST            |
 //! | ISR member fenced, unregistered, shutting down| INELIGIBLE_REPLICA         |
+//! | ISR member added whose log directory failed   | INELIGIBLE_REPLICA         |
 //!
 //! A newer epoch than the controller's means this controller is behind
 //! (perhaps deposed): the leader looks for the new one. A request from a
@@ -32,6 +33,7 @@
 use bytes::BufMut;
 
 use crate::cluster::cluster_image::ClusterImage;
+use crate::cluster::elections::OfflineReplicas;
 use crate::cluster::image::TopicId;
 use crate::cluster::records::{MetadataRecord, PartitionRegistration, Reader, RecordError};
 use crate::protocol::errors::ErrorCode;
@@ -85,9 +87,15 @@ impl AlterPartitionResponse {
 /// AlterPartition against the controller's image: the registration the
 /// partition will have, and the record that makes it so (none when the
 /// ISR asked for is the current one).
+///
+/// `offline`: what brokers' heartbeats named of their failed log
+/// directories. A replica there may not join the ISR (KIP-858): a fetch it
+/// sent before its directory failed can still make the leader see it
+/// caught up after the controller took it out.
 pub fn alter_partition(
     image: &ClusterImage,
     request: &AlterPartitionRequest,
+    offline: &OfflineReplicas,
 ) -> Result<(PartitionRegistration, Vec<MetadataRecord>), ErrorCode> {
     let registered = image
         .brokers
@@ -104,6 +112,18 @@ pub fn alter_partition(
         .ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)?;
     check_epochs(current, request)?;
     check_isr(image, current, &request.new_isr)?;
+    let name = image
+        .topics
+        .get(&request.topic)
+        .map_or("", |topic| topic.name.as_str());
+    let index = usize::try_from(request.partition.0).unwrap_or(usize::MAX);
+    let joins_offline = request
+        .new_isr
+        .iter()
+        .any(|member| !current.isr.contains(member) && offline.holds(*member, name, index));
+    if joins_offline {
+        return Err(ErrorCode::INELIGIBLE_REPLICA);
+    }
     if request.new_isr == current.isr {
         return Ok((current.clone(), Vec::new()));
     }
@@ -271,7 +291,8 @@ mod tests {
     #[test]
     fn the_leader_grows_the_isr_and_the_partition_epoch_moves() {
         let mut image = image();
-        let (changed, records) = alter_partition(&image, &request(&[1, 2])).unwrap();
+        let (changed, records) =
+            alter_partition(&image, &request(&[1, 2]), &OfflineReplicas::default()).unwrap();
         assert_eq!(
             AlterPartitionResponse::of(&changed),
             AlterPartitionResponse {
@@ -289,7 +310,10 @@ mod tests {
             partition_epoch: 8,
             ..request(&[1, 2])
         };
-        assert_eq!(alter_partition(&image, &retry), Ok((changed, Vec::new())));
+        assert_eq!(
+            alter_partition(&image, &retry, &OfflineReplicas::default()),
+            Ok((changed, Vec::new()))
+        );
     }
 
     #[test]
@@ -327,20 +351,36 @@ mod tests {
             let mut asked = request(&[1, 2]);
             change(&mut asked);
             assert_eq!(
-                alter_partition(&image, &asked).map(|_| ()),
+                alter_partition(&image, &asked, &OfflineReplicas::default()).map(|_| ()),
                 Err(*error),
                 "{what}"
             );
         }
         assert_eq!(
-            alter_partition(&shutting, &request(&[1, 2])).map(|_| ()),
+            alter_partition(&shutting, &request(&[1, 2]), &OfflineReplicas::default()).map(|_| ()),
             Err(ErrorCode::INELIGIBLE_REPLICA),
             "a member shutting down"
+        );
+        let mut offline = OfflineReplicas::default();
+        let failed = crate::types::TopicPartition {
+            topic: "t".into(),
+            partition: PartitionId(0),
+        };
+        offline.report(BrokerId(2), &[failed]);
+        assert_eq!(
+            alter_partition(&image, &request(&[1, 2]), &offline).map(|_| ()),
+            Err(ErrorCode::INELIGIBLE_REPLICA),
+            "a member joining from a failed log directory"
         );
         let mut unregistered = image.clone();
         unregistered.brokers.remove(&BrokerId(2));
         assert_eq!(
-            alter_partition(&unregistered, &request(&[1, 2])).map(|_| ()),
+            alter_partition(
+                &unregistered,
+                &request(&[1, 2]),
+                &OfflineReplicas::default()
+            )
+            .map(|_| ()),
             Err(ErrorCode::INELIGIBLE_REPLICA),
             "an unregistered member"
         );

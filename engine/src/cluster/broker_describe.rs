@@ -29,7 +29,8 @@ pub struct BrokerIdentity {
     pub listen: String,
     /// What clients are told to connect to (`NAME://host:port,…`).
     pub advertised: String,
-    pub log_dir: String,
+    /// Its log directories (`dir,dir,…`; the first holds the metadata).
+    pub log_dirs: String,
 }
 
 use ConfigType::{Boolean, Class, Double, Int, List, Long, Short, String as Text};
@@ -205,10 +206,8 @@ const KAFKA_DEFAULTS: &[(&str, ConfigType, Option<&str>)] = &[
         Long,
         Some("5000"),
     ),
-    ("replica.lag.time.max.ms", Long, Some("30000")),
     ("replica.selector.class", Text, None),
     ("replica.socket.receive.buffer.bytes", Int, Some("65536")),
-    ("replica.socket.timeout.ms", Int, Some("30000")),
     ("request.timeout.ms", Int, Some("30000")),
     ("sasl.mechanism.controller.protocol", Text, Some("GSSAPI")),
     ("security.inter.broker.protocol", Text, Some("PLAINTEXT")),
@@ -292,8 +291,12 @@ pub(crate) fn brook_values(
             Boolean,
             value(&config.cleaner.enabled),
         ),
-        ("log.dir", Text, Some(identity.log_dir.clone())),
-        ("log.dirs", Text, Some(identity.log_dir.clone())),
+        (
+            "log.dir",
+            Text,
+            identity.log_dirs.split(',').next().map(str::to_owned),
+        ),
+        ("log.dirs", Text, Some(identity.log_dirs.clone())),
         (
             "log.flush.offset.checkpoint.interval.ms",
             Int,
@@ -347,6 +350,16 @@ pub(crate) fn brook_values(
             value(&config.offsets_topic_segment_bytes),
         ),
         ("process.roles", List, Some("broker,controller".into())),
+        (
+            "replica.lag.time.max.ms",
+            Long,
+            value(&config.replica_lag_time_max_ms),
+        ),
+        (
+            "replica.socket.timeout.ms",
+            Int,
+            value(&config.replica_socket_timeout_ms),
+        ),
         (
             "socket.request.max.bytes",
             Int,
@@ -601,7 +614,7 @@ mod tests {
         BrokerIdentity {
             listen: "PLAINTEXT://127.0.0.1:9092".into(),
             advertised: "PLAINTEXT://localhost:9092".into(),
-            log_dir: "/data".into(),
+            log_dirs: "/data,/disk2".into(),
         }
     }
 
@@ -665,6 +678,9 @@ mod tests {
             )
         );
         assert_eq!(find("broker.rack").value, None);
+        // Every log directory (JBOD); `log.dir` is one, the first.
+        assert_eq!(find("log.dirs").value.as_deref(), Some("/data,/disk2"));
+        assert_eq!(find("log.dir").value.as_deref(), Some("/data"));
         let mut names: Vec<&str> = entries.iter().map(|entry| entry.name.as_str()).collect();
         names.dedup();
         assert_eq!(names.len(), entries.len(), "names are unique");

@@ -417,11 +417,32 @@ impl PartitionReplication {
         actions
     }
 
-    /// The controller refused or lost the proposal: one may be made again
-    /// (after a refusal that names a newer registration, only once it is
-    /// applied, which clears this too).
-    pub fn proposal_failed(&mut self) {
-        self.in_flight = None;
+    /// The controller refused the proposal with `error` (NONE: lost it, or
+    /// did not answer): one may be made again (after a refusal that names a
+    /// newer registration, only once it is applied, which clears this too).
+    /// Refused as INELIGIBLE_REPLICA (a member it adds is fenced, shutting
+    /// down, or in a log directory that failed on its broker), the members
+    /// it adds stop holding the HW back until they fetch again: the last
+    /// fetch of a replica whose directory then failed says it is caught up,
+    /// and would stall `acks=all` for `replica.lag.time.max.ms`. What that
+    /// moves.
+    pub fn proposal_failed(&mut self, error: ErrorCode, now_ms: u64) -> Vec<Action> {
+        let Some(proposal) = self.in_flight.take() else {
+            return Vec::new();
+        };
+        if error != ErrorCode::INELIGIBLE_REPLICA || self.role() != Role::Leader {
+            return Vec::new();
+        }
+        for added in proposal
+            .isr
+            .iter()
+            .filter(|member| !self.registration.isr.contains(member))
+        {
+            if let Some(progress) = self.followers.get_mut(added) {
+                progress.eligible = false;
+            }
+        }
+        self.advance_high_watermark(now_ms).into_iter().collect()
     }
 
     /// Whether a produce may append: NOT_LEADER_OR_FOLLOWER off the leader,

@@ -955,7 +955,7 @@ impl Sim {
         if self.cut == Some(index) {
             // The controller is out of reach.
             if let Some(replication) = self.nodes[index].replication.as_mut() {
-                replication.proposal_failed();
+                let _ = replication.proposal_failed(ErrorCode::NONE, now(self.step));
             }
             return Ok(());
         }
@@ -968,10 +968,17 @@ impl Sim {
             && proposal.partition_epoch == current.partition_epoch
             && current.leader == self.nodes[index].id;
         if !live || !current_epochs || proposal.isr.is_empty() {
-            if let Some(replication) = self.nodes[index].replication.as_mut() {
-                replication.proposal_failed();
-            }
-            return Ok(());
+            // A dead member is the controller's INELIGIBLE_REPLICA.
+            let error = match live {
+                true => ErrorCode::INVALID_UPDATE_VERSION,
+                false => ErrorCode::INELIGIBLE_REPLICA,
+            };
+            let now = now(self.step);
+            let actions = match self.nodes[index].replication.as_mut() {
+                Some(replication) => replication.proposal_failed(error, now),
+                None => Vec::new(),
+            };
+            return self.apply(index, actions);
         }
         self.report.isr_changes += 1;
         let mut next = current.clone();

@@ -403,10 +403,20 @@ fn cluster_one_disk_fails() {
         std::thread::sleep(Duration::from_millis(200));
     }
     let after = produce(&bootstrap, "after", &all, Duration::from_secs(30));
+    let took: BTreeSet<i32> = after
+        .delivered
+        .lock()
+        .unwrap()
+        .values()
+        .map(|(partition, _)| *partition)
+        .collect();
     assert_delivered(
         &after,
         all.len(),
-        "every partition takes writes again",
+        &format!(
+            "every partition takes writes again (these did: {took:?}; Metadata now: {:?})",
+            metadata(&bootstrap)
+        ),
         &log(),
     );
     let stored = consume(&bootstrap, &all, 2 * all.len() * RECORDS);

@@ -30,13 +30,15 @@ use raft::eraftpb::{Entry, EntryType, HardState, Message, Snapshot};
 use raft::{RawNode, StateRole};
 use thiserror::Error;
 
+use crate::cluster::alter_partition::{self, AlterPartitionRequest};
 use crate::cluster::cluster_image::{ApplyError, ClusterImage, LeaderElections};
 use crate::cluster::controller::{
     self, BrokerSessions, HeartbeatOutcome, HeartbeatRequest, Refusal,
 };
 use crate::cluster::elections::{self, ELECTIONS_PER_BALANCE_MAX};
 use crate::cluster::records::{
-    BrokerRegistration, MetadataRecord, RecordError, decode_batch, encode_batch,
+    BrokerRegistration, MetadataRecord, PartitionRegistration, RecordError, decode_batch,
+    encode_batch,
 };
 use crate::cluster::visibility;
 use crate::protocol::errors::ErrorCode;
@@ -506,6 +508,18 @@ impl ControllerNode {
     /// to check a request against before proposing.
     pub fn latest_image(&mut self) -> Result<&ClusterImage, QuorumError> {
         self.latest().map(|image| &*image)
+    }
+
+    /// AlterPartition checked against the active controller's view and
+    /// what brokers' heartbeats said of their failed log directories
+    /// ([`alter_partition::alter_partition`]); not proposed.
+    pub fn check_alter_partition(
+        &mut self,
+        request: &AlterPartitionRequest,
+    ) -> Result<Result<(PartitionRegistration, Vec<MetadataRecord>), ErrorCode>, QuorumError> {
+        let offline = self.sessions.offline.clone();
+        let image = self.latest()?;
+        Ok(alter_partition::alter_partition(image, request, &offline))
     }
 
     /// Proposes `records` as one batch; they are in the active controller's

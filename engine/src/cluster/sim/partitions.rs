@@ -15,7 +15,7 @@ use rand::Rng;
 use rand::seq::SliceRandom;
 
 use super::{Bug, Checked, Payload, Simulation};
-use crate::cluster::alter_partition::{AlterPartitionRequest, alter_partition};
+use crate::cluster::alter_partition::AlterPartitionRequest;
 use crate::cluster::cluster_image::ClusterImage;
 use crate::cluster::image::TopicId;
 use crate::cluster::records::{MetadataRecord, PartitionRegistration};
@@ -40,25 +40,17 @@ impl Simulation {
         }
         let me = BrokerId(node as i32);
         let image = &self.nodes[node].image;
-        // A replica in a failed log directory does not fetch, so it never
-        // catches up: no leader asks to add it.
-        let offline_on = |replica: BrokerId, topic: &str, index: usize| {
-            self.nodes[replica.0 as usize]
-                .offline
-                .iter()
-                .any(|tp| tp.topic == topic && tp.partition.0 as usize == index)
-        };
-        let mut led: Vec<(TopicId, &str, usize, &PartitionRegistration)> = Vec::new();
+        let mut led: Vec<(TopicId, usize, &PartitionRegistration)> = Vec::new();
         for topic in image.topics.values() {
             for (index, partition) in topic.partitions.iter().enumerate() {
                 if partition.leader == me {
-                    led.push((topic.id, &topic.name, index, partition));
+                    led.push((topic.id, index, partition));
                 }
             }
         }
-        let Some((topic, name, index, current)) = led
+        let Some((topic, index, current)) = led
             .choose(&mut self.rng)
-            .map(|(topic, name, index, current)| (*topic, *name, *index, (*current).clone()))
+            .map(|(topic, index, current)| (*topic, *index, (*current).clone()))
         else {
             return;
         };
@@ -67,11 +59,10 @@ impl Simulation {
             .replicas
             .iter()
             .copied()
-            .filter(|replica| {
-                !current.isr.contains(replica)
-                    && image.is_active(*replica)
-                    && !offline_on(*replica, name, index)
-            })
+            // A replica whose log directory failed is asked for too: a
+            // fetch it sent before the failure can make it look caught up;
+            // the controller must refuse it.
+            .filter(|replica| !current.isr.contains(replica) && image.is_active(*replica))
             .collect();
         match outside.choose(&mut self.rng) {
             Some(joining) if self.rng.gen_bool(0.8) => new_isr.push(*joining),
@@ -97,10 +88,10 @@ impl Simulation {
         let Some(controller) = self.nodes[to].controller.as_mut() else {
             return Ok(());
         };
-        let Ok(image) = controller.latest_image() else {
+        let Ok(checked) = controller.check_alter_partition(request) else {
             return Ok(());
         };
-        match alter_partition(image, request) {
+        match checked {
             Ok((_, records)) if records.is_empty() => {}
             Ok((_, records)) => {
                 if controller.propose(records).is_ok() {

@@ -227,16 +227,22 @@ fn a_follower_that_fetches_but_never_catches_up_is_proposed_out() {
     );
 }
 
-#[test]
-fn a_caught_up_follower_is_proposed_in_and_counts_while_in_flight() {
-    let mut a = PartitionReplication::new(
+/// A leads [A, B] at epochs 3 / 7 with only itself in the ISR, its log and
+/// HW at 10.
+fn a_alone_in_the_isr() -> PartitionReplication {
+    PartitionReplication::new(
         settings(A, 1),
         registration(&[A, B], &[A], A, 3, 7),
         Offset(10),
         Offset(10),
         Offset(10),
         0,
-    );
+    )
+}
+
+#[test]
+fn a_caught_up_follower_is_proposed_in_and_counts_while_in_flight() {
+    let mut a = a_alone_in_the_isr();
     append(&mut a, 12, 1);
     assert_eq!(a.high_watermark(), Offset(12), "A alone in the ISR");
     // B below the HW does not join.
@@ -297,6 +303,40 @@ fn a_fenced_follower_out_of_the_isr_does_not_hold_the_hw() {
     a.follower_fetched(fetch(C, 5, 60)).unwrap();
     assert_eq!(a.follower_fetched(fetch(B, 7, 61)), Ok(Vec::new()));
     assert_eq!(a.high_watermark(), Offset(5));
+}
+
+/// B's log directory failed after its last fetch, which found it caught
+/// up: the controller took B out of the ISR; A asks to add it back and the
+/// controller refuses (INELIGIBLE_REPLICA, KIP-858). B stops holding the
+/// HW back at once, not after the lag; another refusal leaves it be.
+#[test]
+fn a_member_the_controller_refuses_as_ineligible_stops_holding_the_hw() {
+    let mut a = a_alone_in_the_isr();
+    let proposal = IsrProposal {
+        isr: vec![A, B],
+        leader_epoch: LeaderEpoch(3),
+        partition_epoch: 7,
+    };
+    assert_eq!(
+        a.follower_fetched(fetch(B, 10, 1)),
+        Ok(vec![Action::ProposeIsr(proposal)])
+    );
+    append(&mut a, 15, 2);
+    assert_eq!(a.high_watermark(), Offset(10), "B, in flight, holds it");
+    // Lost or refused otherwise, B (caught up within the lag) still holds it.
+    assert_eq!(a.proposal_failed(ErrorCode::NONE, 3), Vec::new());
+    assert_eq!(a.tick(4), Vec::new());
+    assert_eq!(a.high_watermark(), Offset(10));
+    // Ineligible: B stops holding it.
+    a.follower_fetched(fetch(B, 10, 5)).unwrap();
+    assert_eq!(
+        a.proposal_failed(ErrorCode::INELIGIBLE_REPLICA, 6),
+        advanced(15)
+    );
+    assert_eq!(
+        a.proposal_failed(ErrorCode::INELIGIBLE_REPLICA, 7),
+        Vec::new()
+    );
 }
 
 /// B follows A at epoch 0 (all three in sync) with 9 records, HW 5.
@@ -368,7 +408,7 @@ fn a_refused_proposal_may_be_made_again() {
     let mut a = leader(&[A, B], 1);
     assert!(!a.tick(LAG_MS + 1).is_empty());
     assert_eq!(a.tick(LAG_MS + 2), Vec::new());
-    a.proposal_failed();
+    assert_eq!(a.proposal_failed(ErrorCode::NONE, LAG_MS + 2), Vec::new());
     assert!(matches!(&a.tick(LAG_MS + 3)[..], [Action::ProposeIsr(_)]));
 }
 

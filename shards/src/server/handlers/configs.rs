@@ -47,7 +47,12 @@ pub(crate) fn identity(shard: &Shard) -> BrokerIdentity {
         advertised: list(|listener| {
             format!("{}:{}", listener.advertised_host, listener.advertised_port)
         }),
-        log_dir: context.data_dir.display().to_string(),
+        log_dirs: context
+            .log_dirs
+            .paths()
+            .map(|dir| dir.display().to_string())
+            .collect::<Vec<_>>()
+            .join(","),
     }
 }
 

@@ -39,9 +39,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use brook_engine::cluster::alter_partition::{
-    AlterPartitionRequest, AlterPartitionResponse, alter_partition,
-};
+use brook_engine::cluster::alter_partition::{AlterPartitionRequest, AlterPartitionResponse};
 use brook_engine::cluster::broker_config::BrokerConfig;
 use brook_engine::cluster::broker_dynamic::alter_broker_configs;
 use brook_engine::cluster::cluster_image::ClusterImage;
@@ -755,9 +753,7 @@ fn propose_alter_partition(
     request: &AlterPartitionRequest,
     reply: oneshot::Sender<PeerResponse>,
 ) {
-    let checked = node
-        .latest_image()
-        .map(|image| alter_partition(image, request));
+    let checked = node.check_alter_partition(request);
     let (registration, records) = match checked {
         Ok(Ok(changed)) => changed,
         Ok(Err(error)) => {

@@ -521,7 +521,15 @@ async fn propose(shard: Rc<Shard>, topic_partition: TopicPartition, proposal: Is
         }
         answer => {
             tracing::debug!(partition = %topic_partition, ?answer, "the controller did not take an ISR change");
-            replication.proposal_failed();
+            let error = match answer {
+                Some(PeerResponse::AlterPartition(response)) => response.error,
+                _ => ErrorCode::NONE,
+            };
+            let actions = replication.proposal_failed(error, now());
+            drop(partitions);
+            if let Some(log) = shard.log(&topic_partition) {
+                apply(&shard, &topic_partition, &log, actions);
+            }
         }
     }
 }
