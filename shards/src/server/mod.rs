@@ -123,7 +123,7 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
         true => vec![data_dir.clone()],
         false => options.log_dirs.clone(),
     };
-    create_log_dirs(&log_dirs)?;
+    let created = CreatedDirs::create(&log_dirs)?;
     let listen = resolve_port(options.listen)?;
     let others = options
         .others
@@ -154,6 +154,8 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
         )?;
     }
     let dirs = Arc::new(crate::storage::LogDirs::scan(&log_dirs)?);
+    // Every directory is this broker's: a later failure leaves them.
+    created.keep();
     let metrics_listener = match options.metrics_listen {
         Some(address) => {
             Some(
@@ -334,28 +336,41 @@ fn machine_name() -> Option<String> {
 
 /// Binds port 0 to learn a free port when asked for one, so every shard
 /// binds the same port.
-/// Creates the log directories that do not exist yet. If one cannot be
-/// created, those this call created are removed again: a start refused
-/// leaves nothing behind.
-fn create_log_dirs(dirs: &[PathBuf]) -> Result<(), ServerError> {
-    let mut created: Vec<PathBuf> = Vec::new();
-    for dir in dirs {
-        // The outermost directory this creates, removed whole on failure.
-        let mut outermost = None;
-        let mut ancestor = dir.as_path();
-        while !ancestor.as_os_str().is_empty() && !ancestor.exists() {
-            outermost = Some(ancestor.to_owned());
-            ancestor = ancestor.parent().unwrap_or(std::path::Path::new(""));
-        }
-        if let Err(source) = std::fs::create_dir_all(dir) {
-            for made in created.iter().rev() {
-                let _ = std::fs::remove_dir_all(made);
+/// The log directories a start created: removed again if the start is
+/// refused before they are known to be this broker's (locked, its
+/// `meta.properties`, listed), so a refused start leaves nothing behind.
+struct CreatedDirs(Vec<PathBuf>);
+
+impl CreatedDirs {
+    /// Creates the directories of `dirs` that do not exist yet.
+    fn create(dirs: &[PathBuf]) -> Result<CreatedDirs, ServerError> {
+        let mut created = CreatedDirs(Vec::new());
+        for dir in dirs {
+            // The outermost directory this creates, removed whole.
+            let mut outermost = None;
+            let mut ancestor = dir.as_path();
+            while !ancestor.as_os_str().is_empty() && !ancestor.exists() {
+                outermost = Some(ancestor.to_owned());
+                ancestor = ancestor.parent().unwrap_or(std::path::Path::new(""));
             }
-            return Err(crate::storage::StorageError::io("creating", dir, source).into());
+            std::fs::create_dir_all(dir)
+                .map_err(|source| crate::storage::StorageError::io("creating", dir, source))?;
+            created.0.extend(outermost);
         }
-        created.extend(outermost);
+        Ok(created)
     }
-    Ok(())
+
+    fn keep(mut self) {
+        self.0.clear();
+    }
+}
+
+impl Drop for CreatedDirs {
+    fn drop(&mut self) {
+        for made in self.0.iter().rev() {
+            let _ = std::fs::remove_dir_all(made);
+        }
+    }
 }
 
 fn resolve_port(listen: SocketAddr) -> Result<SocketAddr, ServerError> {

@@ -154,8 +154,39 @@ impl PartitionLog {
     }
 
     /// Closes the log, keeps its segments up to `cut` (none without one)
-    /// and opens it again through recovery.
+    /// and opens it again through recovery. The reopened log rings the
+    /// same news and fails the same log directory as this one did; an IO
+    /// error on the way fails that directory.
     async fn reopen_cut(
+        &self,
+        cut: Option<CutPoint>,
+        log_start: Offset,
+        now_ms: i64,
+    ) -> Result<PartitionLog, StorageError> {
+        let (news, log_dir) = {
+            let state = self.inner.state.borrow();
+            (state.news.clone(), state.log_dir.clone())
+        };
+        match self.cut_and_reopen(cut, log_start, now_ms).await {
+            Ok(reopened) => {
+                if let Some(news) = news {
+                    reopened.tell_news(news);
+                }
+                if let Some((dirs, index)) = log_dir {
+                    reopened.tell_dir_failures(dirs, index);
+                }
+                Ok(reopened)
+            }
+            Err(error) => {
+                if let Some((dirs, index)) = log_dir {
+                    dirs.fail_on(index, &error);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    async fn cut_and_reopen(
         &self,
         cut: Option<CutPoint>,
         log_start: Offset,
@@ -202,12 +233,7 @@ impl PartitionLog {
             log_start_offset: Some(log_start),
             producers_checkpointed_at: None,
         };
-        let news = self.inner.state.borrow().news.clone();
-        let reopened = PartitionLog::open(dir, config, hints, now_ms).await?;
-        if let Some(news) = news {
-            reopened.tell_news(news);
-        }
-        Ok(reopened)
+        PartitionLog::open(dir, config, hints, now_ms).await
     }
 }
 

@@ -21,10 +21,10 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use brook_engine::log::checkpoint::{decode_offsets, encode_offsets};
-use brook_engine::log::file_name::parse_partition_dir_name;
+use brook_engine::log::file_name::{parse_partition_dir_name, partition_dir_name};
 use brook_engine::log::placement::{DirLoad, least_loaded};
 use brook_engine::types::{Offset, TopicPartition};
 
@@ -50,8 +50,7 @@ pub struct LogDirs {
 #[derive(Debug)]
 struct LogDir {
     path: PathBuf,
-    offline: AtomicBool,
-    /// Why it failed (the first error).
+    /// Why it failed (the first error); `None` while it serves.
     failure: Mutex<Option<String>>,
 }
 
@@ -103,7 +102,6 @@ impl LogDirs {
                 .iter()
                 .map(|path| LogDir {
                     path: path.clone(),
-                    offline: AtomicBool::new(false),
                     failure: Mutex::new(None),
                 })
                 .collect(),
@@ -141,12 +139,10 @@ impl LogDirs {
         let index = match placed.get(topic_partition) {
             Some(index) => *index,
             None => {
-                let mut loads: Vec<DirLoad> = self
-                    .dirs
-                    .iter()
-                    .map(|dir| DirLoad {
+                let mut loads: Vec<DirLoad> = (0..self.dirs.len())
+                    .map(|index| DirLoad {
                         partitions: 0,
-                        online: !dir.offline.load(Ordering::Acquire),
+                        online: !self.is_offline(index),
                     })
                     .collect();
                 for index in placed.values() {
@@ -179,16 +175,12 @@ impl LogDirs {
     pub fn fail(&self, index: usize, error: &StorageError) {
         let dir = &self.dirs[index];
         {
-            let mut failure = dir
-                .failure
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut failure = self.failure_of(index);
             if failure.is_some() {
                 return;
             }
             *failure = Some(error.to_string());
         }
-        dir.offline.store(true, Ordering::Release);
         self.failures.fetch_add(1, Ordering::AcqRel);
         let partitions = self
             .placed()
@@ -206,18 +198,11 @@ impl LogDirs {
 
     /// Why directory `index` failed; `None` while it serves.
     pub fn failure(&self, index: usize) -> Option<String> {
-        if !self.dirs[index].offline.load(Ordering::Acquire) {
-            return None;
-        }
-        self.dirs[index]
-            .failure
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+        self.failure_of(index).clone()
     }
 
     pub fn is_offline(&self, index: usize) -> bool {
-        self.dirs[index].offline.load(Ordering::Acquire)
+        self.failure_of(index).is_some()
     }
 
     /// How many directories have failed so far.
@@ -242,11 +227,10 @@ impl LogDirs {
 
     /// Each directory and whether it serves.
     pub fn reports(&self) -> Vec<LogDirReport> {
-        self.dirs
-            .iter()
-            .map(|dir| LogDirReport {
-                path: dir.path.clone(),
-                offline: dir.offline.load(Ordering::Acquire),
+        (0..self.dirs.len())
+            .map(|index| LogDirReport {
+                path: self.dirs[index].path.clone(),
+                offline: self.is_offline(index),
             })
             .collect()
     }
@@ -332,6 +316,20 @@ impl LogDirs {
             return;
         }
         self.fail(index, error);
+    }
+
+    /// The location of a partition of directory `index`.
+    pub fn partition_dir(&self, index: usize, topic_partition: &TopicPartition) -> PathBuf {
+        self.dirs[index]
+            .path
+            .join(partition_dir_name(topic_partition))
+    }
+
+    fn failure_of(&self, index: usize) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.dirs[index]
+            .failure
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn placed(&self) -> std::sync::MutexGuard<'_, HashMap<TopicPartition, usize>> {

@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 
 use brook_engine::cluster::broker_config::CHECKPOINT_INTERVAL_MS_DEFAULT;
 use brook_engine::log::config::{CleanupPolicy, LogConfig};
-use brook_engine::log::file_name::partition_dir_name;
 use brook_engine::types::{Offset, PartitionId, TopicPartition};
 
 use crate::storage::cleaner::{Cleaner, CleanerSchedule};
@@ -170,18 +169,10 @@ impl Store {
         self.clean_shutdown.iter().all(|clean| *clean)
     }
 
-    /// The broker's log directories.
-    pub fn dirs(&self) -> &Arc<LogDirs> {
-        &self.options.dirs
-    }
-
     /// Where a partition's log is (or would be, in the first directory).
     pub fn partition_dir(&self, topic_partition: &TopicPartition) -> PathBuf {
-        let index = self.options.dirs.location(topic_partition).unwrap_or(0);
-        self.options
-            .dirs
-            .path(index)
-            .join(partition_dir_name(topic_partition))
+        let dirs = &self.options.dirs;
+        dirs.partition_dir(dirs.location(topic_partition).unwrap_or(0), topic_partition)
     }
 
     /// Opens (creating if needed) a partition's log on this shard.
@@ -233,7 +224,7 @@ impl Store {
         } else {
             config.clone()
         };
-        let dir = dirs.path(index).join(partition_dir_name(topic_partition));
+        let dir = dirs.partition_dir(index, topic_partition);
         let log = match PartitionLog::open(dir, recover_as, hints, now_ms).await {
             Ok(log) => log,
             Err(error) => {
@@ -592,5 +583,51 @@ async fn remove_deleted_dirs(root: &std::path::Path) {
                 tracing::warn!(%error, "removing a deleted partition's directory failed");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use brook_engine::log::config::LogConfig;
+    use brook_engine::types::{Offset, PartitionId, TopicPartition};
+
+    use super::{Store, StoreOptions};
+    use crate::runtime::block_on;
+    use crate::storage::follower::LogCut;
+
+    /// A log reopened by a follower's truncation still rings the shard's
+    /// news and fails its log directory on an IO error, as the store's
+    /// first open set it up to.
+    #[test]
+    fn a_truncated_log_keeps_its_news_and_its_log_directory() {
+        let root = tempfile::tempdir().unwrap();
+        let root = root.path().to_owned();
+        block_on(async move {
+            let store = Store::open(StoreOptions::in_dir(root, 0).unwrap())
+                .await
+                .unwrap();
+            let partition = TopicPartition {
+                topic: "t".into(),
+                partition: PartitionId(0),
+            };
+            store
+                .open_partition(&partition, LogConfig::default(), 0)
+                .await
+                .unwrap();
+            let reopened = store
+                .truncate_partition(&partition, LogCut::FullyAndStartAt(Offset(5)), 0)
+                .await
+                .unwrap();
+            let (news, log_dir) = {
+                let state = reopened.inner.state.borrow();
+                (
+                    state.news.is_some(),
+                    state.log_dir.as_ref().map(|(_, index)| *index),
+                )
+            };
+            assert!(news);
+            assert_eq!(log_dir, Some(0));
+            store.close().await.unwrap();
+        });
     }
 }

@@ -425,6 +425,15 @@ fn bad_listener_and_log_settings_stop_the_start_with_a_reason() {
     let data = cwd.path().join("data");
     let data_arg = data.to_str().unwrap().to_owned();
     let port = free_port();
+    // A log directory of another broker (node.id 7).
+    let foreign = cwd.path().join("foreign");
+    std::fs::create_dir_all(&foreign).unwrap();
+    std::fs::write(
+        foreign.join("meta.properties"),
+        "version=1\nnode.id=7\ncluster.id=elsewhere\n",
+    )
+    .unwrap();
+    let foreign = foreign.to_str().unwrap().to_owned();
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
             vec![format!("listeners=PLAINTEXT//:{port}")],
@@ -472,6 +481,10 @@ fn bad_listener_and_log_settings_stop_the_start_with_a_reason() {
                 "log.dirs={data_arg}/a,/proc/brook-cannot-write-here"
             )],
             "/proc/brook-cannot-write-here",
+        ),
+        (
+            vec![format!("log.dirs={data_arg}/a,{foreign}")],
+            "written by node.id 7",
         ),
     ];
     for (settings, reason) in cases {
