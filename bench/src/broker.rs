@@ -3,6 +3,7 @@
 //! killed (as a crash) or stopped on demand, and killed when dropped. Also
 //! what the process costs: resident memory and CPU time from `/proc`.
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -73,12 +74,58 @@ impl KafkaLaunch {
     }
 }
 
-/// A port of 127.0.0.1 that was free a moment ago.
+/// A port of 127.0.0.1 that nothing holds now, for a process about to be
+/// told to listen on it, never the same twice in this process.
+///
+/// It is taken below the kernel's range of ephemeral ports
+/// (`ip_local_port_range`): a port the kernel chose (`bind` to port 0) and
+/// this released could be the local port of any outgoing connection before
+/// the process binds it, which then fails to start. Below that range only
+/// another explicit choice takes it; the candidates are spread by process
+/// id and time so that concurrent test processes rarely try the same one.
 pub fn free_port() -> Result<u16, BenchError> {
-    std::net::TcpListener::bind("127.0.0.1:0")
+    use std::sync::Mutex;
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let (low, span) = (FREE_PORT_LOW, ephemeral_low.saturating_sub(FREE_PORT_LOW));
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if span >= 1_000 {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.subsec_nanos());
+        let mut state = (u64::from(std::process::id()) << 32) ^ u64::from(nanos);
+        for _ in 0..1_000 {
+            state = splitmix(state);
+            let port = low + (state % u64::from(span)) as u16;
+            if !given.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                given.insert(port);
+                return Ok(port);
+            }
+        }
+    }
+    // A machine whose ephemeral range starts low: the kernel's choice.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .map(|address| address.port())
-        .map_err(|error| BenchError::Broker(format!("finding a free port: {error}")))
+        .map_err(|error| BenchError::Broker(format!("finding a free port: {error}")))?;
+    given.insert(port);
+    Ok(port)
+}
+
+/// The lowest port [`free_port`] gives (above the well-known services).
+const FREE_PORT_LOW: u16 = 10_000;
+
+/// One step of SplitMix64: a well-spread 64-bit sequence from any seed.
+fn splitmix(state: u64) -> u64 {
+    let mut z = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// The line Kafka logs once it serves clients.

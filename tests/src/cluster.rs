@@ -2,7 +2,6 @@
 //! each node a combined broker and controller voter, its client port
 //! ephemeral and its controller port drawn free before start.
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -35,13 +34,10 @@ pub struct Seen {
     pub metadata_controller: i32,
 }
 
-/// A free port on 127.0.0.1 (bound, then released for the broker to take).
+/// A free port of 127.0.0.1 for a broker to listen on (see
+/// [`brook_bench::broker::free_port`]).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    brook_bench::broker::free_port().expect("a free port")
 }
 
 /// The `--set` arguments that make node `id` a voter of `voters` listening

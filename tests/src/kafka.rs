@@ -4,7 +4,6 @@
 //! loopback ports, in a directory of the test's. The script is what the
 //! benchmarks can use to run Kafka beside Brook.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -25,13 +24,10 @@ pub struct KafkaBroker {
     pub log_dir: PathBuf,
 }
 
-/// A port that was free a moment ago (bound to 0, then released).
+/// A free port of 127.0.0.1 for a broker to listen on (see
+/// [`brook_bench::broker::free_port`]).
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    brook_bench::broker::free_port().expect("a free port")
 }
 
 impl KafkaBroker {

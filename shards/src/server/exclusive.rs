@@ -273,11 +273,28 @@ fn socket_inode(target: &str) -> Option<u64> {
         .ok()
 }
 
+/// A socket bound to `listen` (port 0: one the kernel chooses) but not
+/// listening, with the options of [`bind_listener`]'s sockets so that they
+/// can bind beside it: it holds the port for this process until dropped.
+pub fn reserve_port(listen: SocketAddr) -> std::io::Result<socket2::Socket> {
+    let socket = reusable_socket(listen)?;
+    socket.bind(&listen.into())?;
+    Ok(socket)
+}
+
 /// A listening socket on `listen` for one of this process's executors:
 /// SO_REUSEPORT, so that every shard of this process binds the port and
 /// the kernel spreads connections over them, and SO_REUSEADDR (see the
 /// module).
 pub fn bind_listener(listen: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = reusable_socket(listen)?;
+    socket.bind(&listen.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    Ok(socket.into())
+}
+
+/// A TCP socket for `listen`'s family with SO_REUSEADDR and SO_REUSEPORT.
+fn reusable_socket(listen: SocketAddr) -> std::io::Result<socket2::Socket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let domain = if listen.is_ipv6() {
         Domain::IPV6
@@ -287,9 +304,7 @@ pub fn bind_listener(listen: SocketAddr) -> std::io::Result<std::net::TcpListene
     let socket = Socket::new(domain, Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
-    socket.bind(&listen.into())?;
-    socket.listen(LISTEN_BACKLOG)?;
-    Ok(socket.into())
+    Ok(socket)
 }
 
 /// Connections the kernel queues for a shard before it accepts them.
@@ -324,6 +339,32 @@ mod tests {
         );
         drop(first);
         drop(claim(&[dir.path()], &[port]).unwrap());
+    }
+
+    /// A port chosen for a listener on port 0 is this process's from the
+    /// choice on: the claim's check and the shards' listeners bind beside
+    /// the reservation, another socket (bound as a client's outgoing
+    /// connection is, without SO_REUSEADDR) cannot take it before the
+    /// shards listen, and clients reach them.
+    #[test]
+    fn a_reserved_port_is_held_for_the_shards_alone() {
+        let reservation = reserve_port("127.0.0.1:0".parse().unwrap()).unwrap();
+        let address = reservation.local_addr().unwrap().as_socket().unwrap();
+        assert_ne!(address.port(), 0);
+        let dir = tempfile::tempdir().unwrap();
+        let claimed = claim(&[dir.path()], &[address]).unwrap();
+        let plain =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        let taken = plain.bind(&address.into()).unwrap_err();
+        assert_eq!(taken.kind(), std::io::ErrorKind::AddrInUse, "{taken}");
+        let shards = [
+            bind_listener(address).unwrap(),
+            bind_listener(address).unwrap(),
+        ];
+        drop(reservation);
+        let client = std::net::TcpStream::connect(address).unwrap();
+        assert_eq!(client.peer_addr().unwrap(), address);
+        drop((shards, claimed));
     }
 
     /// Every address is claimed: a second process that shares only the

@@ -26,7 +26,7 @@ mod shard;
 pub mod signals;
 mod transactions;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -124,11 +124,13 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
         false => options.log_dirs.clone(),
     };
     let created = CreatedDirs::create(&log_dirs)?;
-    let listen = resolve_port(options.listen)?;
+    // Held until every shard listens: see `PortReservation`.
+    let mut reservations = Vec::new();
+    let listen = resolve_port(options.listen, &mut reservations)?;
     let others = options
         .others
         .iter()
-        .map(|other| resolve_port(other.listen))
+        .map(|other| resolve_port(other.listen, &mut reservations))
         .collect::<Result<Vec<_>, _>>()?;
     let mut addresses = vec![listen];
     addresses.extend(&others);
@@ -280,6 +282,8 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
         drop(controller);
         return Err(ServerError::Shard { shard: 0, reason });
     }
+    // Every shard listens on the ports chosen for it now.
+    drop(reservations);
     if let Some(listener) = metrics_listener {
         metrics::serve(listener, broker_metrics);
     }
@@ -334,8 +338,6 @@ fn machine_name() -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Binds port 0 to learn a free port when asked for one, so every shard
-/// binds the same port.
 /// The log directories a start created: removed again if the start is
 /// refused before they are known to be this broker's (locked, its
 /// `meta.properties`, listed), so a refused start leaves nothing behind.
@@ -373,18 +375,41 @@ impl Drop for CreatedDirs {
     }
 }
 
-fn resolve_port(listen: SocketAddr) -> Result<SocketAddr, ServerError> {
+/// A port the kernel chose for a listener asked for on port 0, held from
+/// the choice until every shard listens on it. Released at once, it could
+/// be taken before the shards bind it: the kernel hands the same free
+/// ports to any process's outgoing connections and `bind(0)` (a test's
+/// broker failed to start so). The holder is bound but not listening, with
+/// SO_REUSEADDR and SO_REUSEPORT as the shards' listeners: they join it,
+/// [`exclusive::claim`]'s check binds beside it, and no connection reaches
+/// it. Meanwhile the kernel chooses the port for no outgoing connection
+/// nor `bind(0)`, and a socket bound without SO_REUSEADDR cannot take it.
+struct PortReservation(#[allow(dead_code)] socket2::Socket);
+
+/// `listen`, with the port the kernel chooses (held in `reservations`)
+/// when it asks for port 0, so every shard binds the same port.
+fn resolve_port(
+    listen: SocketAddr,
+    reservations: &mut Vec<PortReservation>,
+) -> Result<SocketAddr, ServerError> {
     if listen.port() != 0 {
         return Ok(listen);
     }
-    let probe = TcpListener::bind(listen).map_err(|source| ServerError::Listen {
+    let failed = |source| ServerError::Listen {
         address: listen,
         source,
-    })?;
-    probe.local_addr().map_err(|source| ServerError::Listen {
-        address: listen,
-        source,
-    })
+    };
+    let holder = exclusive::reserve_port(listen).map_err(failed)?;
+    let chosen = holder
+        .local_addr()
+        .and_then(|address| {
+            address
+                .as_socket()
+                .ok_or_else(|| std::io::Error::other("not an IP socket"))
+        })
+        .map_err(failed)?;
+    reservations.push(PortReservation(holder));
+    Ok(chosen)
 }
 
 /// Where this node's controller listener binds (an empty host: every

@@ -305,7 +305,9 @@ static PORT_RANGES_TAKEN: AtomicU32 = AtomicU32::new(0);
 
 /// A base port whose client, controller and metrics ports (base..,
 /// base + 100.., base + 200..) are all free now: one of 200 candidates in
-/// 20000..40000 spread by this process's id and the calls before.
+/// 10000..32000 spread by this process's id and the calls before, below
+/// the kernel's ephemeral ports (which outgoing connections take; see
+/// `brook_bench::broker::free_port`).
 fn free_port_range(nodes: u16) -> u16 {
     let pid = std::process::id();
     let taken = PORT_RANGES_TAKEN.fetch_add(1, Ordering::Relaxed);
@@ -314,8 +316,8 @@ fn free_port_range(nodes: u16) -> u16 {
             let spread = pid
                 .wrapping_mul(7)
                 .wrapping_add(taken.wrapping_add(attempt).wrapping_mul(211));
-            // Below 20000, so the sum fits a u16.
-            20_000 + (spread % 20_000) as u16
+            // Below 22000, so the sum fits a u16.
+            10_000 + (spread % 22_000) as u16
         })
         .find(|base| {
             (0..nodes).all(|node| {
