@@ -155,6 +155,28 @@ pub fn floor_by<E: Copy>(
     after.checked_sub(1).map(|slot| (slot, entries[slot]))
 }
 
+/// Where a file range of a segment still being appended to may end, from
+/// its offset index (Kafka's: each entry maps a batch's last offset,
+/// relative to the segment's base, to the position the batch starts at):
+/// the position of the last indexed batch that starts after `after` and at
+/// or before `limit`, and whose last offset is below `stable_end`
+/// (relative). The batches before that position all end below it too, so
+/// a range up to it holds only bytes no append rewrites. `None` when no
+/// indexed batch qualifies.
+pub fn stable_range_end(
+    entries: &[OffsetIndexEntry],
+    after: u64,
+    limit: u64,
+    stable_end: i64,
+) -> Option<u64> {
+    let within_limit = entries.partition_point(|entry| u64::from(entry.position.get()) <= limit);
+    let stable =
+        entries.partition_point(|entry| i64::from(entry.relative_offset.get()) < stable_end);
+    let entry = entries[..within_limit.min(stable)].last()?;
+    let position = u64::from(entry.position.get());
+    (position > after).then_some(position)
+}
+
 /// The position key of offset index entries (sorted like their offsets).
 pub fn position_key(entry: &OffsetIndexEntry) -> i64 {
     i64::from(entry.position.get())
@@ -299,6 +321,29 @@ mod tests {
         assert_eq!(floor(&entries, 10).unwrap().0, 0);
         assert_eq!(floor(&entries, 29).unwrap().0, 1);
         assert_eq!(floor(&entries, 1000).unwrap().0, 2);
+    }
+
+    /// A range of an active segment ends at an indexed batch start within
+    /// the byte limit, and never past a batch that reaches the stable end.
+    #[test]
+    fn a_stable_range_ends_at_an_indexed_batch_below_both_bounds() {
+        // Batches of 10 offsets and 1,000 bytes: the one at position
+        // `n * 1000` ends at offset `n * 10 + 9`.
+        let entries: Vec<_> = (0u32..10)
+            .map(|batch| OffsetIndexEntry::new(batch * 10 + 9, batch * 1_000))
+            .collect();
+        // The byte limit: the last batch starting at or before it.
+        assert_eq!(stable_range_end(&entries, 0, 4_500, 1_000), Some(4_000));
+        assert_eq!(stable_range_end(&entries, 0, 4_000, 1_000), Some(4_000));
+        // The stable end: no batch reaching offset 50 (the one at 5,000
+        // ends at 59) starts the range's end; the one before may.
+        assert_eq!(stable_range_end(&entries, 0, 9_000, 50), Some(4_000));
+        assert_eq!(stable_range_end(&entries, 0, 9_000, 60), Some(5_000));
+        // Nothing after the start qualifies: no range from the index.
+        assert_eq!(stable_range_end(&entries, 4_000, 9_000, 50), None);
+        assert_eq!(stable_range_end(&entries, 0, 900, 1_000), None);
+        assert_eq!(stable_range_end(&entries, 0, 9_000, 9), None);
+        assert_eq!(stable_range_end(&[], 0, 9_000, 1_000), None);
     }
 
     #[test]

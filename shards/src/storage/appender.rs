@@ -600,6 +600,14 @@ impl PageAppender {
         }
     }
 
+    /// The position from which the cache holds the written bytes (the
+    /// written end when it holds none).
+    pub fn cached_from(&self) -> u64 {
+        self.cache
+            .front()
+            .map_or(self.written, |chunk| chunk.position.min(self.written))
+    }
+
     /// The written bytes `range` from memory, if the cache still holds all of them.
     pub fn cached(&self, range: Range<u64>) -> Option<Vec<LogBytes>> {
         if range.end > self.written {

@@ -232,8 +232,6 @@ impl CleanedSegment {
                 summary: BlockSummary::of(&self.time_entries),
             },
             by_position: BlockSummary::of_by(&self.offset_entries, position_key),
-            plain_log: std::cell::RefCell::new(None),
-            read_on: std::cell::Cell::new(None),
         };
         Segment {
             base_offset: self.base_offset,
@@ -247,6 +245,7 @@ impl CleanedSegment {
                 TimestampMs::NONE
             },
             state: SegmentState::Sealed(Box::new(sealed)),
+            ranges: crate::storage::segment::RangeReads::default(),
         }
     }
 }
@@ -321,9 +320,7 @@ impl PartitionLog {
             return Ok(false);
         }
         for segment in &state.segments[first..first + replaced.len()] {
-            if let SegmentState::Sealed(sealed) = &segment.state {
-                sealed.plain_log(&segment.log_path)?;
-            }
+            segment.ranges.plain_log(&segment.log_path)?;
         }
         Ok(true)
     }

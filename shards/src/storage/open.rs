@@ -372,8 +372,6 @@ async fn into_segment(
                 summary: BlockSummary::of(&scan.time_entries),
             },
             by_position: BlockSummary::of_by(&scan.offset_entries, position_key),
-            plain_log: std::cell::RefCell::new(None),
-            read_on: std::cell::Cell::new(None),
         }))
     };
     Ok(Segment {
@@ -388,5 +386,6 @@ async fn into_segment(
             TimestampMs::NONE
         },
         state,
+        ranges: crate::storage::segment::RangeReads::default(),
     })
 }

@@ -4,14 +4,17 @@
 //! A read finds the segment, asks its sparse index where to start (memory for
 //! the active segment, one index block for a sealed one), then walks batch
 //! headers to the target. Bytes come from the active segment's tail cache
-//! when it still holds them, otherwise from an O_DIRECT read; a sealed segment
-//! can instead hand back a file range for a zero-copy send.
+//! when it still holds them, otherwise from an O_DIRECT read; when the caller
+//! allows it, a read instead hands back a file range for a zero-copy send
+//! (the kernel reads the page cache or the disk and sends): of a sealed
+//! segment, or of the active one behind its tail cache, ending at an indexed
+//! batch below the high watermark (bytes no later write changes).
 
 use std::path::PathBuf;
 use std::rc::Rc;
 
 use brook_engine::log::batch::{BATCH_HEADER_BYTES, BatchHeader, BatchView};
-use brook_engine::log::index::{OffsetIndexEntry, position_key};
+use brook_engine::log::index::{OffsetIndexEntry, position_key, stable_range_end};
 use brook_engine::log::records::{RecordStamp, first_at_or_after};
 use brook_engine::log::segments::{first_segment_reaching, segment_for_offset};
 use brook_engine::replica::producer_state::{ProducerBatch, ProducerOfBatch, TxnMarker};
@@ -40,11 +43,15 @@ pub struct ReadOptions {
     pub max_bytes: usize,
     /// Return no batch at or beyond this offset (e.g. the high watermark).
     pub max_offset: Offset,
-    /// A sealed segment may answer with a [`FileRange`] instead of bytes.
+    /// The answer may be a [`FileRange`] instead of bytes: from a sealed
+    /// segment, or from the active one below the high watermark when its
+    /// tail cache no longer holds the bytes.
     pub allow_file_range: bool,
 }
 
-/// A byte range of a sealed segment's `.log`, for sendfile/splice.
+/// A byte range of a segment's `.log`, for sendfile/splice: bytes that
+/// never change (a sealed segment's, or an active one's below the high
+/// watermark).
 #[derive(Clone, Debug)]
 pub struct FileRange {
     pub file: Rc<std::fs::File>,
@@ -103,15 +110,37 @@ struct SegmentView {
     /// `readable_bytes` while writes are in flight, when the written end may
     /// fall inside a batch.
     appended_bytes: u64,
-    sealed_whole: Option<SealedView>,
+    /// Set when the read answers with a file range.
+    ranged: Option<RangeView>,
 }
 
-struct SealedView {
+/// What a read that answers with a file range needs.
+struct RangeView {
     plain_log: Rc<std::fs::File>,
-    next_offset: Offset,
-    log_bytes: u64,
     /// The batch holding the offset, when the last range ended right at it.
     read_on: Option<BatchAt>,
+    end: RangeEnd,
+}
+
+/// How far a file range may reach.
+#[derive(Clone, Copy)]
+enum RangeEnd {
+    /// A sealed segment, every batch of it visible.
+    Sealed { next_offset: Offset, log_bytes: u64 },
+    /// The active segment (or one being sealed): up to an indexed batch
+    /// below `stable_end`, the lesser of the read's end and the high
+    /// watermark (bytes no append rewrites and no truncation cuts).
+    Active { stable_end: Offset },
+}
+
+/// What a file-range read found.
+enum Ranged {
+    /// The range, or nothing at all to read.
+    Found(Option<(LogData, Offset)>),
+    /// No batch boundary past the first batch lies below the active
+    /// segment's stable end: the caller reads batches instead, from the
+    /// walk's position (the batch holding the offset).
+    NotStable,
 }
 
 /// What a walk needs from a batch header, copied out of its window.
@@ -330,25 +359,41 @@ impl PartitionLog {
                 .unwrap_or(count - 1);
             let segment = &state.segments[slot];
             let mut lookup = segment.index_lookup(offset.max(segment.base_offset));
-            let sealed_whole = match &segment.state {
-                SegmentState::Sealed(sealed)
-                    if options.allow_file_range && segment.next_offset <= end_offset =>
+            let stable_end = end_offset.min(state.visible_offset());
+            let range_end = match (&segment.state, &lookup) {
+                _ if !options.allow_file_range => None,
+                (SegmentState::Sealed(_), _) if segment.next_offset <= end_offset => {
+                    Some(RangeEnd::Sealed {
+                        next_offset: segment.next_offset,
+                        log_bytes: segment.log_bytes,
+                    })
+                }
+                // Past the tail cache (a consumer catching up): the bytes
+                // are on disk only, so the kernel sends them from the file
+                // rather than this shard reading and copying them.
+                (SegmentState::Open(active), IndexLookup::Known(position))
+                    if offset < stable_end && *position < active.log.cached_from() =>
                 {
-                    let read_on = sealed
-                        .read_on
-                        .get()
-                        .filter(|batch| batch.base_offset <= offset && offset <= batch.last_offset);
+                    Some(RangeEnd::Active { stable_end })
+                }
+                _ => None,
+            };
+            let ranged = match range_end {
+                Some(end) => {
+                    let read_on =
+                        segment.ranges.read_on.get().filter(|batch| {
+                            batch.base_offset <= offset && offset <= batch.last_offset
+                        });
                     if let Some(batch) = read_on {
                         lookup = IndexLookup::Known(batch.position);
                     }
-                    Some(SealedView {
-                        plain_log: sealed.plain_log(&segment.log_path)?,
-                        next_offset: segment.next_offset,
-                        log_bytes: segment.log_bytes,
+                    Some(RangeView {
+                        plain_log: segment.ranges.plain_log(&segment.log_path)?,
                         read_on,
+                        end,
                     })
                 }
-                _ => None,
+                None => None,
             };
             let view = SegmentView {
                 base_offset: segment.base_offset,
@@ -356,7 +401,7 @@ impl PartitionLog {
                 path: segment.log_path.clone(),
                 readable_bytes: segment.written_bytes(),
                 appended_bytes: segment.log_bytes,
-                sealed_whole,
+                ranged,
             };
             ((view, lookup), end_offset, start, end)
         };
@@ -365,12 +410,18 @@ impl PartitionLog {
             .offset_position(offset.0 - view.base_offset.0)
             .await?;
         let mut walk = Walk::new(log, &view, start_position);
-        let data = match &view.sealed_whole {
-            Some(sealed) => {
-                self.file_range(&mut walk, sealed, offset, options.max_bytes)
+        let ranged = match &view.ranged {
+            Some(ranged) => {
+                self.file_range(&mut walk, ranged, offset, options.max_bytes)
                     .await?
             }
-            None => collect_batches(&mut walk, offset, end_offset, options.max_bytes).await?,
+            None => Ranged::NotStable,
+        };
+        let data = match ranged {
+            Ranged::Found(data) => data,
+            Ranged::NotStable => {
+                collect_batches(&mut walk, offset, end_offset, options.max_bytes).await?
+            }
         };
         let (data, next_offset) = data.unwrap_or((LogData::Empty, offset));
         Ok(ReadOutcome {
@@ -421,28 +472,37 @@ impl PartitionLog {
     async fn file_range(
         &self,
         walk: &mut Walk<'_>,
-        sealed: &SealedView,
+        ranged: &RangeView,
         offset: Offset,
         max_bytes: usize,
-    ) -> Result<Option<(LogData, Offset)>, StorageError> {
-        let mut known = sealed.read_on;
-        while let Some(batch) = batch_at(walk, &mut known, &sealed.plain_log).await? {
+    ) -> Result<Ranged, StorageError> {
+        let mut known = ranged.read_on;
+        while let Some(batch) = batch_at(walk, &mut known, &ranged.plain_log).await? {
             if batch.last_offset < offset {
                 walk.position += batch.size;
                 continue;
             }
             let start = walk.position;
             let limit = start + max_bytes as u64;
-            let (end, next_offset) = if sealed.log_bytes <= limit {
-                (sealed.log_bytes, sealed.next_offset)
-            } else {
-                match self.boundary_before(walk.view, limit).await? {
+            let whole_rest = match ranged.end {
+                RangeEnd::Sealed {
+                    next_offset,
+                    log_bytes,
+                } if log_bytes <= limit => Some((log_bytes, next_offset)),
+                _ => None,
+            };
+            let (end, next_offset) = match whole_rest {
+                Some(rest) => rest,
+                None => match self
+                    .boundary_before(walk.view, ranged.end, start, limit)
+                    .await?
+                {
                     Some(boundary) if boundary > start + batch.size => {
                         walk.position = boundary;
                         // The boundary is at most `limit`, below the log's
                         // end, as long as the index block read from disk is
                         // sorted; a damaged one is an error, not a panic.
-                        let next = batch_at(walk, &mut None, &sealed.plain_log)
+                        let next = batch_at(walk, &mut None, &ranged.plain_log)
                             .await?
                             .ok_or_else(|| {
                                 walk.corrupt("the position index points past the written end")
@@ -450,44 +510,64 @@ impl PartitionLog {
                         self.remember_read_on(walk.view, next);
                         (boundary, next.base_offset)
                     }
-                    _ => (start + batch.size, batch.last_offset.next()),
-                }
+                    // The first batch alone, if it is stable.
+                    _ => match ranged.end {
+                        RangeEnd::Active { stable_end } if batch.last_offset >= stable_end => {
+                            return Ok(Ranged::NotStable);
+                        }
+                        _ => (start + batch.size, batch.last_offset.next()),
+                    },
+                },
             };
             let range = FileRange {
-                file: sealed.plain_log.clone(),
+                file: ranged.plain_log.clone(),
                 position: start,
                 len: end - start,
             };
-            return Ok(Some((LogData::File(range), next_offset)));
+            return Ok(Ranged::Found(Some((LogData::File(range), next_offset))));
         }
-        Ok(None)
+        Ok(Ranged::Found(None))
     }
 
     /// Records `batch` as where reading `view`'s segment goes on, if the
     /// segment is still the one read (a cleaned copy may have replaced it).
     fn remember_read_on(&self, view: &SegmentView, batch: BatchAt) {
         let state = self.inner.state.borrow();
-        if let Some(slot) = slot_of(&state, view)
-            && let SegmentState::Sealed(sealed) = &state.segments[slot].state
-        {
-            sealed.read_on.set(Some(batch));
+        if let Some(slot) = slot_of(&state, view) {
+            state.segments[slot].ranges.read_on.set(Some(batch));
         }
     }
 
-    /// The position of the last indexed batch starting at or before `limit`.
+    /// The position of the last indexed batch starting after `start` and
+    /// at or before `limit` (for an active segment, also ending below its
+    /// stable end).
     async fn boundary_before(
         &self,
         view: &SegmentView,
+        end: RangeEnd,
+        start: u64,
         limit: u64,
     ) -> Result<Option<u64>, StorageError> {
         let block = {
             let state = self.inner.state.borrow();
             // A cleaned segment that replaced this one has its own index.
             let slot = slot_of(&state, view);
-            match slot.map(|slot| &state.segments[slot].state) {
-                Some(SegmentState::Sealed(sealed)) => {
+            match (slot.map(|slot| &state.segments[slot].state), end) {
+                (Some(SegmentState::Sealed(sealed)), RangeEnd::Sealed { .. }) => {
                     sealed.offset.block_in(&sealed.by_position, limit as i64)
                 }
+                (Some(SegmentState::Open(active)), RangeEnd::Active { stable_end }) => {
+                    let relative = stable_end.0.saturating_sub(view.base_offset.0);
+                    return Ok(stable_range_end(
+                        &active.offset_entries,
+                        start,
+                        limit,
+                        relative,
+                    ));
+                }
+                // Gone, or sealed since this read began (its index is on
+                // disk now, and says nothing of the stable end): the first
+                // batch alone.
                 _ => None,
             }
         };
@@ -758,7 +838,7 @@ fn bytes_view(segment: &Segment) -> SegmentView {
         path: segment.log_path.clone(),
         readable_bytes: segment.written_bytes(),
         appended_bytes: segment.log_bytes,
-        sealed_whole: None,
+        ranged: None,
     }
 }
 

@@ -41,6 +41,8 @@ pub(crate) struct Segment {
     /// Largest batch `maxTimestamp` (NONE when the segment has none).
     pub largest_timestamp: TimestampMs,
     pub state: SegmentState,
+    /// What keeps a consumer's file ranges of this segment cheap.
+    pub ranges: RangeReads,
 }
 
 #[derive(Debug)]
@@ -100,16 +102,24 @@ pub(crate) struct SealedIndexes {
     pub time: SealedIndex,
     /// Block summary of the offset index keyed by position (for file ranges).
     pub by_position: BlockSummary,
+}
+
+/// What file ranges of a segment (zero-copy sends of its `.log`) reuse
+/// from one read to the next.
+#[derive(Debug, Default)]
+pub(crate) struct RangeReads {
     /// A plain (page-cache) descriptor of the `.log` for sendfile/splice,
     /// opened on first use.
-    pub plain_log: RefCell<Option<Rc<std::fs::File>>>,
+    plain_log: RefCell<Option<Rc<std::fs::File>>>,
     /// The batch right after the last file range handed out: where a
     /// consumer reading on asks next, found then without an index block or
-    /// header read (the segment never changes once sealed).
+    /// header read. Its bytes never change: a sealed segment never does,
+    /// and an active segment's ranges end below the high watermark, which
+    /// no truncation cuts (a truncation reopens the log, with new segments).
     pub read_on: Cell<Option<BatchAt>>,
 }
 
-/// A batch of a sealed segment: its position and header facts.
+/// A batch of a segment: its position and header facts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct BatchAt {
     pub position: u64,
@@ -298,6 +308,7 @@ impl Segment {
             log_path,
             largest_timestamp: TimestampMs::NONE,
             state: SegmentState::Open(Box::new(active)),
+            ranges: RangeReads::default(),
         })
     }
 
@@ -453,8 +464,6 @@ impl Segment {
                 summary: BlockSummary::of(&active.time_entries),
             },
             by_position: BlockSummary::of_by(&active.offset_entries, position_key),
-            plain_log: RefCell::new(None),
-            read_on: Cell::new(None),
         };
         self.state = SegmentState::Sealed(Box::new(sealed));
     }
@@ -520,7 +529,7 @@ impl Segment {
     }
 }
 
-impl SealedIndexes {
+impl RangeReads {
     /// The plain descriptor of `log_path` for zero-copy sends.
     pub fn plain_log(&self, log_path: &Path) -> Result<Rc<std::fs::File>, StorageError> {
         if let Some(file) = self.plain_log.borrow().as_ref() {

@@ -9,6 +9,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod log_active_ranges;
 mod log_bad_input;
 mod log_close;
 mod log_compaction;
