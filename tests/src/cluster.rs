@@ -117,7 +117,29 @@ impl Cluster {
         let controllers: Vec<String> = (0..count)
             .map(|_| format!("127.0.0.1:{}", free_port()))
             .collect();
+        let extra = |_| {
+            extra
+                .iter()
+                .map(|argument| (*argument).to_owned())
+                .collect()
+        };
         Cluster::start_at(binary, root, &controllers, extra, |_| (None, None))
+    }
+
+    /// As [`Cluster::formed`], node `id` with its own arguments
+    /// `extra_of(id)` (a rack, a setting one node alone has).
+    pub fn formed_each(
+        binary: &str,
+        root: &Path,
+        count: usize,
+        extra_of: impl Fn(usize) -> Vec<String>,
+    ) -> (Cluster, Vec<Seen>) {
+        let controllers: Vec<String> = (0..count)
+            .map(|_| format!("127.0.0.1:{}", free_port()))
+            .collect();
+        let cluster = Cluster::start_at(binary, root, &controllers, extra_of, |_| (None, None));
+        let seen = cluster.wait_formed(count);
+        (cluster, seen)
     }
 
     /// Starts one node per controller address (`host:port`), node `id`'s
@@ -126,7 +148,7 @@ impl Cluster {
         binary: &str,
         root: &Path,
         controllers: &[String],
-        extra: &[&str],
+        extra_of: impl Fn(usize) -> Vec<String>,
         placed: impl Fn(usize) -> (Option<std::path::PathBuf>, Option<String>),
     ) -> Cluster {
         let voters = controllers
@@ -140,7 +162,7 @@ impl Cluster {
             .enumerate()
             .map(|(id, address)| {
                 let mut arguments = node_arguments_at(id, address, &voters);
-                arguments.extend(extra.iter().map(|argument| (*argument).to_owned()));
+                arguments.extend(extra_of(id));
                 let (namespace, listen) = placed(id);
                 Broker::launch(brook_bench::broker::BrokerLaunch {
                     binary: binary.into(),
@@ -169,7 +191,13 @@ impl Cluster {
         let controllers: Vec<String> = (0..count)
             .map(|id| format!("{}:9093", network.address(id)))
             .collect();
-        let cluster = Cluster::start_at(binary, root, &controllers, extra, |id| {
+        let extra_of = |_| {
+            extra
+                .iter()
+                .map(|argument| (*argument).to_owned())
+                .collect()
+        };
+        let cluster = Cluster::start_at(binary, root, &controllers, extra_of, |id| {
             (
                 Some(network.namespace_file(id)),
                 Some(format!("{}:9092", network.address(id))),

@@ -10,6 +10,7 @@ use crate::group::state::GroupSettings;
 use crate::log::compaction::CleanerSettings;
 use crate::log::config::{ConfigError, LogConfig};
 use crate::protocol::frame::SOCKET_REQUEST_MAX_BYTES_DEFAULT;
+use crate::replica::read_replica::ReplicaSelector;
 use crate::txn::config::TransactionConfig;
 
 /// Kafka's default of `offsets.topic.replication.factor` and
@@ -100,6 +101,9 @@ pub struct BrokerConfig {
     /// before it drops the connection and opens another. At least
     /// `replica.fetch.wait.max.ms`, as Kafka checks.
     pub replica_socket_timeout_ms: u64,
+    /// `replica.selector.class` (not set): whether a leader sends a
+    /// consumer that names its rack to a replica of that rack (KIP-392).
+    pub replica_selector: ReplicaSelector,
     /// Topic defaults from the `log.*` names (`log.segment.bytes`, …).
     pub log_defaults: LogConfig,
     /// `log.cleaner.enable`, `log.cleaner.backoff.ms` and
@@ -153,6 +157,7 @@ impl Default for BrokerConfig {
             checkpoint_interval_ms: CHECKPOINT_INTERVAL_MS_DEFAULT,
             replica_lag_time_max_ms: crate::replica::replication::REPLICA_LAG_TIME_MAX_MS_DEFAULT,
             replica_socket_timeout_ms: 30_000,
+            replica_selector: ReplicaSelector::LeaderOnly,
             log_defaults: LogConfig::default(),
             cluster: None,
             cleaner: CleanerSettings::default(),
@@ -282,6 +287,13 @@ impl BrokerConfig {
                         .ok_or_else(|| {
                             invalid("must be at least replica.fetch.wait.max.ms (500)")
                         })?
+                }
+                "replica.selector.class" => {
+                    config.replica_selector =
+                        ReplicaSelector::from_class_name(value).ok_or(invalid(
+                            "no such replica selector: Brook has \
+                             org.apache.kafka.common.replica.RackAwareReplicaSelector",
+                        ))?
                 }
                 "log.cleaner.enable" => {
                     config.cleaner.enabled = value
@@ -503,6 +515,30 @@ mod tests {
                 "{refused}: {error:?}"
             );
         }
+    }
+
+    #[test]
+    fn replica_selector_is_kafkas_rack_aware_one_or_refused() {
+        assert_eq!(
+            BrokerConfig::default().replica_selector,
+            ReplicaSelector::LeaderOnly
+        );
+        let text =
+            "replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector";
+        let config = BrokerConfig::from_properties(&parse_properties(text)).unwrap();
+        assert_eq!(config.replica_selector, ReplicaSelector::RackAware);
+        assert!(config.unknown.is_empty());
+        let unknown = "replica.selector.class=com.example.NearestReplicaSelector";
+        let error = BrokerConfig::from_properties(&parse_properties(unknown)).unwrap_err();
+        assert!(
+            matches!(&error, ConfigError::Invalid { name, value, .. }
+                if name == "replica.selector.class" && value == "com.example.NearestReplicaSelector"),
+            "{error:?}"
+        );
+        assert!(
+            error.to_string().contains("RackAwareReplicaSelector"),
+            "{error}"
+        );
     }
 
     #[test]

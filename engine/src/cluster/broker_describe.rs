@@ -206,7 +206,6 @@ const KAFKA_DEFAULTS: &[(&str, ConfigType, Option<&str>)] = &[
         Long,
         Some("5000"),
     ),
-    ("replica.selector.class", Text, None),
     ("replica.socket.receive.buffer.bytes", Int, Some("65536")),
     ("request.timeout.ms", Int, Some("30000")),
     ("sasl.mechanism.controller.protocol", Text, Some("GSSAPI")),
@@ -354,6 +353,11 @@ pub(crate) fn brook_values(
             "replica.lag.time.max.ms",
             Long,
             value(&config.replica_lag_time_max_ms),
+        ),
+        (
+            "replica.selector.class",
+            Text,
+            config.replica_selector.class_name().map(str::to_owned),
         ),
         (
             "replica.socket.timeout.ms",

@@ -87,6 +87,9 @@ pub struct PartitionAnswer {
     pub high_watermark: i64,
     pub log_start_offset: i64,
     pub has_records: bool,
+    /// A preferred read replica or a diverging epoch: sent whatever else
+    /// changed (Kafka's `maybeUpdateResponseData`).
+    pub must_send: bool,
 }
 
 /// The session fields of a Fetch request.
@@ -132,7 +135,7 @@ impl Cached {
     /// Whether the answer must be sent (Kafka's `maybeUpdateResponseData`),
     /// remembering what it tells the client.
     fn must_answer(&mut self, answer: &PartitionAnswer) -> bool {
-        let mut must = answer.has_records;
+        let mut must = answer.has_records || answer.must_send;
         if self.high_watermark != answer.high_watermark {
             self.high_watermark = answer.high_watermark;
             must = true;

@@ -94,6 +94,20 @@ pub struct FetchAsked {
     pub fetch_offset: Offset,
 }
 
+/// A follower as its leader last saw it: see
+/// [`PartitionReplication::follower_positions`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FollowerPosition {
+    pub broker: BrokerId,
+    /// In the committed ISR.
+    pub in_isr: bool,
+    /// Where it last fetched from; `None` until it fetched from this leader.
+    pub log_end_offset: Option<Offset>,
+    /// Its log start as its last fetch said; `None` until one did.
+    pub log_start_offset: Option<Offset>,
+    pub last_caught_up_ms: u64,
+}
+
 /// Whether an `acks=all` produce that ends at some offset may be answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AckProgress {
@@ -210,6 +224,21 @@ impl PartitionReplication {
     pub fn fetcher_lag(&self) -> Option<u64> {
         (self.role() == Role::Follower).then(|| {
             u64::try_from(self.leader_high_watermark.0 - self.log_end_offset.0).unwrap_or(0)
+        })
+    }
+
+    /// Each follower as this leader last saw it (Kafka's
+    /// `Replica.stateSnapshot`), for choosing where a consumer reads
+    /// ([`crate::replica::read_replica`]); none unless this broker leads.
+    pub fn follower_positions(&self) -> impl Iterator<Item = FollowerPosition> + '_ {
+        let leads = self.role() == Role::Leader;
+        let followers = self.followers.iter().filter(move |_| leads);
+        followers.map(|(broker, progress)| FollowerPosition {
+            broker: *broker,
+            in_isr: self.registration.isr.contains(broker),
+            log_end_offset: progress.position,
+            log_start_offset: progress.log_start,
+            last_caught_up_ms: progress.last_caught_up_ms,
         })
     }
 

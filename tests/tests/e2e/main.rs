@@ -39,6 +39,7 @@ mod crash_restart;
 mod dev_cluster;
 mod dynamic_broker_configs;
 mod exactly_once;
+mod fetch_from_follower;
 mod fetch_sessions;
 mod franz_go;
 mod fresh_machine;

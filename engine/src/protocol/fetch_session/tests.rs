@@ -23,6 +23,7 @@ fn answer(high_watermark: i64, has_records: bool) -> PartitionAnswer {
         high_watermark,
         log_start_offset: 0,
         has_records,
+        must_send: false,
     }
 }
 
@@ -148,6 +149,31 @@ fn only_partitions_with_news_are_answered() {
     assert_eq!(
         cache.answered(id, &listed(&context), &answers),
         vec![false, false, true, false]
+    );
+}
+
+/// A preferred read replica (KIP-392) or a diverging epoch is sent even
+/// when nothing else changed, and does not move the partition to the end
+/// (only records do).
+#[test]
+fn a_preferred_replica_or_a_diverging_epoch_is_always_answered() {
+    let (mut cache, id) = cache_with_session(3);
+    let context = cache.context(0, request(id, 1), vec![], &[]);
+    let elsewhere = PartitionAnswer {
+        must_send: true,
+        ..answer(10, false)
+    };
+    let answers = [elsewhere, answer(10, false), answer(10, false)];
+    assert_eq!(
+        cache.answered(id, &listed(&context), &answers),
+        vec![true, false, false]
+    );
+    let context = cache.context(0, request(id, 2), vec![], &[]);
+    assert_eq!(listed(&context)[0].0, key("t", 0), "not moved");
+    assert_eq!(
+        cache.answered(id, &listed(&context), &answers),
+        vec![true, false, false],
+        "sent again, unchanged"
     );
 }
 

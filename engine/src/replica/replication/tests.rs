@@ -494,3 +494,44 @@ fn the_low_watermark_is_the_lowest_log_start_of_the_live_replicas() {
     );
     assert_eq!(b.low_watermark(Offset(0)), None, "a follower has none");
 }
+
+/// What a leader tells the replica selector of its followers: where each
+/// last fetched from, its log start and when it last caught up; nothing
+/// before a fetch, and nothing once it no longer leads.
+#[test]
+fn follower_positions_are_what_the_followers_last_reported() {
+    let mut a = leader(&[A, B, C], 1);
+    assert_eq!(append(&mut a, 10, 5), Vec::new());
+    let unfetched: Vec<FollowerPosition> = a.follower_positions().collect();
+    assert_eq!(unfetched.len(), 2);
+    assert!(
+        unfetched
+            .iter()
+            .all(|position| position.log_end_offset.is_none() && position.in_isr)
+    );
+    a.follower_fetched(fetch(B, 10, 20)).unwrap();
+    a.follower_fetched(fetch(C, 4, 21)).unwrap();
+    let positions: Vec<FollowerPosition> = a.follower_positions().collect();
+    assert_eq!(
+        positions,
+        vec![
+            FollowerPosition {
+                broker: B,
+                in_isr: true,
+                log_end_offset: Some(Offset(10)),
+                log_start_offset: Some(Offset(0)),
+                last_caught_up_ms: 20,
+            },
+            FollowerPosition {
+                broker: C,
+                in_isr: true,
+                log_end_offset: Some(Offset(4)),
+                log_start_offset: Some(Offset(0)),
+                // In the ISR from the start: caught up when A began leading.
+                last_caught_up_ms: 0,
+            },
+        ]
+    );
+    a.apply_registration(registration(&[A, B, C], &[A, B, C], B, 1, 1), 30);
+    assert_eq!(a.follower_positions().count(), 0, "a follower now");
+}

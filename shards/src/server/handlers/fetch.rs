@@ -25,6 +25,7 @@ use brook_engine::protocol::fetch_session::{
     SessionPartition, SessionRequest, TopicKey,
 };
 use brook_engine::protocol::frame::{FrameError, Request};
+use brook_engine::replica::read_replica::{Fetcher, leader_epoch_error};
 use brook_engine::types::{BrokerId, LeaderEpoch, Offset, PartitionId, TopicPartition};
 use bytes::Bytes;
 use futures::FutureExt;
@@ -41,6 +42,10 @@ use crate::storage::{LogData, ReadOptions, StorageError};
 
 /// The longest a fetch may wait, whatever it asks for.
 const FETCH_WAIT_MAX: Duration = Duration::from_secs(60);
+
+mod read_replica;
+
+use read_replica::{ClientPlace, Elsewhere, access, client_place, not_read_here};
 
 /// One requested partition, in request order.
 #[derive(Clone, Debug)]
@@ -70,6 +75,8 @@ struct Read<'a> {
     isolation: Isolation,
     last_fetched_epoch: LeaderEpoch,
     log_start_offset: Offset,
+    /// A consumer the leader may send to another replica (KIP-392).
+    client: Option<ClientPlace<'a>>,
 }
 
 /// Fetch's `isolation_level`.
@@ -88,6 +95,7 @@ enum Isolation {
 /// connection's shard and [`SendableRecords`] when it crosses shards.
 enum Fetched<R> {
     Error(ErrorCode),
+    Elsewhere(Elsewhere),
     Data {
         high_watermark: i64,
         last_stable_offset: i64,
@@ -223,7 +231,14 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request) -> Result<Response, Fr
     };
     let image = shard.image();
     let replica = replica_of(&body, version);
-    let (topics, wanted) = resolve(shard, &image, partitions, replica);
+    let fetcher = match replica {
+        Some(_) => Fetcher::Follower,
+        None => Fetcher::Consumer {
+            client_metadata: version >= 11,
+        },
+    };
+    let (topics, wanted) = resolve(shard, &image, partitions, replica, fetcher);
+    let client = client_place(shard, request, &body, replica);
     let isolation = match (replica, body.isolation_level) {
         (Some(replica), _) => Isolation::Replica(replica),
         (None, 1) => Isolation::ReadCommitted,
@@ -233,14 +248,15 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request) -> Result<Response, Fr
         Instant::now() + Duration::from_millis(body.max_wait_ms.max(0) as u64).min(FETCH_WAIT_MAX);
     let budget = ResponseBudget::new(body.max_bytes, shard.context.config.fetch_max_bytes);
     loop {
-        let pass = read_all(shard, &wanted, budget, isolation).await;
+        let pass = read_all(shard, &wanted, budget, isolation, client.as_ref()).await;
         let bytes: u64 = pass.fetched.iter().map(fetched_len).sum();
-        let any_error = pass
+        // An error, or a consumer sent elsewhere, is answered at once.
+        let answer_now = pass
             .fetched
             .iter()
-            .any(|fetched| matches!(fetched, Fetched::Error(_)));
+            .any(|fetched| matches!(fetched, Fetched::Error(_) | Fetched::Elsewhere(_)));
         if bytes >= body.min_bytes.max(0) as u64
-            || any_error
+            || answer_now
             || Instant::now() >= deadline
             || shard.is_stopping()
         {
@@ -332,6 +348,7 @@ fn resolve(
     image: &MetadataImage,
     partitions: &FetchList,
     replica: Option<BrokerId>,
+    fetcher: Fetcher,
 ) -> (Vec<TopicData>, Vec<Wanted>) {
     let mut topics = Vec::new();
     let mut wanted = Vec::new();
@@ -364,15 +381,9 @@ fn resolve(
             None => Err(ErrorCode::UNKNOWN_TOPIC_ID),
             Some(name) => match image.owner_at(name, PartitionId(at.partition)) {
                 None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
-                Some(_) if !shard.leads(name, PartitionId(at.partition)) => {
-                    Err(ErrorCode::NOT_LEADER_OR_FOLLOWER)
-                }
-                Some(owner) => match epoch_error(
-                    fetch.current_leader_epoch,
-                    shard.leader_epoch(name, PartitionId(at.partition)),
-                ) {
-                    Some(error) => Err(error),
-                    None => match replica_error(shard, name, at.partition, replica, fetch) {
+                Some(owner) => match access(shard, name, at.partition, fetcher, fetch) {
+                    Err(error) => Err(error),
+                    Ok(()) => match replica_error(shard, name, at.partition, replica, fetch) {
                         Some(error) => Err(error),
                         None => Ok(owner),
                     },
@@ -438,16 +449,26 @@ fn partition_answer(fetched: &Fetched<Records>) -> PartitionAnswer {
             high_watermark: -1,
             log_start_offset: -1,
             has_records: false,
+            must_send: false,
+        },
+        Fetched::Elsewhere(elsewhere) => PartitionAnswer {
+            error: ErrorCode::NONE,
+            high_watermark: elsewhere.high_watermark,
+            log_start_offset: elsewhere.log_start_offset,
+            has_records: false,
+            must_send: true,
         },
         Fetched::Data {
             high_watermark,
             log_start_offset,
+            diverging_epoch,
             ..
         } => PartitionAnswer {
             error: ErrorCode::NONE,
             high_watermark: *high_watermark,
             log_start_offset: *log_start_offset,
             has_records: fetched_len(fetched) > 0,
+            must_send: diverging_epoch.is_some(),
         },
     }
 }
@@ -547,6 +568,7 @@ async fn read_all(
     wanted: &[Wanted],
     budget: ResponseBudget,
     isolation: Isolation,
+    client: Option<&ClientPlace<'_>>,
 ) -> Pass {
     let reads = slots_by_owner(wanted).into_iter().map(|(owner, slots)| {
         let reads = slots.into_iter().filter_map(|slot| {
@@ -561,6 +583,7 @@ async fn read_all(
                 isolation,
                 last_fetched_epoch: LeaderEpoch(partition.last_fetched_epoch),
                 log_start_offset: Offset(partition.log_start_offset),
+                client: client.map(ClientPlace::borrowed),
             })
         });
         read_on(shard, owner, reads.collect(), budget)
@@ -621,6 +644,7 @@ async fn read_on(
         .into_iter()
         .map(|read| Read {
             topic: Cow::Owned(read.topic.into_owned()),
+            client: read.client.map(ClientPlace::into_owned),
             ..read
         })
         .collect();
@@ -664,6 +688,10 @@ async fn read_partitions(
 ) -> Vec<(usize, Fetched<Records>)> {
     let mut results = Vec::with_capacity(reads.len());
     for read in reads {
+        if let Some(answered) = not_read_here(shard, read) {
+            results.push((read.slot, answered));
+            continue;
+        }
         let limit = budget.read_limit(read.partition_max_bytes);
         let mut fetched = read_local(shard, read, limit).await;
         spend(&mut budget, &mut fetched, read.partition_max_bytes);
@@ -675,11 +703,7 @@ async fn read_partitions(
 /// The leader-epoch check of Fetch and ListOffsets (KIP-320): the client's
 /// `current_leader_epoch` against the one the partition is served at.
 pub(crate) fn epoch_error(current_leader_epoch: i32, served: LeaderEpoch) -> Option<ErrorCode> {
-    match current_leader_epoch {
-        epoch if epoch < 0 || epoch == served.0 => None,
-        epoch if epoch < served.0 => Some(ErrorCode::FENCED_LEADER_EPOCH),
-        _ => Some(ErrorCode::UNKNOWN_LEADER_EPOCH),
-    }
+    leader_epoch_error(current_leader_epoch, served)
 }
 
 /// Reads on the owning shard; with no `limit` only the partition's offsets.
@@ -795,6 +819,7 @@ fn sendable(fetched: Fetched<Records>) -> Fetched<SendableRecords> {
     let (high_watermark, last_stable_offset, log_start_offset, aborted, diverging_epoch, records) =
         match fetched {
             Fetched::Error(error) => return Fetched::Error(error),
+            Fetched::Elsewhere(elsewhere) => return Fetched::Elsewhere(elsewhere),
             Fetched::Data {
                 high_watermark,
                 last_stable_offset,
@@ -851,6 +876,7 @@ fn sendable(fetched: Fetched<Records>) -> Fetched<SendableRecords> {
 fn received(fetched: Fetched<SendableRecords>) -> Fetched<Records> {
     match fetched {
         Fetched::Error(error) => Fetched::Error(error),
+        Fetched::Elsewhere(elsewhere) => Fetched::Elsewhere(elsewhere),
         Fetched::Data {
             high_watermark,
             last_stable_offset,
@@ -1000,6 +1026,12 @@ fn respond(
     for (partition, fetched) in answered {
         let (error, high_watermark, last_stable_offset, log_start_offset) = match &fetched {
             Fetched::Error(error) => (*error, -1, -1, -1),
+            Fetched::Elsewhere(elsewhere) => (
+                ErrorCode::NONE,
+                elsewhere.high_watermark,
+                elsewhere.last_stable_offset,
+                elsewhere.log_start_offset,
+            ),
             Fetched::Data {
                 high_watermark,
                 last_stable_offset,
@@ -1012,8 +1044,12 @@ fn respond(
                 *log_start_offset,
             ),
         };
+        let preferred_read_replica = match &fetched {
+            Fetched::Elsewhere(elsewhere) => elsewhere.replica.0,
+            _ => -1,
+        };
         let (aborted, diverging_epoch, records) = match fetched {
-            Fetched::Error(_) => (None, None, None),
+            Fetched::Error(_) | Fetched::Elsewhere(_) => (None, None, None),
             Fetched::Data {
                 aborted,
                 diverging_epoch,
@@ -1041,7 +1077,7 @@ fn respond(
                         })
                         .collect()
                 }),
-                preferred_read_replica: -1,
+                preferred_read_replica,
                 records_bytes,
                 diverging_epoch,
             });

@@ -13,10 +13,13 @@
 //!   AlterPartition.
 //! - As follower: the fetcher appends the leader's batches, waits until they
 //!   count here, and moves the HW to the leader's as far as this log holds.
+//! - For consumers (KIP-392): a leader with `replica.selector.class` names
+//!   the replica of a consumer's rack to read from ([`read_replica`]).
 //!
 //! No `RefCell` borrow of the state machines is held across an await.
 
 mod fetcher;
+mod read_replica;
 
 use std::cell::{Cell, RefCell};
 use std::collections::btree_map::Entry;
