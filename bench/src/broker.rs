@@ -491,7 +491,7 @@ impl BrokerProcess {
 
 /// Runs the child `command` starts (and what it execs) on `cpus` only
 /// (empty: anywhere).
-fn pin(command: &mut Command, cpus: Vec<usize>) {
+pub(crate) fn pin(command: &mut Command, cpus: Vec<usize>) {
     if cpus.is_empty() {
         return;
     }

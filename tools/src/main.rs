@@ -194,10 +194,12 @@ enum BenchCommand {
     /// The machine's limits through Brook's IO path: O_DIRECT write and read,
     /// fsync latency, loopback TCP.
     Ceiling(CeilingArgs),
-    /// A named workload from the performance bar (throughput, latency,
-    /// catchup, many-partitions, recovery, scaling, replication,
-    /// controller-failover, all), each figure beside the same-run ceiling;
-    /// starts its own broker unless --brokers is given.
+    /// A named workload from the performance bar (producer-perf,
+    /// consumer-perf, kcat-read and end-to-end with clients Brook did not
+    /// write; throughput, latency, catchup, many-partitions, recovery,
+    /// scaling, replication, controller-failover, all), each figure beside
+    /// the same-run ceiling; starts its own broker unless --brokers is
+    /// given.
     Run(RunArgs),
     /// Any workload against a running broker: `brook bench workload
     /// --brokers host:port [options]`.

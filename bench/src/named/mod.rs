@@ -1,6 +1,11 @@
 //! The named workloads behind Brook's performance bar (`brook bench run
-//! throughput | latency | catchup | many-partitions | recovery | scaling |
-//! all`), so anyone can repeat the published figures on their machine.
+//! producer-perf | consumer-perf | kcat-read | end-to-end | throughput |
+//! latency | catchup | many-partitions | recovery | scaling | all`), so
+//! anyone can repeat the published figures on their machine.
+//!
+//! The first four drive the broker with clients Brook did not write, as
+//! users run them: Kafka's own performance tools and kcat ([`clients`]),
+//! broker and client unpinned unless `--pin-real-clients`.
 //!
 //! Each starts its own `brook serve` (fresh data directory, pinned to
 //! `--broker-cpu` with `--cores 1`) and drives it from a load generator
@@ -14,6 +19,7 @@
 //! installs, Kafka's defaults, pinned like Brook), right after Brook with
 //! the same client and shape, and the report ends with both side by side.
 
+mod clients;
 mod failover;
 mod replication;
 pub mod report;
@@ -43,6 +49,17 @@ const PACED_SYNC_DURATION: Duration = Duration::from_secs(10);
 /// The workloads `brook bench run` knows by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Named {
+    /// Kafka's ProducerPerformance (kafka-producer-perf-test), 1 KiB
+    /// records to 8 partitions unthrottled, with acks=1 and with acks=all.
+    ProducerPerf,
+    /// Kafka's ConsumerPerformance (kafka-consumer-perf-test) reading
+    /// `--records` records of 1 KiB from 8 partitions, written first.
+    ConsumerPerf,
+    /// kcat (librdkafka) reading the same data to its end, timed.
+    KcatRead,
+    /// Kafka's EndToEndLatency: one acks=all record of 1 KiB at a time,
+    /// produce → consume.
+    EndToEnd,
     /// 1 KiB records (50% random), 8 partitions, acks=1, unthrottled.
     Throughput,
     /// acks=all with an fsync per append (group commit) at half the
@@ -66,8 +83,8 @@ pub enum Named {
     /// beside one; kill -9 and SIGTERM of a leader → the first acks=all
     /// produce that succeeds.
     Replication,
-    /// Every workload above but controller-failover, in order, after one
-    /// ceiling measurement.
+    /// Every workload above but controller-failover, in order (the
+    /// real-client ones first), after one ceiling measurement.
     All,
 }
 
@@ -94,6 +111,10 @@ impl Named {
     /// The name on the command line.
     pub fn name(self) -> &'static str {
         match self {
+            Named::ProducerPerf => "producer-perf",
+            Named::ConsumerPerf => "consumer-perf",
+            Named::KcatRead => "kcat-read",
+            Named::EndToEnd => "end-to-end",
             Named::Throughput => "throughput",
             Named::Latency => "latency",
             Named::Catchup => "catchup",
@@ -108,7 +129,12 @@ impl Named {
 
     fn each(self) -> Vec<Named> {
         match self {
+            // The real clients' rows first: they are the headline figures.
             Named::All => vec![
+                Named::ProducerPerf,
+                Named::ConsumerPerf,
+                Named::KcatRead,
+                Named::EndToEnd,
                 Named::Throughput,
                 Named::Latency,
                 Named::Catchup,
@@ -182,15 +208,35 @@ pub struct NamedOptions {
     /// is then not a cold one): for runs on shared machines and in tests.
     #[arg(long)]
     pub no_drop_caches: bool,
-    /// CPU the broker is pinned to.
+    /// CPU the broker is pinned to (in the real-client workloads only
+    /// with --pin-real-clients).
     #[arg(long, default_value_t = 0)]
     pub broker_cpu: usize,
-    /// CPU the load generator is pinned to.
+    /// CPU the load generator is pinned to (the real clients only with
+    /// --pin-real-clients).
     #[arg(long, default_value_t = 1)]
     pub load_cpu: usize,
     /// The `brook` binary to start brokers from (default: this one).
     #[arg(long)]
     pub binary: Option<PathBuf>,
+    /// Records the real-client workloads write with ProducerPerformance
+    /// (each row) and write, then read, in consumer-perf and kcat-read.
+    #[arg(long, default_value_t = 2_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub records: u64,
+    /// Records the end-to-end workload sends, one at a time.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub end_to_end_records: u64,
+    /// Nodes of the real-client workloads' broker: 1, or 3 voters (each a
+    /// broker and a controller, unpinned) with topics of three replicas
+    /// and min.insync.replicas=2.
+    #[arg(long, default_value_t = 1, value_parser = parse_nodes)]
+    pub nodes: usize,
+    /// Pin the real-client workloads as the others are: the broker (Brook
+    /// with --cores 1) to --broker-cpu, the client to --load-cpu. By
+    /// default neither is pinned, as users run them (Brook then has its
+    /// default of a shard per core, which it places itself).
+    #[arg(long)]
+    pub pin_real_clients: bool,
     /// Also run each workload against Apache Kafka, right after Brook, with
     /// the same client, shape and CPUs (not scaling and controller-failover;
     /// replication on three Kafka nodes); the report ends with both side by
@@ -362,6 +408,10 @@ impl Bench<'_> {
             std::thread::sleep(settle);
         }
         let outcome = match workload {
+            Named::ProducerPerf => self.producer_perf(),
+            Named::ConsumerPerf => self.consumer_perf(),
+            Named::KcatRead => self.kcat_read(),
+            Named::EndToEnd => self.end_to_end(),
             Named::Throughput => self.throughput(),
             Named::Latency => self.latency(),
             Named::Catchup => self.catchup(),
@@ -386,6 +436,18 @@ impl Bench<'_> {
     /// A fresh broker for `name` (or the external one): `brook serve`, or
     /// Apache Kafka while the workloads run against it.
     fn broker(&self, name: &str, cores: usize, pinned: bool) -> Result<Broker, BenchError> {
+        self.broker_with(name, cores, pinned, Vec::new())
+    }
+
+    /// As [`Bench::broker`], with `extra` arguments for `brook serve`
+    /// (Kafka's launcher takes none).
+    fn broker_with(
+        &self,
+        name: &str,
+        cores: usize,
+        pinned: bool,
+        extra: Vec<String>,
+    ) -> Result<Broker, BenchError> {
         if let Some(address) = &self.options.brokers {
             return Ok(Broker::External(address.clone()));
         }
@@ -421,7 +483,7 @@ impl Bench<'_> {
             data_dir,
             cores,
             cpus,
-            extra: Vec::new(),
+            extra,
             namespace: None,
             listen: None,
         })?;
@@ -1021,6 +1083,14 @@ impl Bench<'_> {
     }
 }
 
+/// `--nodes`: one broker, or a cluster of three.
+fn parse_nodes(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(nodes) if nodes == 1 || nodes == failover::NODES => Ok(nodes),
+        _ => Err(format!("{text:?}: 1 or {} nodes", failover::NODES)),
+    }
+}
+
 /// Empties the page cache (`echo 3 > /proc/sys/vm/drop_caches`) after a
 /// sync; false where the kernel does not allow it (not root, a container).
 fn drop_page_cache() -> bool {
@@ -1123,6 +1193,38 @@ mod tests {
     }
 
     #[test]
+    fn the_real_client_workloads_parse_unpinned_on_one_node_by_default() {
+        let options = parse(&["kcat-read"]).unwrap();
+        assert_eq!(options.workload, Named::KcatRead);
+        assert_eq!(
+            (options.records, options.end_to_end_records),
+            (2_000_000, 10_000)
+        );
+        assert_eq!(options.nodes, 1);
+        assert!(!options.pin_real_clients);
+        let options = parse(&[
+            "consumer-perf",
+            "--records",
+            "20000",
+            "--nodes",
+            "3",
+            "--pin-real-clients",
+        ])
+        .unwrap();
+        assert_eq!((options.records, options.nodes), (20_000, 3));
+        assert!(options.pin_real_clients);
+        for (name, workload) in [
+            ("producer-perf", Named::ProducerPerf),
+            ("end-to-end", Named::EndToEnd),
+        ] {
+            assert_eq!(parse(&[name]).unwrap().workload, workload);
+            assert_eq!(workload.name(), name);
+        }
+        assert!(parse(&["kcat-read", "--nodes", "2"]).is_err());
+        assert!(parse(&["kcat-read", "--records", "0"]).is_err());
+    }
+
+    #[test]
     fn kafka_beside_an_external_broker_or_without_its_launcher_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let dir = dir.path().to_str().unwrap();
@@ -1145,7 +1247,18 @@ mod tests {
     #[test]
     fn all_expands_to_every_workload_once() {
         let each = Named::All.each();
-        assert_eq!(each.len(), 7);
+        assert_eq!(each.len(), 11);
+        // The real clients' rows lead.
+        assert_eq!(
+            each[..4],
+            [
+                Named::ProducerPerf,
+                Named::ConsumerPerf,
+                Named::KcatRead,
+                Named::EndToEnd
+            ]
+        );
+        assert!(each[..4].iter().all(|workload| workload.runs_on_kafka()));
         assert!(each.contains(&Named::Replication));
         assert!(!each.contains(&Named::All));
         assert!(!each.contains(&Named::ControllerFailover));

@@ -165,6 +165,8 @@ const CONTEXT: &[&str] = &[
     "read_gib",
     "partitions",
     "retained_gib",
+    "records_read",
+    "records",
 ];
 
 /// Whether more of `unit` is better (throughput, counts) or less (time,

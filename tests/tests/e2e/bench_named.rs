@@ -1,7 +1,10 @@
 //! `brook bench run all` end to end, shrunk to seconds: every named workload
 //! starts its own broker (this build's `brook`), runs, and reports its
 //! figures without failing, so the commands bench/RESULTS.md quotes keep
-//! working. The figures themselves are not judged here (no timed asserts).
+//! working; the workloads of clients Brook did not write (Kafka's perf
+//! tools, kcat) each on Brook and then on Apache Kafka. The figures
+//! themselves are not judged here (no timed asserts), only that they are
+//! there and positive.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -35,6 +38,8 @@ fn every_named_workload_runs_against_its_own_broker() {
         .args(["--settle", "1s"])
         .args(["--catchup-bytes", "16MiB", "--recovery-bytes", "32MiB"])
         .args(["--partitions", "40", "--kills", "1"])
+        .args(["--records", "20000", "--end-to-end-records", "200"])
+        .env("KAFKA_LIB", brook_tests::java::java_dir().join("lib"))
         .output()
         .unwrap();
     let report = succeeded(&output);
@@ -44,10 +49,19 @@ fn every_named_workload_runs_against_its_own_broker() {
         progress
             .matches("settling 1s before the next workload")
             .count(),
-        6,
+        10,
         "{progress}"
     );
+    // The real clients' workloads come first.
+    assert!(
+        report.find("== producer-perf (") < report.find("== throughput ("),
+        "{report}"
+    );
     for section in [
+        "== producer-perf (",
+        "== consumer-perf (",
+        "== kcat-read (",
+        "== end-to-end (",
         "== throughput (",
         "== latency (",
         "== catchup (",
@@ -128,6 +142,216 @@ fn the_throughput_workload_runs_on_brook_then_on_kafka() {
     assert_eq!(left, vec![std::ffi::OsString::from("broker.log")]);
     let log = std::fs::read_to_string(kafka.join("broker.log")).unwrap();
     assert!(log.contains("Kafka Server started"), "{log}");
+}
+
+/// `brook bench run <workload> --kafka` shrunk to seconds: `<workload>` on
+/// Brook, then on a real Apache Kafka (bench/kafka/start-kafka.sh, the jars
+/// tests/run installs); the report.
+fn run_on_brook_and_kafka(workload: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let output = Command::new(BROOK)
+        .args(["bench", "run", workload, "--kafka", "--no-ceiling"])
+        .arg("--kafka-script")
+        .arg(root.join("bench/kafka/start-kafka.sh"))
+        .env("KAFKA_LIB", brook_tests::java::java_dir().join("lib"))
+        .arg("--dir")
+        .arg(dir.path())
+        .args(["--records", "20000", "--end-to-end-records", "200"])
+        .args(["--settle", "0s"])
+        .output()
+        .unwrap();
+    let report = succeeded(&output);
+    assert!(!report.contains("FAILED"), "{report}");
+    report
+}
+
+/// The rows of the report's closing table of both brokers, each row's
+/// cells without the outer pipes.
+fn comparison_rows(report: &str) -> Vec<Vec<String>> {
+    let (_, table) = report
+        .split_once("== Brook and Apache Kafka, this run\n")
+        .unwrap_or_else(|| panic!("no comparison:\n{report}"));
+    table
+        .lines()
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .map(|line| {
+            line.trim_matches('|')
+                .split(" | ")
+                .map(|cell| cell.trim().to_owned())
+                .collect()
+        })
+        .collect()
+}
+
+/// Checks that `report` has a section for `workload` on each broker, run
+/// unpinned, and a row of each of `figures` in the table of both, with a
+/// positive value on each broker.
+fn assert_rows_on_both(report: &str, workload: &str, figures: &[&str]) {
+    for section in [
+        format!("== {workload} (brook serve --cores "),
+        format!("== {workload} on Apache Kafka (Apache Kafka 4.1.2"),
+    ] {
+        let line = report
+            .lines()
+            .find(|line| line.starts_with(&section))
+            .unwrap_or_else(|| panic!("{section} missing:\n{report}"));
+        assert!(line.contains("unpinned; client unpinned"), "{line}");
+    }
+    let rows = comparison_rows(report);
+    for figure in figures {
+        let row = rows
+            .iter()
+            .find(|row| row[0] == workload && row[1] == *figure)
+            .unwrap_or_else(|| panic!("{workload} | {figure} missing:\n{report}"));
+        for (broker, cell) in ["Brook", "Apache Kafka"].iter().zip(&row[2..4]) {
+            let value: f64 = cell
+                .split_whitespace()
+                .next()
+                .and_then(|number| number.parse().ok())
+                .unwrap_or_else(|| panic!("{broker}: {cell:?} in {row:?}"));
+            assert!(value > 0.0, "{broker}: {row:?}");
+        }
+    }
+}
+
+/// Kafka's ProducerPerformance (kafka-producer-perf-test) against each
+/// broker, acks=1 and acks=all: its summary line read into figures.
+#[test]
+fn producer_perf_runs_kafkas_producer_benchmark_on_brook_and_on_kafka() {
+    let report = run_on_brook_and_kafka("producer-perf");
+    let mut figures = Vec::new();
+    for acks in ["acks=1", "acks=all"] {
+        for what in [
+            "throughput",
+            "latency avg",
+            "latency p50",
+            "latency p95",
+            "latency p99",
+            "latency p99.9",
+            "latency max",
+        ] {
+            figures.push(format!("{acks} {what}"));
+        }
+    }
+    figures.push("broker peak RSS while producing".into());
+    let figures: Vec<&str> = figures.iter().map(String::as_str).collect();
+    assert_rows_on_both(&report, "producer-perf", &figures);
+    assert!(
+        report.contains("ProducerPerformance acks=all: 20000 records sent"),
+        "{report}"
+    );
+}
+
+/// Kafka's ConsumerPerformance (kafka-consumer-perf-test) reads what was
+/// written first, every record of it, from each broker.
+#[test]
+fn consumer_perf_runs_kafkas_consumer_benchmark_on_brook_and_on_kafka() {
+    let report = run_on_brook_and_kafka("consumer-perf");
+    assert_rows_on_both(
+        &report,
+        "consumer-perf",
+        &[
+            "read throughput after the group join (fetch.MB.sec)",
+            "read throughput, group join included (MB.sec)",
+            "records read",
+            "broker peak RSS while reading",
+        ],
+    );
+    // At least --records were written and read (the writer stops a little
+    // past its limit).
+    let read = comparison_rows(&report)
+        .into_iter()
+        .find(|row| row[1] == "records read")
+        .unwrap();
+    for cell in &read[2..4] {
+        assert!(cell.parse::<u64>().unwrap() >= 20_000, "{read:?}");
+    }
+}
+
+/// kcat (librdkafka) reads the same shape of data to its end from each
+/// broker, timed by the wall clock.
+#[test]
+fn kcat_read_times_kcat_reading_to_the_end_on_brook_and_on_kafka() {
+    let report = run_on_brook_and_kafka("kcat-read");
+    assert_rows_on_both(
+        &report,
+        "kcat-read",
+        &[
+            "read throughput (wall clock)",
+            "kcat start → exit at the end",
+            "records read",
+            "broker peak RSS while reading",
+        ],
+    );
+}
+
+/// Kafka's EndToEndLatency against each broker: acks=all, one record at a
+/// time, its average and percentiles read into figures.
+#[test]
+fn end_to_end_runs_kafkas_latency_tool_on_brook_and_on_kafka() {
+    let report = run_on_brook_and_kafka("end-to-end");
+    // Its percentiles are whole milliseconds: p50 may be 0 on a fast
+    // machine, so only the average and the tail are checked positive.
+    assert_rows_on_both(
+        &report,
+        "end-to-end",
+        &[
+            "produce → consumed, average",
+            "p99.9 (whole ms)",
+            "records sent",
+            "broker peak RSS while running",
+        ],
+    );
+    let rows = comparison_rows(&report);
+    for figure in ["p50 (whole ms)", "p99 (whole ms)"] {
+        assert!(
+            rows.iter().any(|row| row[1] == figure),
+            "{figure} missing:\n{report}"
+        );
+    }
+}
+
+/// A real-client workload whose client is not installed fails with what
+/// to install, before starting any broker; `brook bench run` exits 1.
+#[test]
+fn a_real_client_workload_without_its_client_says_what_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |workload: &str, path: &str, kafka_lib: &str| {
+        let output = Command::new(BROOK)
+            .args(["bench", "run", workload, "--no-ceiling", "--settle", "0s"])
+            .arg("--dir")
+            .arg(dir.path())
+            .env("PATH", path)
+            .env("KAFKA_LIB", kafka_lib)
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "{workload} succeeded");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let lib = brook_tests::java::java_dir().join("lib");
+    let lib = lib.to_str().unwrap();
+    let nowhere = dir.path().join("no-such-dir");
+    let nowhere = nowhere.to_str().unwrap();
+    let report = run("kcat-read", nowhere, lib);
+    assert!(
+        report.contains("FAILED: kcat-read runs kcat, and it is not on the PATH"),
+        "{report}"
+    );
+    let report = run("producer-perf", nowhere, lib);
+    assert!(
+        report
+            .contains("FAILED: producer-perf runs Kafka's Java tools, and java is not on the PATH"),
+        "{report}"
+    );
+    let path = std::env::var("PATH").unwrap();
+    let report = run("end-to-end", &path, nowhere);
+    assert!(report.contains("are not in"), "{report}");
+    assert!(report.contains("set KAFKA_LIB"), "{report}");
+    // No broker was started.
+    let started: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+    assert!(started.is_empty(), "{started:?}");
 }
 
 /// The benchmark's client grows a topic (CreatePartitions) on Kafka as on
