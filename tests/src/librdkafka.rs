@@ -32,13 +32,27 @@ pub fn send_when_queued<C, K, P>(
 /// A consumer outside any group's management (no commits), assigned every
 /// partition of `topic` from its log start.
 pub fn assigned_from_start(bootstrap: &str, topic: &str, partitions: i32) -> BaseConsumer {
-    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+    assigned_from_start_with(bootstrap, topic, partitions, &[])
+}
+
+/// [`assigned_from_start`] with more client settings (`key`, `value`),
+/// which win over the defaults above.
+pub fn assigned_from_start_with(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    settings: &[(&str, &str)],
+) -> BaseConsumer {
+    let mut config = rdkafka::ClientConfig::new();
+    config
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "brook-e2e")
         .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false")
-        .create()
-        .expect("a consumer");
+        .set("enable.partition.eof", "false");
+    for (key, value) in settings {
+        config.set(*key, *value);
+    }
+    let consumer: BaseConsumer = config.create().expect("a consumer");
     let mut assignment = TopicPartitionList::new();
     for partition in 0..partitions {
         assignment

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use brook_tests::broker::Broker;
 use brook_tests::cluster::Cluster;
+use brook_tests::librdkafka::assigned_from_start_with;
 use brook_tests::load::{Busy, rounds};
 use brook_tests::scrape::{metrics, summed};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
@@ -22,9 +23,7 @@ use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::Message;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use crate::cluster_replication::{bootstrap, create_placed, leaders, wait_for_full_isr};
 
@@ -139,21 +138,13 @@ fn read_with_librdkafka(
     rack: &str,
     count: usize,
 ) -> Read {
-    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap(cluster))
-        .set("group.id", format!("librdkafka-{rack}"))
-        .set("client.rack", rack)
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false")
-        .create()
-        .expect("a consumer");
-    let mut assignment = TopicPartitionList::new();
-    for partition in 0..partitions {
-        assignment
-            .add_partition_offset(topic, partition, Offset::Beginning)
-            .unwrap();
-    }
-    consumer.assign(&assignment).unwrap();
+    let group = format!("librdkafka-{rack}");
+    let consumer = assigned_from_start_with(
+        &bootstrap(cluster),
+        topic,
+        partitions,
+        &[("group.id", &group), ("client.rack", rack)],
+    );
     let deadline = Instant::now() + TIMEOUT;
     let mut read = Vec::new();
     while read.len() < count {
