@@ -148,6 +148,13 @@ async fn write_run<W: AsyncWrite + Unpin>(
     send_on_pool(socket, run).await
 }
 
+/// How many ranges of a sent range's length are read ahead after it. A
+/// kcat read of 2 GB from 8 partitions out of a cold cache (1 MiB per
+/// partition per fetch, on this 2-core VM's virtio disk): 2.5-3.3 s with
+/// one range, 2.2-2.5 s with three (hot: 1.8-2.0 s), 2.5-2.8 s with seven
+/// (each call's own cost then outweighs it). bench/RESULTS.md has the runs.
+const READ_AHEAD_RANGES: u64 = 3;
+
 /// How long one pool job waits for a full socket before it hands the pool
 /// thread back (other connections' file reads queue behind it).
 const SENDFILE_WAIT_SLICE_MS: i32 = 100;
@@ -265,14 +272,17 @@ fn send_parts(socket: &OwnedFd, parts: &[PoolPart], mut cursor: Cursor) -> std::
     Ok(cursor)
 }
 
-/// Asks the kernel to start reading a file range about to be sent, and as
-/// much again after it (where the consumer reading on asks next), into the
-/// page cache. sendfile alone reads a cold file through the default
-/// readahead window, a few hundred KiB at a time, each read waited for in
-/// turn; this queues the whole range and the next one at once. Pages
-/// already cached cost only the lookup. Advice, so a failure is ignored.
+/// Asks the kernel to start reading a file range about to be sent, and the
+/// next [`READ_AHEAD_RANGES`] ranges of its length after it (where a
+/// consumer reading on asks next), into the page cache. sendfile alone reads
+/// a cold file through the default readahead window, each read waited for in
+/// turn; this queues the whole range and what follows it at once, so the
+/// disk works while the consumer parses. Pages already cached cost only the
+/// lookup. Advice, so a failure is ignored.
 fn read_ahead(file: &std::fs::File, position: u64, len: u64) {
-    let span = len.saturating_mul(2).min(i64::MAX as u64);
+    let span = len
+        .saturating_mul(1 + READ_AHEAD_RANGES)
+        .min(i64::MAX as u64);
     // SAFETY: a valid descriptor; fadvise reads no user memory.
     let _ = unsafe {
         libc::posix_fadvise(
@@ -336,7 +346,7 @@ mod tests {
     }
 
     #[test]
-    fn a_range_about_to_be_sent_and_the_next_are_read_into_the_page_cache() {
+    fn a_range_about_to_be_sent_and_the_next_three_are_read_into_the_page_cache() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("segment");
         let (len, pages) = (4 << 20, 1024);
@@ -350,7 +360,7 @@ mod tests {
             resident_pages(&file, len) < pages / 2,
             "the test needs the file out of the page cache"
         );
-        read_ahead(&file, 0, len as u64 / 2);
+        read_ahead(&file, 0, len as u64 / (1 + super::READ_AHEAD_RANGES));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while resident_pages(&file, len) < pages {
             assert!(
