@@ -204,8 +204,9 @@ pub struct NamedOptions {
     /// p99 of 26-60 ms in three runs, and 3.0 ms after a minute idle.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub settle: Duration,
-    /// Leave the page cache alone before the cold catch-up read (its figure
-    /// is then not a cold one): for runs on shared machines and in tests.
+    /// Leave the page cache alone before the cold reads (catchup's, and the
+    /// third read of consumer-perf and kcat-read), whose figures are then
+    /// not cold ones: for runs on shared machines and in tests.
     #[arg(long)]
     pub no_drop_caches: bool,
     /// CPU the broker is pinned to (in the real-client workloads only
@@ -1093,7 +1094,7 @@ fn parse_nodes(text: &str) -> Result<usize, String> {
 
 /// Empties the page cache (`echo 3 > /proc/sys/vm/drop_caches`) after a
 /// sync; false where the kernel does not allow it (not root, a container).
-fn drop_page_cache() -> bool {
+pub(super) fn drop_page_cache() -> bool {
     // SAFETY: sync has no preconditions.
     unsafe { libc::sync() };
     std::fs::write("/proc/sys/vm/drop_caches", "3\n").is_ok()

@@ -158,7 +158,7 @@ fn run_on_brook_and_kafka(workload: &str) -> String {
         .arg("--dir")
         .arg(dir.path())
         .args(["--records", "20000", "--end-to-end-records", "200"])
-        .args(["--settle", "0s"])
+        .args(["--settle", "0s", "--no-drop-caches"])
         .output()
         .unwrap();
     let report = succeeded(&output);
@@ -245,7 +245,8 @@ fn producer_perf_runs_kafkas_producer_benchmark_on_brook_and_on_kafka() {
 }
 
 /// Kafka's ConsumerPerformance (kafka-consumer-perf-test) reads what was
-/// written first, every record of it, from each broker.
+/// written first, every record of it, three times from each broker: just
+/// written, again, and (here, without the drop) "cold".
 #[test]
 fn consumer_perf_runs_kafkas_consumer_benchmark_on_brook_and_on_kafka() {
     let report = run_on_brook_and_kafka("consumer-perf");
@@ -253,8 +254,11 @@ fn consumer_perf_runs_kafkas_consumer_benchmark_on_brook_and_on_kafka() {
         &report,
         "consumer-perf",
         &[
-            "read throughput after the group join (fetch.MB.sec)",
-            "read throughput, group join included (MB.sec)",
+            "read throughput after the group join (fetch.MB.sec), just written",
+            "read throughput after the group join (fetch.MB.sec), read again (page cache)",
+            "read throughput after the group join (fetch.MB.sec), \
+             page cache NOT dropped (--no-drop-caches)",
+            "read throughput, group join included (MB.sec), just written",
             "records read",
             "broker peak RSS while reading",
         ],
@@ -279,8 +283,11 @@ fn kcat_read_times_kcat_reading_to_the_end_on_brook_and_on_kafka() {
         &report,
         "kcat-read",
         &[
-            "read throughput (wall clock)",
-            "kcat start → exit at the end",
+            "read throughput (wall clock), just written",
+            "read throughput (wall clock), read again (page cache)",
+            "read throughput (wall clock), page cache NOT dropped (--no-drop-caches)",
+            "kcat start → exit at the end, just written",
+            "kcat start → exit at the end, read again (page cache)",
             "records read",
             "broker peak RSS while reading",
         ],

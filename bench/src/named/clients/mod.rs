@@ -12,6 +12,12 @@
 //!   (`kafka-consumer-perf-test`) reads them all, in a consumer group.
 //! - kcat-read: the same data, read to its end by kcat (librdkafka, at its
 //!   defaults), timed by the wall clock from its start to its exit.
+//!
+//! Both readers read the data three times ([`ReadBack`]): just written,
+//! again (from the page cache), and after the page cache is dropped (root
+//! only; `--no-drop-caches` skips the drop). The first differs between the
+//! brokers: Kafka writes through the page cache, so its first read is a
+//! cached one; Brook appends with O_DIRECT, so its first read is a cold one.
 //! - end-to-end: Kafka's EndToEndLatency sends `--end-to-end-records`
 //!   records of 1 KiB with acks=all, one at a time, each consumed before
 //!   the next is sent.
@@ -32,7 +38,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::report::{Figure, NamedRun};
-use super::{Bench, BenchError, Broker, end_offsets, with_cluster};
+use super::{Bench, BenchError, Broker, drop_page_cache, end_offsets, with_cluster};
 use crate::log::json::JsonObject;
 use crate::workload::client_error;
 use crate::workload::options::WorkloadOptions;
@@ -114,6 +120,46 @@ impl ProducerRow {
     }
 }
 
+/// One of the three reads of the data written first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReadBack {
+    /// At once after the write.
+    JustWritten,
+    /// At once after the first read: from the page cache, for both brokers.
+    Again,
+    /// After the page cache is dropped.
+    Cold,
+}
+
+impl ReadBack {
+    const ALL: [ReadBack; 3] = [ReadBack::JustWritten, ReadBack::Again, ReadBack::Cold];
+
+    /// A figure's key for this read, from the keys of the three in order.
+    fn key(self, keys: [&'static str; 3]) -> &'static str {
+        keys[self as usize]
+    }
+
+    /// How the page cache stood, for a figure's label; `dropped` is whether
+    /// the drop before a cold read was done.
+    fn condition(self, dropped: bool) -> &'static str {
+        match (self, dropped) {
+            (ReadBack::JustWritten, _) => "just written",
+            (ReadBack::Again, _) => "read again (page cache)",
+            (ReadBack::Cold, true) => "page cache dropped",
+            (ReadBack::Cold, false) => "page cache NOT dropped (--no-drop-caches)",
+        }
+    }
+
+    /// The JSON object's name for this read.
+    fn json_key(self) -> &'static str {
+        match self {
+            ReadBack::JustWritten => "read",
+            ReadBack::Again => "read_again",
+            ReadBack::Cold => "read_cold",
+        }
+    }
+}
+
 /// The broker, or the three, a real client runs against; each own one is
 /// killed and its data deleted when this is dropped.
 struct Brokers {
@@ -182,9 +228,7 @@ impl Bench<'_> {
                 .to_owned();
             details += &format!("ProducerPerformance acks={}: {last_line}\n", row.acks);
             details_json = details_json.object(row.json_key, producer_json(&summary));
-            for (peak, sampled) in peaks.iter_mut().zip(&run.peak_rss_bytes) {
-                *peak = (*peak).max(*sampled);
-            }
+            keep_peaks(&mut peaks, &run.peak_rss_bytes);
         }
         figures.extend(peak_rss_figure("while producing", &peaks));
         Ok(NamedRun {
@@ -205,59 +249,74 @@ impl Bench<'_> {
         let mut brokers = self.real_client_brokers("consumer-perf")?;
         let (topic, records, written) = self.fill(&brokers, "consumer-perf")?;
         let pids = brokers.memory_pids();
-        (self.progress)(&format!(
-            "consumer-perf: ConsumerPerformance reading {records} records"
-        ));
-        let mut command = tools.command(CONSUMER_PERFORMANCE);
-        command
-            .args(["--bootstrap-server", &brokers.bootstrap, "--topic", &topic])
-            .args(["--messages", &records.to_string()]);
-        let run = self.run_client(command, "ConsumerPerformance", &pids)?;
-        let summary = parse::consumer_summary(&run.stdout.text()).map_err(output_error(&run))?;
-        if summary.records != records {
-            return Err(BenchError::Client(format!(
-                "ConsumerPerformance read {} records of {records}",
-                summary.records
-            )));
-        }
-        let mut figures = vec![
-            Figure::new(
-                "fetch_mib_per_s",
-                "read throughput after the group join (fetch.MB.sec)",
+        let mut figures = Vec::new();
+        let mut details = format!("written by Brook's load generator:\n{}", written.to_text());
+        let mut details_json = JsonObject::new().object("write", written.to_json_object());
+        let mut peaks = vec![0; pids.len()];
+        for read in ReadBack::ALL {
+            let dropped = self.before_read(read);
+            let condition = read.condition(dropped);
+            (self.progress)(&format!(
+                "consumer-perf: ConsumerPerformance reading {records} records, {condition}"
+            ));
+            let mut command = tools.command(CONSUMER_PERFORMANCE);
+            command
+                .args(["--bootstrap-server", &brokers.bootstrap, "--topic", &topic])
+                .args(["--messages", &records.to_string()])
+                .args(["--group", &format!("perf-consumer-{}", read.json_key())]);
+            let run = self.run_client(command, "ConsumerPerformance", &pids)?;
+            let summary =
+                parse::consumer_summary(&run.stdout.text()).map_err(output_error(&run))?;
+            if summary.records != records {
+                return Err(BenchError::Client(format!(
+                    "ConsumerPerformance read {} records of {records}",
+                    summary.records
+                )));
+            }
+            figures.push(Figure::new(
+                read.key([
+                    "fetch_mib_per_s",
+                    "cached_fetch_mib_per_s",
+                    "cold_fetch_mib_per_s",
+                ]),
+                format!("read throughput after the group join (fetch.MB.sec), {condition}"),
                 summary.fetch_mib_per_second,
                 "MiB/s",
-            ),
-            Figure::new(
-                "mib_per_s",
-                "read throughput, group join included (MB.sec)",
-                summary.mib_per_second,
-                "MiB/s",
-            ),
-            Figure::new(
-                "rebalance_ms",
-                "group join (rebalance.time.ms)",
-                summary.rebalance_ms,
-                "ms",
-            ),
-            Figure::new("records_read", "records read", records as f64, ""),
-        ];
-        figures.extend(peak_rss_figure("while reading", &run.peak_rss_bytes));
-        let result = run.stdout.text();
+            ));
+            if read == ReadBack::JustWritten {
+                figures.extend([
+                    Figure::new(
+                        "mib_per_s",
+                        "read throughput, group join included (MB.sec), just written",
+                        summary.mib_per_second,
+                        "MiB/s",
+                    ),
+                    Figure::new(
+                        "rebalance_ms",
+                        "group join (rebalance.time.ms)",
+                        summary.rebalance_ms,
+                        "ms",
+                    ),
+                    Figure::new("records_read", "records read", records as f64, ""),
+                ]);
+            }
+            details += &format!(
+                "ConsumerPerformance, {condition}:\n{}",
+                run.stdout.text().trim_start()
+            );
+            details_json = details_json.object(read.json_key(), consumer_json(&summary));
+            keep_peaks(&mut peaks, &run.peak_rss_bytes);
+        }
+        figures.extend(peak_rss_figure("while reading", &peaks));
         Ok(NamedRun {
             name: "consumer-perf",
             setup: self.real_client_setup(&format!(
-                "ConsumerPerformance --messages {records} at its defaults; \
+                "ConsumerPerformance --messages {records} at its defaults, three reads; \
                  8 partitions of 1 KiB records written first in 16 KiB batches"
             )),
             figures,
-            details: format!(
-                "written by Brook's load generator:\n{}ConsumerPerformance:\n{}",
-                written.to_text(),
-                result.trim_start()
-            ),
-            details_json: JsonObject::new()
-                .object("write", written.to_json_object())
-                .object("read", consumer_json(&summary)),
+            details,
+            details_json,
             error: None,
         })
     }
@@ -267,55 +326,81 @@ impl Bench<'_> {
         let mut brokers = self.real_client_brokers("kcat-read")?;
         let (topic, records, written) = self.fill(&brokers, "kcat-read")?;
         let pids = brokers.memory_pids();
-        (self.progress)(&format!("kcat-read: kcat reading {records} records"));
-        let mut command = Command::new(kcat);
-        command
-            .args(["-C", "-b", &brokers.bootstrap, "-t", &topic])
-            // One line per record (kcat reads "\n" in its format itself),
-            // counted, so that the figure is for every record read.
-            .args(["-o", "beginning", "-e", "-q", "-f", "%o\\n"]);
-        let run = self.run_client(command, "kcat", &pids)?;
-        if run.stdout.lines != records {
-            return Err(BenchError::Client(format!(
-                "kcat read {} records of {records}",
-                run.stdout.lines
-            )));
-        }
-        let seconds = run.elapsed.as_secs_f64();
         let mib = (records * RECORD_BYTES) as f64 / MIB;
-        let mut figures = vec![
-            Figure::new(
-                "mib_per_s",
-                "read throughput (wall clock)",
-                mib / seconds,
-                "MiB/s",
-            ),
-            Figure::new("seconds", "kcat start → exit at the end", seconds, "s"),
-            Figure::new("records_read", "records read", records as f64, ""),
-        ];
-        figures.extend(peak_rss_figure("while reading", &run.peak_rss_bytes));
+        let mut figures = Vec::new();
+        let mut details = format!("written by Brook's load generator:\n{}", written.to_text());
+        let mut details_json = JsonObject::new().object("write", written.to_json_object());
+        let mut peaks = vec![0; pids.len()];
+        for read in ReadBack::ALL {
+            let dropped = self.before_read(read);
+            let condition = read.condition(dropped);
+            (self.progress)(&format!(
+                "kcat-read: kcat reading {records} records, {condition}"
+            ));
+            let mut command = Command::new(&kcat);
+            command
+                .args(["-C", "-b", &brokers.bootstrap, "-t", &topic])
+                // One line per record (kcat reads "\n" in its format
+                // itself), counted, so that the figure is for every record
+                // read.
+                .args(["-o", "beginning", "-e", "-q", "-f", "%o\\n"]);
+            let run = self.run_client(command, "kcat", &pids)?;
+            if run.stdout.lines != records {
+                return Err(BenchError::Client(format!(
+                    "kcat read {} records of {records}",
+                    run.stdout.lines
+                )));
+            }
+            let seconds = run.elapsed.as_secs_f64();
+            figures.extend([
+                Figure::new(
+                    read.key(["mib_per_s", "cached_mib_per_s", "cold_mib_per_s"]),
+                    format!("read throughput (wall clock), {condition}"),
+                    mib / seconds,
+                    "MiB/s",
+                ),
+                Figure::new(
+                    read.key(["seconds", "cached_seconds", "cold_seconds"]),
+                    format!("kcat start → exit at the end, {condition}"),
+                    seconds,
+                    "s",
+                ),
+            ]);
+            details +=
+                &format!("kcat, {condition}: {records} records ({mib:.1} MiB) in {seconds:.3} s\n");
+            details_json = details_json.object(
+                read.json_key(),
+                JsonObject::new()
+                    .integer("records", records)
+                    .number("seconds", seconds)
+                    .number("mib_per_second", mib / seconds),
+            );
+            keep_peaks(&mut peaks, &run.peak_rss_bytes);
+        }
+        figures.push(Figure::new(
+            "records_read",
+            "records read",
+            records as f64,
+            "",
+        ));
+        figures.extend(peak_rss_figure("while reading", &peaks));
         Ok(NamedRun {
             name: "kcat-read",
             setup: self.real_client_setup(&format!(
-                "kcat -C -o beginning -e -f '%o\\n' (librdkafka's defaults), {records} records; \
-                 8 partitions of 1 KiB records written first in 16 KiB batches"
+                "kcat -C -o beginning -e -f '%o\\n' (librdkafka's defaults), {records} records, \
+                 three reads; 8 partitions of 1 KiB records written first in 16 KiB batches"
             )),
             figures,
-            details: format!(
-                "written by Brook's load generator:\n{}kcat: {records} records ({mib:.1} MiB) in {seconds:.3} s\n",
-                written.to_text()
-            ),
-            details_json: JsonObject::new()
-                .object("write", written.to_json_object())
-                .object(
-                    "read",
-                    JsonObject::new()
-                        .integer("records", records)
-                        .number("seconds", seconds)
-                        .number("mib_per_second", mib / seconds),
-                ),
+            details,
+            details_json,
             error: None,
         })
+    }
+
+    /// Readies the page cache for `read`: drops it before the cold read
+    /// (unless `--no-drop-caches`); whether it was dropped.
+    fn before_read(&self, read: ReadBack) -> bool {
+        read == ReadBack::Cold && !self.options.no_drop_caches && drop_page_cache()
     }
 
     pub(in crate::named) fn end_to_end(&mut self) -> Result<NamedRun, BenchError> {
@@ -514,6 +599,13 @@ impl Bench<'_> {
             false => format!("; {} replicas, min.insync.replicas=2", options.nodes),
         };
         format!("{broker}{broker_cpu}; {client_cpu}{replicas}; {client}")
+    }
+}
+
+/// Raises each node's peak RSS to what one more run sampled.
+fn keep_peaks(peaks: &mut [u64], sampled: &[u64]) {
+    for (peak, sampled) in peaks.iter_mut().zip(sampled) {
+        *peak = (*peak).max(*sampled);
     }
 }
 
