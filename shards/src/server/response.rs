@@ -2,6 +2,7 @@
 //! frame whose record sections are written straight from the log's memory or
 //! files (sendfile, no user-space copy).
 
+use std::ops::Range;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 
@@ -26,6 +27,8 @@ pub enum Records {
         file: Rc<std::fs::File>,
         position: u64,
         len: u64,
+        /// Asked into the page cache as the range is sent.
+        read_ahead: Range<u64>,
     },
 }
 
@@ -92,10 +95,12 @@ pub async fn write_fetch<W: AsyncWrite + Unpin>(
                 file,
                 position,
                 len,
+                read_ahead,
             }) => run.push(PoolPart::File {
                 file: file.try_clone()?,
                 position,
                 len,
+                read_ahead,
             }),
             FetchPart::Records(Records::Local(pieces)) => {
                 write_run(writer, socket, std::mem::take(&mut run)).await?;
@@ -117,6 +122,7 @@ enum PoolPart {
         file: std::fs::File,
         position: u64,
         len: u64,
+        read_ahead: Range<u64>,
     },
 }
 
@@ -147,13 +153,6 @@ async fn write_run<W: AsyncWrite + Unpin>(
     writer.flush().await?;
     send_on_pool(socket, run).await
 }
-
-/// How many ranges of a sent range's length are read ahead after it. A
-/// kcat read of 2 GB from 8 partitions out of a cold cache (1 MiB per
-/// partition per fetch, on this 2-core VM's virtio disk): 2.5-3.3 s with
-/// one range, 2.2-2.5 s with three (hot: 1.8-2.0 s), 2.5-2.8 s with seven
-/// (each call's own cost then outweighs it). bench/RESULTS.md has the runs.
-const READ_AHEAD_RANGES: u64 = 3;
 
 /// How long one pool job waits for a full socket before it hands the pool
 /// thread back (other connections' file reads queue behind it).
@@ -235,9 +234,10 @@ fn send_parts(socket: &OwnedFd, parts: &[PoolPart], mut cursor: Cursor) -> std::
                 file,
                 position,
                 len,
+                read_ahead,
             } => {
                 if cursor.sent == 0 {
-                    read_ahead(file, *position, *len);
+                    ask_read_ahead(file, read_ahead);
                 }
                 let mut offset = (position + cursor.sent) as libc::off_t;
                 let remaining = (len - cursor.sent).min(1 << 30) as usize;
@@ -272,23 +272,22 @@ fn send_parts(socket: &OwnedFd, parts: &[PoolPart], mut cursor: Cursor) -> std::
     Ok(cursor)
 }
 
-/// Asks the kernel to start reading a file range about to be sent, and the
-/// next [`READ_AHEAD_RANGES`] ranges of its length after it (where a
-/// consumer reading on asks next), into the page cache. sendfile alone reads
-/// a cold file through the default readahead window, each read waited for in
-/// turn; this queues the whole range and what follows it at once, so the
-/// disk works while the consumer parses. Pages already cached cost only the
-/// lookup. Advice, so a failure is ignored.
-fn read_ahead(file: &std::fs::File, position: u64, len: u64) {
-    let span = len
-        .saturating_mul(1 + READ_AHEAD_RANGES)
-        .min(i64::MAX as u64);
+/// Asks the kernel to start reading `span` of a file (a range about to be
+/// sent and what a consumer reading on asks next) into the page cache.
+/// sendfile alone reads a cold file through the default readahead window,
+/// each read waited for in turn; this queues it all at once, so the disk
+/// works while the consumer parses. Advice, so a failure is ignored.
+fn ask_read_ahead(file: &std::fs::File, span: &Range<u64>) {
+    if span.is_empty() {
+        return;
+    }
+    let len = (span.end - span.start).min(i64::MAX as u64);
     // SAFETY: a valid descriptor; fadvise reads no user memory.
     let _ = unsafe {
         libc::posix_fadvise(
             file.as_raw_fd(),
-            position as libc::off_t,
-            span as libc::off_t,
+            span.start.min(i64::MAX as u64) as libc::off_t,
+            len as libc::off_t,
             libc::POSIX_FADV_WILLNEED,
         )
     };
@@ -320,7 +319,8 @@ mod tests {
     use std::io::Write;
     use std::os::fd::AsRawFd;
 
-    use super::read_ahead;
+    use super::ask_read_ahead;
+    use crate::storage::read_ahead_span;
 
     /// Pages of `file`'s first `len` bytes in the page cache (mincore).
     fn resident_pages(file: &std::fs::File, len: usize) -> usize {
@@ -360,7 +360,10 @@ mod tests {
             resident_pages(&file, len) < pages / 2,
             "the test needs the file out of the page cache"
         );
-        read_ahead(&file, 0, len as u64 / (1 + super::READ_AHEAD_RANGES));
+        // A first range of a quarter of the file asks for the whole file.
+        let span = read_ahead_span(0, len as u64 / 4, 0);
+        assert_eq!(span, 0..len as u64);
+        ask_read_ahead(&file, &span);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while resident_pages(&file, len) < pages {
             assert!(

@@ -10,6 +10,7 @@
 //! segment, or of the active one behind its tail cache, ending at an indexed
 //! batch below the high watermark (bytes no later write changes).
 
+use std::ops::Range;
 use std::path::PathBuf;
 use std::rc::Rc;
 
@@ -57,6 +58,32 @@ pub struct FileRange {
     pub file: Rc<std::fs::File>,
     pub position: u64,
     pub len: u64,
+    /// What the sender asks the kernel to read into the page cache as it
+    /// sends: see [`read_ahead_span`].
+    pub read_ahead: Range<u64>,
+}
+
+/// How many ranges of a file range's length are read ahead after it. A
+/// kcat read of 2 GB from 8 partitions out of a cold cache (1 MiB per
+/// partition per fetch, on this 2-core VM's virtio disk): 2.5-3.3 s with
+/// one range, 2.2-2.5 s with three (hot: 1.8-2.0 s), 2.5-2.8 s with seven.
+pub const READ_AHEAD_RANGES: u64 = 3;
+
+/// The bytes to read ahead for the range `position..position + len` of a
+/// segment whose earlier ranges were read ahead up to `read_ahead_to`: the
+/// range and [`READ_AHEAD_RANGES`] more of its length, less what the last
+/// advice already covered when this range continues it. So a consumer
+/// reading on asks for each byte once; asking again for cached pages is not
+/// free (a page-cache walk: a fifth of the broker's CPU in a hot kcat read
+/// when each range asked for its whole span). A range that does not continue
+/// the last advice (another consumer, a read from the start again, whose
+/// pages may be gone) asks for its whole span.
+pub fn read_ahead_span(position: u64, len: u64, read_ahead_to: u64) -> Range<u64> {
+    let end = position.saturating_add(len.saturating_mul(1 + READ_AHEAD_RANGES));
+    match (position..=end).contains(&read_ahead_to) {
+        true => read_ahead_to..end,
+        false => position..end,
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -523,10 +550,24 @@ impl PartitionLog {
                 file: ranged.plain_log.clone(),
                 position: start,
                 len: end - start,
+                read_ahead: self.read_ahead_for(walk.view, start, end - start),
             };
             return Ok(Ranged::Found(Some((LogData::File(range), next_offset))));
         }
         Ok(Ranged::Found(None))
+    }
+
+    /// What to read ahead with the range `position..position + len` of
+    /// `view`'s segment ([`read_ahead_span`]), remembered for the next.
+    fn read_ahead_for(&self, view: &SegmentView, position: u64, len: u64) -> Range<u64> {
+        let state = self.inner.state.borrow();
+        let Some(slot) = slot_of(&state, view) else {
+            return position..position + len;
+        };
+        let read_ahead_to = &state.segments[slot].ranges.read_ahead_to;
+        let span = read_ahead_span(position, len, read_ahead_to.get());
+        read_ahead_to.set(span.end);
+        span
     }
 
     /// Records `batch` as where reading `view`'s segment goes on, if the
@@ -915,4 +956,39 @@ async fn find_timestamp(
         }
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{READ_AHEAD_RANGES, read_ahead_span};
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn a_consumer_reading_on_asks_for_each_byte_once() {
+        let whole = (1 + READ_AHEAD_RANGES) * MIB;
+        // The first range asks for itself and the ranges after it.
+        assert_eq!(read_ahead_span(0, MIB, 0), 0..whole);
+        // The next asks only for the range past what was asked.
+        assert_eq!(read_ahead_span(MIB, MIB, whole), whole..whole + MIB);
+        // A range ending right where the last advice ended asks for nothing.
+        assert!(read_ahead_span(MIB, MIB / 2, 3 * MIB).is_empty());
+    }
+
+    #[test]
+    fn a_range_that_does_not_continue_the_last_advice_asks_for_its_whole_span() {
+        let whole = (1 + READ_AHEAD_RANGES) * MIB;
+        // A read from the start again, long after: its pages may be gone.
+        assert_eq!(read_ahead_span(0, MIB, 100 * MIB), 0..whole);
+        // A consumer far ahead of the last advice.
+        assert_eq!(
+            read_ahead_span(50 * MIB, MIB, whole),
+            50 * MIB..50 * MIB + whole
+        );
+        // A range reaching past the end of the file asks no more than that.
+        assert_eq!(
+            read_ahead_span(u64::MAX - MIB, MIB, 0),
+            u64::MAX - MIB..u64::MAX
+        );
+    }
 }

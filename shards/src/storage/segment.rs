@@ -117,6 +117,9 @@ pub(crate) struct RangeReads {
     /// and an active segment's ranges end below the high watermark, which
     /// no truncation cuts (a truncation reopens the log, with new segments).
     pub read_on: Cell<Option<BatchAt>>,
+    /// Where the read-ahead asked for with the last range ended
+    /// (`storage::read_ahead_span`).
+    pub read_ahead_to: Cell<u64>,
 }
 
 /// A batch of a segment: its position and header facts.

@@ -72,12 +72,26 @@ fn a_consumer_behind_the_tail_cache_reads_the_active_segment_as_a_file_range() {
             .read(outcome.next_offset, file_range(1 << 20))
             .await
             .unwrap();
-        assert!(matches!(on.data, LogData::File(_)), "{:?}", on.data);
+        let LogData::File(on_range) = &on.data else {
+            panic!("{:?}", on.data);
+        };
         assert_bytes_eq(
             &materialize(&on.data),
             &between(outcome.next_offset, on.next_offset),
             "read on",
         );
+        // The first range asked for itself and the ranges after it to be
+        // read ahead; the one reading on asks only past that.
+        assert_eq!(range.read_ahead.start, range.position);
+        assert!(range.read_ahead.end > range.position + range.len);
+        assert_eq!(on_range.read_ahead.start, range.read_ahead.end);
+        assert!(on_range.read_ahead.end > on_range.position + on_range.len);
+        // A read from the start again asks for its whole span.
+        let again = log.read(Offset(0), file_range(1 << 20)).await.unwrap();
+        let LogData::File(again) = &again.data else {
+            panic!("{:?}", again.data);
+        };
+        assert_eq!(again.read_ahead, range.read_ahead);
 
         // The tail, which the cache still holds, comes from memory.
         let (last_base, _) = batches.last().unwrap();

@@ -117,6 +117,7 @@ enum SendableRecords {
         file: std::fs::File,
         position: u64,
         len: u64,
+        read_ahead: std::ops::Range<u64>,
     },
 }
 
@@ -802,6 +803,7 @@ async fn read_local(shard: &Rc<Shard>, read: &Read<'_>, limit: Option<u64>) -> F
             file: range.file,
             position: range.position,
             len: range.len,
+            read_ahead: range.read_ahead,
         }),
     };
     Fetched::Data {
@@ -850,11 +852,13 @@ fn sendable(fetched: Fetched<Records>) -> Fetched<SendableRecords> {
             file,
             position,
             len,
+            read_ahead,
         }) => match file.try_clone() {
             Ok(file) => Some(SendableRecords::File {
                 file,
                 position,
                 len,
+                read_ahead,
             }),
             Err(error) => {
                 tracing::error!(%error, "duplicating a segment descriptor failed");
@@ -896,10 +900,12 @@ fn received(fetched: Fetched<SendableRecords>) -> Fetched<Records> {
                     file,
                     position,
                     len,
+                    read_ahead,
                 } => Records::File {
                     file: Rc::new(file),
                     position,
                     len,
+                    read_ahead,
                 },
             }),
         },
