@@ -27,7 +27,6 @@ use brook_engine::protocol::fetch_session::{
 use brook_engine::protocol::frame::{FrameError, Request};
 use brook_engine::replica::read_replica::{Fetcher, leader_epoch_error};
 use brook_engine::types::{BrokerId, LeaderEpoch, Offset, PartitionId, TopicPartition};
-use bytes::Bytes;
 use futures::FutureExt;
 use futures::channel::oneshot;
 use futures::future::{LocalBoxFuture, join_all, select_all};
@@ -43,8 +42,10 @@ use crate::storage::{LogData, ReadOptions, StorageError};
 /// The longest a fetch may wait, whatever it asks for.
 const FETCH_WAIT_MAX: Duration = Duration::from_secs(60);
 
+mod cross_shard;
 mod read_replica;
 
+use cross_shard::{received, sendable};
 use read_replica::{ClientPlace, Elsewhere, access, client_place, not_read_here};
 
 /// One requested partition, in request order.
@@ -106,18 +107,6 @@ enum Fetched<R> {
         /// For a follower whose log diverged: (epoch, end offset) here.
         diverging_epoch: Option<(i32, i64)>,
         records: Option<R>,
-    },
-}
-
-/// Records that can move to another shard: memory is copied once, a file
-/// range travels as a duplicated descriptor.
-enum SendableRecords {
-    Bytes(Bytes),
-    File {
-        file: std::fs::File,
-        position: u64,
-        len: u64,
-        read_ahead: std::ops::Range<u64>,
     },
 }
 
@@ -813,102 +802,6 @@ async fn read_local(shard: &Rc<Shard>, read: &Read<'_>, limit: Option<u64>) -> F
         aborted,
         diverging_epoch: None,
         records,
-    }
-}
-
-/// Makes a read sendable to another shard (on the owning shard).
-fn sendable(fetched: Fetched<Records>) -> Fetched<SendableRecords> {
-    let (high_watermark, last_stable_offset, log_start_offset, aborted, diverging_epoch, records) =
-        match fetched {
-            Fetched::Error(error) => return Fetched::Error(error),
-            Fetched::Elsewhere(elsewhere) => return Fetched::Elsewhere(elsewhere),
-            Fetched::Data {
-                high_watermark,
-                last_stable_offset,
-                log_start_offset,
-                aborted,
-                diverging_epoch,
-                records,
-            } => (
-                high_watermark,
-                last_stable_offset,
-                log_start_offset,
-                aborted,
-                diverging_epoch,
-                records,
-            ),
-        };
-    let records = match records {
-        None => None,
-        Some(Records::Local(pieces)) => {
-            let mut bytes = Vec::with_capacity(pieces.iter().map(|piece| piece.len()).sum());
-            pieces
-                .iter()
-                .for_each(|piece| bytes.extend_from_slice(piece));
-            Some(SendableRecords::Bytes(Bytes::from(bytes)))
-        }
-        Some(Records::Owned(bytes)) => Some(SendableRecords::Bytes(bytes)),
-        Some(Records::File {
-            file,
-            position,
-            len,
-            read_ahead,
-        }) => match file.try_clone() {
-            Ok(file) => Some(SendableRecords::File {
-                file,
-                position,
-                len,
-                read_ahead,
-            }),
-            Err(error) => {
-                tracing::error!(%error, "duplicating a segment descriptor failed");
-                return Fetched::Error(ErrorCode::KAFKA_STORAGE_ERROR);
-            }
-        },
-    };
-    Fetched::Data {
-        high_watermark,
-        last_stable_offset,
-        log_start_offset,
-        aborted,
-        diverging_epoch,
-        records,
-    }
-}
-
-/// The other side of [`sendable`], on the connection's shard.
-fn received(fetched: Fetched<SendableRecords>) -> Fetched<Records> {
-    match fetched {
-        Fetched::Error(error) => Fetched::Error(error),
-        Fetched::Elsewhere(elsewhere) => Fetched::Elsewhere(elsewhere),
-        Fetched::Data {
-            high_watermark,
-            last_stable_offset,
-            log_start_offset,
-            aborted,
-            diverging_epoch,
-            records,
-        } => Fetched::Data {
-            high_watermark,
-            last_stable_offset,
-            log_start_offset,
-            aborted,
-            diverging_epoch,
-            records: records.map(|records| match records {
-                SendableRecords::Bytes(bytes) => Records::Owned(bytes),
-                SendableRecords::File {
-                    file,
-                    position,
-                    len,
-                    read_ahead,
-                } => Records::File {
-                    file: Rc::new(file),
-                    position,
-                    len,
-                    read_ahead,
-                },
-            }),
-        },
     }
 }
 
