@@ -160,6 +160,48 @@ impl ReadBack {
     }
 }
 
+/// What the three reads of a reader workload add up to: figures, the
+/// clients' output, JSON per read and each node's peak RSS.
+struct Reads {
+    figures: Vec<Figure>,
+    details: String,
+    details_json: JsonObject,
+    peaks: Vec<u64>,
+}
+
+impl Reads {
+    /// Before the first read of what `written` wrote to `nodes` brokers.
+    fn after(written: &WorkloadReport, nodes: usize) -> Reads {
+        Reads {
+            figures: Vec::new(),
+            details: format!("written by Brook's load generator:\n{}", written.to_text()),
+            details_json: JsonObject::new().object("write", written.to_json_object()),
+            peaks: vec![0; nodes],
+        }
+    }
+
+    /// Keeps one read's output, JSON and memory peaks.
+    fn keep(&mut self, read: ReadBack, run: &ClientRun, details: String, json: JsonObject) {
+        self.details += &details;
+        self.details_json = std::mem::take(&mut self.details_json).object(read.json_key(), json);
+        keep_peaks(&mut self.peaks, &run.peak_rss_bytes);
+    }
+
+    /// The workload `name`'s run, with the peak RSS of all three reads.
+    fn run(mut self, name: &'static str, setup: String) -> NamedRun {
+        self.figures
+            .extend(peak_rss_figure("while reading", &self.peaks));
+        NamedRun {
+            name,
+            setup,
+            figures: self.figures,
+            details: self.details,
+            details_json: self.details_json,
+            error: None,
+        }
+    }
+}
+
 /// The broker, or the three, a real client runs against; each own one is
 /// killed and its data deleted when this is dropped.
 struct Brokers {
@@ -249,16 +291,12 @@ impl Bench<'_> {
         let mut brokers = self.real_client_brokers("consumer-perf")?;
         let (topic, records, written) = self.fill(&brokers, "consumer-perf")?;
         let pids = brokers.memory_pids();
-        let mut figures = Vec::new();
-        let mut details = format!("written by Brook's load generator:\n{}", written.to_text());
-        let mut details_json = JsonObject::new().object("write", written.to_json_object());
-        let mut peaks = vec![0; pids.len()];
+        let mut reads = Reads::after(&written, pids.len());
         for read in ReadBack::ALL {
-            let dropped = self.before_read(read);
-            let condition = read.condition(dropped);
-            (self.progress)(&format!(
-                "consumer-perf: ConsumerPerformance reading {records} records, {condition}"
-            ));
+            let condition = self.ready_for(
+                read,
+                &format!("consumer-perf: ConsumerPerformance reading {records} records"),
+            );
             let mut command = tools.command(CONSUMER_PERFORMANCE);
             command
                 .args(["--bootstrap-server", &brokers.bootstrap, "--topic", &topic])
@@ -273,7 +311,7 @@ impl Bench<'_> {
                     summary.records
                 )));
             }
-            figures.push(Figure::new(
+            reads.figures.push(Figure::new(
                 read.key([
                     "fetch_mib_per_s",
                     "cached_fetch_mib_per_s",
@@ -284,7 +322,7 @@ impl Bench<'_> {
                 "MiB/s",
             ));
             if read == ReadBack::JustWritten {
-                figures.extend([
+                reads.figures.extend([
                     Figure::new(
                         "mib_per_s",
                         "read throughput, group join included (MB.sec), just written",
@@ -300,25 +338,19 @@ impl Bench<'_> {
                     Figure::new("records_read", "records read", records as f64, ""),
                 ]);
             }
-            details += &format!(
+            let details = format!(
                 "ConsumerPerformance, {condition}:\n{}",
                 run.stdout.text().trim_start()
             );
-            details_json = details_json.object(read.json_key(), consumer_json(&summary));
-            keep_peaks(&mut peaks, &run.peak_rss_bytes);
+            reads.keep(read, &run, details, consumer_json(&summary));
         }
-        figures.extend(peak_rss_figure("while reading", &peaks));
-        Ok(NamedRun {
-            name: "consumer-perf",
-            setup: self.real_client_setup(&format!(
+        Ok(reads.run(
+            "consumer-perf",
+            self.real_client_setup(&format!(
                 "ConsumerPerformance --messages {records} at its defaults, three reads; \
                  8 partitions of 1 KiB records written first in 16 KiB batches"
             )),
-            figures,
-            details,
-            details_json,
-            error: None,
-        })
+        ))
     }
 
     pub(in crate::named) fn kcat_read(&mut self) -> Result<NamedRun, BenchError> {
@@ -327,16 +359,10 @@ impl Bench<'_> {
         let (topic, records, written) = self.fill(&brokers, "kcat-read")?;
         let pids = brokers.memory_pids();
         let mib = (records * RECORD_BYTES) as f64 / MIB;
-        let mut figures = Vec::new();
-        let mut details = format!("written by Brook's load generator:\n{}", written.to_text());
-        let mut details_json = JsonObject::new().object("write", written.to_json_object());
-        let mut peaks = vec![0; pids.len()];
+        let mut reads = Reads::after(&written, pids.len());
         for read in ReadBack::ALL {
-            let dropped = self.before_read(read);
-            let condition = read.condition(dropped);
-            (self.progress)(&format!(
-                "kcat-read: kcat reading {records} records, {condition}"
-            ));
+            let condition =
+                self.ready_for(read, &format!("kcat-read: kcat reading {records} records"));
             let mut command = Command::new(&kcat);
             command
                 .args(["-C", "-b", &brokers.bootstrap, "-t", &topic])
@@ -352,7 +378,7 @@ impl Bench<'_> {
                 )));
             }
             let seconds = run.elapsed.as_secs_f64();
-            figures.extend([
+            reads.figures.extend([
                 Figure::new(
                     read.key(["mib_per_s", "cached_mib_per_s", "cold_mib_per_s"]),
                     format!("read throughput (wall clock), {condition}"),
@@ -366,41 +392,37 @@ impl Bench<'_> {
                     "s",
                 ),
             ]);
-            details +=
-                &format!("kcat, {condition}: {records} records ({mib:.1} MiB) in {seconds:.3} s\n");
-            details_json = details_json.object(
-                read.json_key(),
-                JsonObject::new()
-                    .integer("records", records)
-                    .number("seconds", seconds)
-                    .number("mib_per_second", mib / seconds),
-            );
-            keep_peaks(&mut peaks, &run.peak_rss_bytes);
+            let details =
+                format!("kcat, {condition}: {records} records ({mib:.1} MiB) in {seconds:.3} s\n");
+            let json = JsonObject::new()
+                .integer("records", records)
+                .number("seconds", seconds)
+                .number("mib_per_second", mib / seconds);
+            reads.keep(read, &run, details, json);
         }
-        figures.push(Figure::new(
+        reads.figures.push(Figure::new(
             "records_read",
             "records read",
             records as f64,
             "",
         ));
-        figures.extend(peak_rss_figure("while reading", &peaks));
-        Ok(NamedRun {
-            name: "kcat-read",
-            setup: self.real_client_setup(&format!(
+        Ok(reads.run(
+            "kcat-read",
+            self.real_client_setup(&format!(
                 "kcat -C -o beginning -e -f '%o\\n' (librdkafka's defaults), {records} records, \
                  three reads; 8 partitions of 1 KiB records written first in 16 KiB batches"
             )),
-            figures,
-            details,
-            details_json,
-            error: None,
-        })
+        ))
     }
 
-    /// Readies the page cache for `read`: drops it before the cold read
-    /// (unless `--no-drop-caches`); whether it was dropped.
-    fn before_read(&self, read: ReadBack) -> bool {
-        read == ReadBack::Cold && !self.options.no_drop_caches && drop_page_cache()
+    /// Readies the page cache for `read` (dropped before the cold read,
+    /// unless `--no-drop-caches`) and reports `what` begins: how the cache
+    /// stands, for the figures' labels.
+    fn ready_for(&mut self, read: ReadBack, what: &str) -> &'static str {
+        let dropped = read == ReadBack::Cold && !self.options.no_drop_caches && drop_page_cache();
+        let condition = read.condition(dropped);
+        (self.progress)(&format!("{what}, {condition}"));
+        condition
     }
 
     pub(in crate::named) fn end_to_end(&mut self) -> Result<NamedRun, BenchError> {
