@@ -94,6 +94,40 @@ pub(crate) fn placements(
     index: usize,
     topic: &str,
 ) -> Option<BTreeMap<i32, (i32, Vec<i32>)>> {
+    Some(
+        partitions_metadata(cluster, index, topic)?
+            .iter()
+            .map(|partition| {
+                let isr = partition.isr_nodes.iter().map(|id| id.0).collect();
+                (partition.partition_index, (partition.leader_id.0, isr))
+            })
+            .collect(),
+    )
+}
+
+/// The partitions of `topic` led by their preferred replica (the first of
+/// their replicas), with that leader, as node `index` says: leadership
+/// balancing does not move these.
+pub(crate) fn preferred_leaders(
+    cluster: &Cluster,
+    index: usize,
+    topic: &str,
+) -> Option<BTreeMap<i32, i32>> {
+    Some(
+        partitions_metadata(cluster, index, topic)?
+            .iter()
+            .filter(|partition| partition.replica_nodes.first() == Some(&partition.leader_id))
+            .map(|partition| (partition.partition_index, partition.leader_id.0))
+            .collect(),
+    )
+}
+
+/// The partitions of `topic` in node `index`'s Metadata answer.
+fn partitions_metadata(
+    cluster: &Cluster,
+    index: usize,
+    topic: &str,
+) -> Option<Vec<kafka_protocol::messages::metadata_response::MetadataResponsePartition>> {
     use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
     let mut stream = std::net::TcpStream::connect(&cluster.nodes[index].address).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
@@ -109,18 +143,10 @@ pub(crate) fn placements(
     )?;
     let found = response
         .topics
-        .first()
+        .into_iter()
+        .next()
         .filter(|found| found.error_code == 0)?;
-    Some(
-        found
-            .partitions
-            .iter()
-            .map(|partition| {
-                let isr = partition.isr_nodes.iter().map(|id| id.0).collect();
-                (partition.partition_index, (partition.leader_id.0, isr))
-            })
-            .collect(),
-    )
+    Some(found.partitions)
 }
 
 pub(crate) fn bootstrap(cluster: &Cluster) -> String {
