@@ -22,12 +22,13 @@ pub(super) enum SendableRecords {
     },
 }
 
-/// Makes a read sendable to another shard (on the owning shard).
-pub(super) fn sendable(fetched: Fetched<Records>) -> Fetched<SendableRecords> {
-    let (high_watermark, last_stable_offset, log_start_offset, aborted, diverging_epoch, records) =
-        match fetched {
-            Fetched::Error(error) => return Fetched::Error(error),
-            Fetched::Elsewhere(elsewhere) => return Fetched::Elsewhere(elsewhere),
+impl<R> Fetched<R> {
+    /// The same answer with its records (if any) turned by `turn`; an
+    /// error from `turn` becomes the partition's error.
+    fn try_map_records<S>(self, turn: impl FnOnce(R) -> Result<S, ErrorCode>) -> Fetched<S> {
+        match self {
+            Fetched::Error(error) => Fetched::Error(error),
+            Fetched::Elsewhere(elsewhere) => Fetched::Elsewhere(elsewhere),
             Fetched::Data {
                 high_watermark,
                 last_stable_offset,
@@ -35,32 +36,39 @@ pub(super) fn sendable(fetched: Fetched<Records>) -> Fetched<SendableRecords> {
                 aborted,
                 diverging_epoch,
                 records,
-            } => (
-                high_watermark,
-                last_stable_offset,
-                log_start_offset,
-                aborted,
-                diverging_epoch,
-                records,
-            ),
-        };
-    let records = match records {
-        None => None,
-        Some(Records::Local(pieces)) => {
+            } => match records.map(turn).transpose() {
+                Ok(records) => Fetched::Data {
+                    high_watermark,
+                    last_stable_offset,
+                    log_start_offset,
+                    aborted,
+                    diverging_epoch,
+                    records,
+                },
+                Err(error) => Fetched::Error(error),
+            },
+        }
+    }
+}
+
+/// Makes a read sendable to another shard (on the owning shard).
+pub(super) fn sendable(fetched: Fetched<Records>) -> Fetched<SendableRecords> {
+    fetched.try_map_records(|records| match records {
+        Records::Local(pieces) => {
             let mut bytes = Vec::with_capacity(pieces.iter().map(|piece| piece.len()).sum());
             pieces
                 .iter()
                 .for_each(|piece| bytes.extend_from_slice(piece));
-            Some(SendableRecords::Bytes(Bytes::from(bytes)))
+            Ok(SendableRecords::Bytes(Bytes::from(bytes)))
         }
-        Some(Records::Owned(bytes)) => Some(SendableRecords::Bytes(bytes)),
-        Some(Records::File {
+        Records::Owned(bytes) => Ok(SendableRecords::Bytes(bytes)),
+        Records::File {
             file,
             position,
             len,
             read_ahead,
-        }) => match file.try_clone() {
-            Ok(file) => Some(SendableRecords::File {
+        } => match file.try_clone() {
+            Ok(file) => Ok(SendableRecords::File {
                 file,
                 position,
                 len,
@@ -68,52 +76,28 @@ pub(super) fn sendable(fetched: Fetched<Records>) -> Fetched<SendableRecords> {
             }),
             Err(error) => {
                 tracing::error!(%error, "duplicating a segment descriptor failed");
-                return Fetched::Error(ErrorCode::KAFKA_STORAGE_ERROR);
+                Err(ErrorCode::KAFKA_STORAGE_ERROR)
             }
         },
-    };
-    Fetched::Data {
-        high_watermark,
-        last_stable_offset,
-        log_start_offset,
-        aborted,
-        diverging_epoch,
-        records,
-    }
+    })
 }
 
 /// The other side of [`sendable`], on the connection's shard.
 pub(super) fn received(fetched: Fetched<SendableRecords>) -> Fetched<Records> {
-    match fetched {
-        Fetched::Error(error) => Fetched::Error(error),
-        Fetched::Elsewhere(elsewhere) => Fetched::Elsewhere(elsewhere),
-        Fetched::Data {
-            high_watermark,
-            last_stable_offset,
-            log_start_offset,
-            aborted,
-            diverging_epoch,
-            records,
-        } => Fetched::Data {
-            high_watermark,
-            last_stable_offset,
-            log_start_offset,
-            aborted,
-            diverging_epoch,
-            records: records.map(|records| match records {
-                SendableRecords::Bytes(bytes) => Records::Owned(bytes),
-                SendableRecords::File {
-                    file,
-                    position,
-                    len,
-                    read_ahead,
-                } => Records::File {
-                    file: Rc::new(file),
-                    position,
-                    len,
-                    read_ahead,
-                },
-            }),
-        },
-    }
+    fetched.try_map_records(|records| {
+        Ok(match records {
+            SendableRecords::Bytes(bytes) => Records::Owned(bytes),
+            SendableRecords::File {
+                file,
+                position,
+                len,
+                read_ahead,
+            } => Records::File {
+                file: Rc::new(file),
+                position,
+                len,
+                read_ahead,
+            },
+        })
+    })
 }
