@@ -55,6 +55,7 @@ pub struct BrokerMetrics {
     request_seconds: HistogramVec,
     connections_active: IntGaugeVec,
     connections: IntCounterVec,
+    shard_jobs: IntCounterVec,
     produce_bytes: IntCounterVec,
     produce_records: IntCounterVec,
     fetch_bytes: IntCounterVec,
@@ -129,6 +130,11 @@ impl BrokerMetrics {
             connections: counter(
                 "connections_total",
                 "Kafka client connections accepted.",
+                &["shard"],
+            ),
+            shard_jobs: counter(
+                "shard_jobs_sent_total",
+                "Jobs a shard sent to another shard to run there (each a trip over the shard mesh and back), by the sending shard.",
                 &["shard"],
             ),
             produce_bytes: counter(
@@ -276,6 +282,7 @@ pub struct ShardMetrics {
     requests: RefCell<Vec<Option<(IntCounter, Histogram)>>>,
     connections_active: IntGauge,
     connections: IntCounter,
+    shard_jobs: IntCounter,
     isr_shrinks: IntCounter,
     isr_expands: IntCounter,
     topics: RefCell<HashMap<String, TopicCounters>>,
@@ -344,6 +351,7 @@ impl ShardMetrics {
         ShardMetrics {
             connections_active: families.connections_active.with_label_values(&[&shard]),
             connections: families.connections.with_label_values(&[&shard]),
+            shard_jobs: families.shard_jobs.with_label_values(&[&shard]),
             isr_shrinks: families.isr_shrinks.with_label_values(&[&shard]),
             isr_expands: families.isr_expands.with_label_values(&[&shard]),
             requests: RefCell::new(vec![None; slots]),
@@ -407,6 +415,11 @@ impl ShardMetrics {
     pub fn connection_opened(&self) {
         self.connections.inc();
         self.connections_active.inc();
+    }
+
+    /// This shard sent a job to another shard.
+    pub fn shard_job_sent(&self) {
+        self.shard_jobs.inc();
     }
 
     pub fn connection_closed(&self) {

@@ -219,6 +219,7 @@ impl Shard {
             .send_async(boxed)
             .await
             .map_err(|_| ShardGone(target.0))?;
+        self.metrics.shard_job_sent();
         Ok(async move { reply.await.map_err(|_| ShardGone(target.0)) }.boxed_local())
     }
 

@@ -1,13 +1,15 @@
 //! Fetch limits and waiting, over raw requests (no client library lets a
 //! test choose `min_bytes` and `max_bytes` this freely): the response byte
 //! budget of KIP-74, `fetch.max.bytes`, and a `min_bytes` wait that sleeps
-//! until an append instead of re-reading in a loop.
+//! until an append instead of re-reading in a loop, and answers with the
+//! read the woken shard made (counted in trips between shards).
 
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use brook_tests::broker::Broker;
 use brook_tests::raw::{self, connect, exchange};
+use brook_tests::scrape::{self, summed};
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::fetch_response::PartitionData;
@@ -161,5 +163,58 @@ fn a_fetch_short_of_min_bytes_sleeps_until_appends_meet_it() {
     assert!(
         waited < Duration::from_secs(10),
         "answered after {waited:?}"
+    );
+}
+
+/// Jobs the broker's shards have sent one another so far.
+fn shard_jobs(metrics: &str) -> f64 {
+    summed(&scrape::metrics(metrics), "brook_shard_jobs_sent_total", "")
+}
+
+#[test]
+fn a_waiting_fetch_is_answered_with_the_read_made_where_it_woke() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(BROOK, dir.path(), 2, &[]);
+    let metrics = broker.metrics_address().expect("metrics served").to_owned();
+    let mut stream = connect(&broker);
+    create_topic(&mut stream);
+    let mut appender = connect(&broker);
+
+    // What one append to partition 0 costs in trips between shards, on
+    // this connection (the second: the first may learn things once).
+    produce(&mut appender, 0, 2);
+    let before = shard_jobs(&metrics);
+    let small = produce(&mut appender, 0, 2);
+    let per_append = shard_jobs(&metrics) - before;
+    // What one pass over the topic's partitions costs: one trip to the
+    // shard that is not the connection's (the partitions live on both).
+    let before = shard_jobs(&metrics);
+    assert_eq!(fetch(&mut stream, 0, 0, 1 << 20)[0], 2 * small);
+    let per_pass = shard_jobs(&metrics) - before;
+    assert_eq!(per_pass, 1.0, "a pass asks the other shard once");
+
+    // A fetch short of min_bytes waits on both shards (one trip more),
+    // until an append to partition 0 reaches it. The shard that owns
+    // partition 0 reads it as its wait ends, and the fetch answers with
+    // that read: no second pass over the shards after the wake.
+    let before = shard_jobs(&metrics);
+    let waiting =
+        std::thread::spawn(move || fetch(&mut stream, (3 * small) as i32, 20_000, 1 << 20));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while shard_jobs(&metrics) - before < 2.0 * per_pass {
+        assert!(
+            Instant::now() < deadline,
+            "the fetch never waited on the other shard"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    produce(&mut appender, 0, 2);
+    let lengths = waiting.join().unwrap();
+    assert_eq!(lengths[0], 3 * small);
+    let trips = shard_jobs(&metrics) - before;
+    assert_eq!(
+        trips,
+        per_pass + per_pass + per_append,
+        "the first pass, the wait, and the append; a pass after the wake would be one more"
     );
 }

@@ -4,6 +4,9 @@
 //! waits (up to `max_wait_ms`) for an append to any of its partitions.
 //!
 //! Each owning shard is asked once per pass, all of them at the same time.
+//! A waiting fetch waits on each owning shard, and the first shard whose
+//! partition moves reads its partitions there and then: the answer needs no
+//! second trip to it (a woken consumer's long poll, a follower's fetch).
 //! Record bytes are never copied on this shard: the tail comes as shared
 //! slices of the log's DMA memory, sealed segments as a file range sent with
 //! sendfile. Data from another shard's memory is copied once to cross over.
@@ -27,9 +30,7 @@ use brook_engine::protocol::fetch_session::{
 use brook_engine::protocol::frame::{FrameError, Request};
 use brook_engine::replica::read_replica::{Fetcher, leader_epoch_error};
 use brook_engine::types::{BrokerId, LeaderEpoch, Offset, PartitionId, TopicPartition};
-use futures::FutureExt;
-use futures::channel::oneshot;
-use futures::future::{LocalBoxFuture, join_all, select_all};
+use futures::future::join_all;
 use kafka_protocol::messages::FetchRequest;
 
 use crate::server::error_counts::{ErrorCodes, ErrorCounts};
@@ -44,9 +45,11 @@ const FETCH_WAIT_MAX: Duration = Duration::from_secs(60);
 
 mod cross_shard;
 mod read_replica;
+mod wait;
 
 use cross_shard::{received, sendable};
 use read_replica::{ClientPlace, Elsewhere, access, client_place, not_read_here};
+use wait::{WaitThere, Waited, wait_for_data};
 
 /// One requested partition, in request order.
 #[derive(Clone, Debug)]
@@ -237,8 +240,8 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request) -> Result<Response, Fr
     let deadline =
         Instant::now() + Duration::from_millis(body.max_wait_ms.max(0) as u64).min(FETCH_WAIT_MAX);
     let budget = ResponseBudget::new(body.max_bytes, shard.context.config.fetch_max_bytes);
+    let mut pass = read_all(shard, &wanted, budget, isolation, client.as_ref()).await;
     loop {
-        let pass = read_all(shard, &wanted, budget, isolation, client.as_ref()).await;
         let bytes: u64 = pass.fetched.iter().map(fetched_len).sum();
         // An error, or a consumer sent elsewhere, is answered at once.
         let answer_now = pass
@@ -271,7 +274,19 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request) -> Result<Response, Fr
             };
             return Ok(respond(request.correlation_id, version, data, answered));
         }
-        wait_for_data(shard, &wanted, &pass, deadline, isolation).await;
+        let waited = Waited {
+            pass: &pass,
+            budget,
+            isolation,
+            client: client.as_ref(),
+            deadline,
+        };
+        pass = match wait_for_data(shard, &wanted, waited).await {
+            // The shard whose partition moved read it as it woke: only its
+            // partitions are read again.
+            Some(woken) => pass.with(woken, &wanted, budget),
+            None => read_all(shard, &wanted, budget, isolation, client.as_ref()).await,
+        };
     }
 }
 
@@ -540,6 +555,37 @@ struct Pass {
     generations: BTreeMap<ShardId, u64>,
 }
 
+/// One owning shard's reads: the owner, its news generation before it read,
+/// and each slot's answer.
+struct OwnerReads {
+    owner: ShardId,
+    generation: u64,
+    results: Vec<(usize, Fetched<Records>)>,
+}
+
+impl Pass {
+    /// This pass with one owner's partitions read again, the response
+    /// budget spent again over every partition in request order.
+    fn with(self, reread: OwnerReads, wanted: &[Wanted], budget: ResponseBudget) -> Pass {
+        let Pass {
+            mut fetched,
+            mut generations,
+        } = self;
+        generations.insert(reread.owner, reread.generation);
+        for (slot, result) in reread.results {
+            fetched[slot] = result;
+        }
+        let mut budget = budget;
+        for (result, partition) in fetched.iter_mut().zip(wanted) {
+            spend(&mut budget, result, partition.partition_max_bytes);
+        }
+        Pass {
+            fetched,
+            generations,
+        }
+    }
+}
+
 /// The request's readable partitions (slots of `wanted`) by owning shard.
 fn slots_by_owner(wanted: &[Wanted]) -> BTreeMap<ShardId, Vec<usize>> {
     let mut by_owner: BTreeMap<ShardId, Vec<usize>> = BTreeMap::new();
@@ -551,6 +597,34 @@ fn slots_by_owner(wanted: &[Wanted]) -> BTreeMap<ShardId, Vec<usize>> {
     by_owner
 }
 
+/// The reads of the request's readable partitions, by owning shard.
+fn reads_by_owner<'a>(
+    wanted: &'a [Wanted],
+    isolation: Isolation,
+    client: Option<&'a ClientPlace<'_>>,
+) -> Vec<(ShardId, Vec<Read<'a>>)> {
+    slots_by_owner(wanted)
+        .into_iter()
+        .map(|(owner, slots)| {
+            let reads = slots.into_iter().map(|slot| {
+                let partition = &wanted[slot];
+                Read {
+                    slot,
+                    topic: Cow::Borrowed(&*partition.topic),
+                    partition: PartitionId(partition.partition),
+                    offset: Offset(partition.fetch_offset),
+                    partition_max_bytes: partition.partition_max_bytes,
+                    isolation,
+                    last_fetched_epoch: LeaderEpoch(partition.last_fetched_epoch),
+                    log_start_offset: Offset(partition.log_start_offset),
+                    client: client.map(ClientPlace::borrowed),
+                }
+            });
+            (owner, reads.collect())
+        })
+        .collect()
+}
+
 /// Reads every partition, asking each owning shard once and all at the same
 /// time, then spends the response budget in request order.
 async fn read_all(
@@ -560,24 +634,9 @@ async fn read_all(
     isolation: Isolation,
     client: Option<&ClientPlace<'_>>,
 ) -> Pass {
-    let reads = slots_by_owner(wanted).into_iter().map(|(owner, slots)| {
-        let reads = slots.into_iter().filter_map(|slot| {
-            let partition = &wanted[slot];
-            partition.source.as_ref().ok()?;
-            Some(Read {
-                slot,
-                topic: Cow::Borrowed(&*partition.topic),
-                partition: PartitionId(partition.partition),
-                offset: Offset(partition.fetch_offset),
-                partition_max_bytes: partition.partition_max_bytes,
-                isolation,
-                last_fetched_epoch: LeaderEpoch(partition.last_fetched_epoch),
-                log_start_offset: Offset(partition.log_start_offset),
-                client: client.map(ClientPlace::borrowed),
-            })
-        });
-        read_on(shard, owner, reads.collect(), budget)
-    });
+    let reads = reads_by_owner(wanted, isolation, client)
+        .into_iter()
+        .map(|(owner, reads)| read_on(shard, owner, reads, budget, None));
     let mut fetched: Vec<Option<Fetched<Records>>> = wanted
         .iter()
         .map(|partition| {
@@ -589,9 +648,10 @@ async fn read_all(
         })
         .collect();
     let mut generations = BTreeMap::new();
-    for (owner, generation, results) in join_all(reads).await {
-        generations.insert(owner, generation);
-        for (slot, result) in results {
+    // Without a wait first, every owner reads.
+    for read in join_all(reads).await.into_iter().flatten() {
+        generations.insert(read.owner, read.generation);
+        for (slot, result) in read.results {
             fetched[slot] = Some(result);
         }
     }
@@ -612,22 +672,31 @@ async fn read_all(
     }
 }
 
-/// Reads `reads` on `owner`: directly if that is this shard, else with one
-/// trip over the mesh. Also answers the owner's news generation before the
-/// reads.
+/// Reads `reads` on `owner` (after `wait` there, if any): directly if that
+/// is this shard, else with one trip over the mesh, so that a waiting fetch
+/// woken on the owner reads there at once rather than coming back first.
+/// Also answers the owner's news generation before the reads. `None`: the
+/// wait ended with nothing appended.
 async fn read_on(
     shard: &Rc<Shard>,
     owner: ShardId,
     reads: Vec<Read<'_>>,
     budget: ResponseBudget,
-) -> (ShardId, u64, Vec<(usize, Fetched<Records>)>) {
+    wait: Option<WaitThere>,
+) -> Option<OwnerReads> {
     if owner == shard.id {
+        if let Some(wait) = wait
+            && !wait.appended(shard).await
+        {
+            return None;
+        }
         let generation = shard.store.news_generation();
-        return (
+        let results = read_partitions(shard, &reads, budget).await;
+        return Some(OwnerReads {
             owner,
             generation,
-            read_partitions(shard, &reads, budget).await,
-        );
+            results,
+        });
     }
     let slots: Vec<usize> = reads.iter().map(|read| read.slot).collect();
     let reads: Vec<Read<'static>> = reads
@@ -640,33 +709,40 @@ async fn read_on(
         .collect();
     let remote = shard
         .on_shard(owner, move |owner| async move {
+            if let Some(wait) = wait
+                && !wait.appended(&owner).await
+            {
+                return None;
+            }
             let generation = owner.store.news_generation();
             let results = read_partitions(&owner, &reads, budget)
                 .await
                 .into_iter()
                 .map(|(slot, fetched)| (slot, sendable(fetched)))
                 .collect::<Vec<_>>();
-            (generation, results)
+            Some((generation, results))
         })
         .await;
-    match remote {
-        Ok((generation, results)) => (
+    let results = match remote {
+        Ok(None) => return None,
+        Ok(Some((generation, results))) => OwnerReads {
             owner,
             generation,
-            results
+            results: results
                 .into_iter()
                 .map(|(slot, fetched)| (slot, received(fetched)))
                 .collect(),
-        ),
-        Err(_) => (
+        },
+        Err(_) => OwnerReads {
             owner,
-            0,
-            slots
+            generation: 0,
+            results: slots
                 .into_iter()
                 .map(|slot| (slot, Fetched::Error(ErrorCode::NOT_LEADER_OR_FOLLOWER)))
                 .collect(),
-        ),
-    }
+        },
+    };
+    Some(results)
 }
 
 /// Reads on the owning shard, spending this shard's share of the budget as
@@ -803,114 +879,6 @@ async fn read_local(shard: &Rc<Shard>, read: &Read<'_>, limit: Option<u64>) -> F
         diverging_epoch: None,
         records,
     }
-}
-
-/// Above this many partitions on one shard, a waiting fetch waits for news
-/// of any partition of the shard rather than with a waiter per partition: a
-/// spurious wake costs a re-read, a waiter per partition costs on every wait.
-const PER_PARTITION_WAITERS_MAX: usize = 32;
-
-/// What a waiting fetch waits for on one owning shard.
-enum WaitFor {
-    /// Any partition's visible offset moving past this generation.
-    News(u64),
-    /// One of these partitions reaching its offset: its high watermark, or
-    /// for a follower (`true`) its written end.
-    Partitions(Vec<(TopicPartition, Offset)>, bool),
-}
-
-/// Resolves once what `wait` names has happened, on the owning shard.
-fn appended_on(owner: &Rc<Shard>, wait: WaitFor) -> LocalBoxFuture<'static, ()> {
-    let (targets, replica) = match wait {
-        WaitFor::News(generation) => {
-            return owner.store.news_after(generation).map(|_| ()).boxed_local();
-        }
-        WaitFor::Partitions(targets, replica) => (targets, replica),
-    };
-    let appended: Vec<LocalBoxFuture<'static, ()>> = targets
-        .into_iter()
-        .filter_map(|(topic_partition, target)| {
-            let log = owner.log(&topic_partition)?;
-            Some(
-                async move {
-                    let _ = match replica {
-                        true => log.wait_written(target).await,
-                        false => log.wait_visible(target).await,
-                    };
-                }
-                .boxed_local(),
-            )
-        })
-        .collect();
-    if appended.is_empty() {
-        futures::future::pending().boxed_local()
-    } else {
-        select_all(appended).map(|_| ()).boxed_local()
-    }
-}
-
-/// Waits until any partition's high watermark passes the one this pass saw
-/// (or its fetch offset), or the deadline. Each owning shard gets one waiting
-/// job, which ends as soon as this wait does.
-async fn wait_for_data(
-    shard: &Rc<Shard>,
-    wanted: &[Wanted],
-    pass: &Pass,
-    deadline: Instant,
-    isolation: Isolation,
-) {
-    let replica = matches!(isolation, Isolation::Replica(_));
-    let mut waits_by_owner: Vec<(ShardId, WaitFor)> = Vec::new();
-    for (owner, slots) in slots_by_owner(wanted) {
-        if slots.len() > PER_PARTITION_WAITERS_MAX {
-            let generation = pass.generations.get(&owner).copied().unwrap_or_default();
-            waits_by_owner.push((owner, WaitFor::News(generation)));
-            continue;
-        }
-        let targets = slots
-            .into_iter()
-            .filter_map(|slot| {
-                let partition = &wanted[slot];
-                let Fetched::Data { high_watermark, .. } = &pass.fetched[slot] else {
-                    return None;
-                };
-                let seen = partition.fetch_offset.max(*high_watermark);
-                let topic_partition = TopicPartition {
-                    topic: partition.topic.to_string(),
-                    partition: PartitionId(partition.partition),
-                };
-                Some((topic_partition, Offset(seen.saturating_add(1))))
-            })
-            .collect();
-        waits_by_owner.push((owner, WaitFor::Partitions(targets, replica)));
-    }
-    let remaining = deadline.saturating_duration_since(Instant::now());
-    let mut waits: Vec<LocalBoxFuture<'_, ()>> =
-        vec![glommio::timer::sleep(remaining).boxed_local()];
-    for (owner, wait) in waits_by_owner {
-        let (keep_waiting, stopped) = oneshot::channel::<()>();
-        let shard = shard.clone();
-        waits.push(
-            async move {
-                // Dropping this future drops `keep_waiting`, which ends the
-                // job on the owner.
-                let _keep_waiting = keep_waiting;
-                let _ = shard
-                    .on_shard(owner, move |owner| async move {
-                        let appended = appended_on(&owner, wait);
-                        let timer = glommio::timer::sleep(remaining);
-                        futures::select! {
-                            _ = appended.fuse() => {},
-                            _ = stopped.fuse() => {},
-                            _ = timer.fuse() => {},
-                        }
-                    })
-                    .await;
-            }
-            .boxed_local(),
-        );
-    }
-    select_all(waits).await;
 }
 
 /// Encodes the response: `data` has the topics, each partition of
