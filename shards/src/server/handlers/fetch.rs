@@ -575,14 +575,20 @@ impl Pass {
         for (slot, result) in reread.results {
             fetched[slot] = result;
         }
-        let mut budget = budget;
-        for (result, partition) in fetched.iter_mut().zip(wanted) {
-            spend(&mut budget, result, partition.partition_max_bytes);
-        }
+        spend_in_order(&mut fetched, wanted, budget);
         Pass {
             fetched,
             generations,
         }
+    }
+}
+
+/// Spends `budget` over every partition's records in request order (each
+/// owner spent it as if its partitions were alone).
+fn spend_in_order(fetched: &mut [Fetched<Records>], wanted: &[Wanted], budget: ResponseBudget) {
+    let mut budget = budget;
+    for (result, partition) in fetched.iter_mut().zip(wanted) {
+        spend(&mut budget, result, partition.partition_max_bytes);
     }
 }
 
@@ -655,17 +661,11 @@ async fn read_all(
             fetched[slot] = Some(result);
         }
     }
-    let mut budget = budget;
-    let fetched = fetched
+    let mut fetched: Vec<Fetched<Records>> = fetched
         .into_iter()
-        .zip(wanted)
-        .map(|(result, partition)| {
-            let mut result =
-                result.unwrap_or(Fetched::Error(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION));
-            spend(&mut budget, &mut result, partition.partition_max_bytes);
-            result
-        })
+        .map(|result| result.unwrap_or(Fetched::Error(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)))
         .collect();
+    spend_in_order(&mut fetched, wanted, budget);
     Pass {
         fetched,
         generations,
@@ -685,9 +685,7 @@ async fn read_on(
     wait: Option<WaitThere>,
 ) -> Option<OwnerReads> {
     if owner == shard.id {
-        if let Some(wait) = wait
-            && !wait.appended(shard).await
-        {
+        if !WaitThere::ended_with_append(wait, shard).await {
             return None;
         }
         let generation = shard.store.news_generation();
@@ -709,9 +707,7 @@ async fn read_on(
         .collect();
     let remote = shard
         .on_shard(owner, move |owner| async move {
-            if let Some(wait) = wait
-                && !wait.appended(&owner).await
-            {
+            if !WaitThere::ended_with_append(wait, &owner).await {
                 return None;
             }
             let generation = owner.store.news_generation();

@@ -27,14 +27,18 @@ pub(super) struct WaitThere {
 }
 
 impl WaitThere {
-    /// Whether what it waits for happened on `owner` (not the time, nor the
+    /// Whether the reads on `owner` go ahead: with no wait, at once; after
+    /// a wait, if what it waited for happened there (not the time, nor the
     /// fetch ending).
-    pub(super) async fn appended(self, owner: &Rc<Shard>) -> bool {
-        let appended = appended_on(owner, self.wait);
-        let timer = glommio::timer::sleep(self.remaining);
+    pub(super) async fn ended_with_append(wait: Option<WaitThere>, owner: &Rc<Shard>) -> bool {
+        let Some(wait) = wait else {
+            return true;
+        };
+        let appended = appended_on(owner, wait.wait);
+        let timer = glommio::timer::sleep(wait.remaining);
         futures::select! {
             _ = appended.fuse() => true,
-            _ = self.stopped.fuse() => false,
+            _ = wait.stopped.fuse() => false,
             _ = timer.fuse() => false,
         }
     }
