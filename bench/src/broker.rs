@@ -31,8 +31,8 @@ pub struct BrokerLaunch {
     /// The network namespace to run in (its `/run/netns/<name>` file);
     /// `None`: this process's.
     pub namespace: Option<PathBuf>,
-    /// The address to listen on (`host:port`, port 0 for a free one);
-    /// `None`: a free port of 127.0.0.1.
+    /// The address to listen on (`host:port`, port 0 for one the kernel
+    /// chooses); `None`: a [`free_port`] of 127.0.0.1.
     pub listen: Option<String>,
 }
 
@@ -161,11 +161,13 @@ impl BrokerProcess {
             metrics_address: None,
             namespace_file: None,
         };
-        let listen = broker
-            .launch
-            .listen
-            .clone()
-            .unwrap_or_else(|| "127.0.0.1:0".to_owned());
+        // Not port 0: a restart binds the same port again, and one the
+        // kernel chose is an ephemeral one that any outgoing connection on
+        // the machine (a restarted peer's, reconnecting) may hold by then.
+        let listen = match broker.launch.listen.clone() {
+            Some(listen) => listen,
+            None => format!("127.0.0.1:{}", free_port()?),
+        };
         broker.launch(&listen)?;
         Ok(broker)
     }
@@ -279,6 +281,7 @@ impl BrokerProcess {
             .append(true)
             .open(&log_path)
             .map_err(io("opening", &log_path))?;
+        let logged_before = log.metadata().map_or(0, |meta| meta.len());
         let mut command = Command::new(&self.launch.binary);
         command
             .args(["serve", "--listen", listen, "--cores"])
@@ -325,13 +328,17 @@ impl BrokerProcess {
             }
             for _ in lines {}
         });
-        let Ok(line) = receiver.recv_timeout(START_TIMEOUT) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-            return Err(BenchError::Broker(format!(
-                "brook serve did not start; its log:\n{log}"
-            )));
+        let line = match receiver.recv_timeout(START_TIMEOUT) {
+            Ok(line) => line,
+            Err(waited) => {
+                let _ = child.kill();
+                let status = child.wait();
+                return Err(BenchError::Broker(self.not_started(
+                    waited,
+                    status,
+                    logged_before,
+                )));
+            }
         };
         // "brook listening on <address> (<n> shards[; metrics on <address>])"
         self.address = line
@@ -447,6 +454,33 @@ impl BrokerProcess {
         }
         let listen = self.address.clone();
         self.launch(&listen)
+    }
+
+    /// Why `brook serve` did not start, its own words first: a failure
+    /// report shows the start of a long message, and a log holds every
+    /// earlier start of this broker too.
+    fn not_started(
+        &self,
+        waited: mpsc::RecvTimeoutError,
+        status: std::io::Result<std::process::ExitStatus>,
+        logged_before: u64,
+    ) -> String {
+        let log = self.log_since(logged_before);
+        let how = match (waited, status) {
+            (mpsc::RecvTimeoutError::Timeout, _) => {
+                format!("did not say it listens within {START_TIMEOUT:?}")
+            }
+            (_, Ok(status)) => format!("exited ({status}) before it listened"),
+            (_, Err(error)) => format!("closed its output before it listened ({error})"),
+        };
+        let said: Vec<&str> = log
+            .lines()
+            .filter(|line| line.contains("brook serve:") || line.contains("panicked"))
+            .collect();
+        format!(
+            "brook serve {how}: {}; its log since this start:\n{log}",
+            said.join(" / ")
+        )
     }
 
     /// What the broker logged past the first `offset` bytes of its log.

@@ -86,6 +86,29 @@ fn report(what: &str, mut restarts: Vec<Duration>) {
     );
 }
 
+/// A test's broker restarts on the port it first had, so that port must be
+/// one nothing else takes meanwhile: one the kernel chose (`127.0.0.1:0`) is
+/// an ephemeral port, and a restarted peer reconnecting to the cluster, or
+/// any other test's client, may hold it as the local port of its outgoing
+/// connection by then (a restart of all three nodes of
+/// `cluster_quorum::every_node_killed_and_restarted_...` found its port held
+/// that way, once in a CI run, and never started).
+#[test]
+fn a_test_broker_listens_on_a_port_no_outgoing_connection_takes() {
+    let root = tempfile::tempdir().unwrap();
+    let broker = Broker::start(BROOK, root.path(), 1, &[]);
+    let port: u16 = broker.address.rsplit(':').next().unwrap().parse().unwrap();
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+    let ephemeral: Vec<u16> = range
+        .split_whitespace()
+        .map(|port| port.parse().unwrap())
+        .collect();
+    assert!(
+        !(ephemeral[0]..=ephemeral[1]).contains(&port),
+        "port {port} is in the ephemeral range {range}"
+    );
+}
+
 #[test]
 fn a_killed_broker_restarts_at_once_under_its_clients_and_loses_nothing() {
     let busy = Busy::start();
