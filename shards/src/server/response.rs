@@ -4,7 +4,6 @@
 
 use std::ops::Range;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::rc::Rc;
 
 use brook_engine::protocol::frame::{FrameError, Request};
 use bytes::{BufMut, Bytes, BytesMut};
@@ -13,7 +12,7 @@ use kafka_protocol::messages::ResponseHeader;
 use kafka_protocol::protocol::Encodable;
 
 use crate::server::error_counts::{ErrorCodes, ErrorCounts};
-use crate::storage::LogBytes;
+use crate::storage::{FileRange, LogBytes};
 
 /// Record bytes of one fetched partition.
 #[derive(Debug)]
@@ -22,14 +21,9 @@ pub enum Records {
     Local(Vec<LogBytes>),
     /// Copied from another shard's memory.
     Owned(Bytes),
-    /// A range of a sealed segment, sent with sendfile.
-    File {
-        file: Rc<std::fs::File>,
-        position: u64,
-        len: u64,
-        /// Asked into the page cache as the range is sent.
-        read_ahead: Range<u64>,
-    },
+    /// A range of a segment's file, sent with sendfile; the descriptor is
+    /// the segment's own, shared with the pool thread that sends it.
+    File(FileRange),
 }
 
 /// One piece of a Fetch frame.
@@ -91,17 +85,7 @@ pub async fn write_fetch<W: AsyncWrite + Unpin>(
         match part {
             FetchPart::Bytes(bytes) => run.push(PoolPart::Bytes(Bytes::from(bytes))),
             FetchPart::Records(Records::Owned(bytes)) => run.push(PoolPart::Bytes(bytes)),
-            FetchPart::Records(Records::File {
-                file,
-                position,
-                len,
-                read_ahead,
-            }) => run.push(PoolPart::File {
-                file: file.try_clone()?,
-                position,
-                len,
-                read_ahead,
-            }),
+            FetchPart::Records(Records::File(range)) => run.push(PoolPart::File(range)),
             FetchPart::Records(Records::Local(pieces)) => {
                 write_run(writer, socket, std::mem::take(&mut run)).await?;
                 for piece in pieces {
@@ -114,23 +98,18 @@ pub async fn write_fetch<W: AsyncWrite + Unpin>(
 }
 
 /// A piece of a Fetch frame that a pool thread can send: it owns its bytes
-/// or its (duplicated) descriptor.
+/// or shares its descriptor.
 #[derive(Debug)]
 enum PoolPart {
     Bytes(Bytes),
-    File {
-        file: std::fs::File,
-        position: u64,
-        len: u64,
-        read_ahead: Range<u64>,
-    },
+    File(FileRange),
 }
 
 impl PoolPart {
     fn len(&self) -> u64 {
         match self {
             PoolPart::Bytes(bytes) => bytes.len() as u64,
-            PoolPart::File { len, .. } => *len,
+            PoolPart::File(range) => range.len,
         }
     }
 }
@@ -142,7 +121,7 @@ async fn write_run<W: AsyncWrite + Unpin>(
     socket: RawFd,
     run: Vec<PoolPart>,
 ) -> std::io::Result<()> {
-    if !run.iter().any(|part| matches!(part, PoolPart::File { .. })) {
+    if !run.iter().any(|part| matches!(part, PoolPart::File(_))) {
         for part in run {
             if let PoolPart::Bytes(bytes) = part {
                 writer.write_all(&bytes).await?;
@@ -230,12 +209,12 @@ fn send_parts(socket: &OwnedFd, parts: &[PoolPart], mut cursor: Cursor) -> std::
                     )
                 }
             }
-            PoolPart::File {
+            PoolPart::File(FileRange {
                 file,
                 position,
                 len,
                 read_ahead,
-            } => {
+            }) => {
                 if cursor.sent == 0 {
                     ask_read_ahead(file, read_ahead);
                 }

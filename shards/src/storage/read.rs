@@ -13,6 +13,7 @@
 use std::ops::Range;
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use brook_engine::log::batch::{BATCH_HEADER_BYTES, BatchHeader, BatchView};
 use brook_engine::log::index::{OffsetIndexEntry, position_key, stable_range_end};
@@ -55,7 +56,7 @@ pub struct ReadOptions {
 /// watermark).
 #[derive(Clone, Debug)]
 pub struct FileRange {
-    pub file: Rc<std::fs::File>,
+    pub file: Arc<std::fs::File>,
     pub position: u64,
     pub len: u64,
     /// What the sender asks the kernel to read into the page cache as it
@@ -143,7 +144,7 @@ struct SegmentView {
 
 /// What a read that answers with a file range needs.
 struct RangeView {
-    plain_log: Rc<std::fs::File>,
+    plain_log: Arc<std::fs::File>,
     /// The batch holding the offset, when the last range ended right at it.
     read_on: Option<BatchAt>,
     end: RangeEnd,

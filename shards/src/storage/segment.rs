@@ -10,6 +10,7 @@ use std::cell::{Cell, RefCell};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use brook_engine::log::batch::BATCH_HEADER_BYTES;
 use brook_engine::log::file_name::SegmentFileKind;
@@ -109,8 +110,9 @@ pub(crate) struct SealedIndexes {
 #[derive(Debug, Default)]
 pub(crate) struct RangeReads {
     /// A plain (page-cache) descriptor of the `.log` for sendfile/splice,
-    /// opened on first use.
-    plain_log: RefCell<Option<Rc<std::fs::File>>>,
+    /// opened on first use; shared (not duplicated) with the shard that
+    /// sends a range and the pool thread that sends it.
+    plain_log: RefCell<Option<Arc<std::fs::File>>>,
     /// The batch right after the last file range handed out: where a
     /// consumer reading on asks next, found then without an index block or
     /// header read. Its bytes never change: a sealed segment never does,
@@ -534,11 +536,11 @@ impl Segment {
 
 impl RangeReads {
     /// The plain descriptor of `log_path` for zero-copy sends.
-    pub fn plain_log(&self, log_path: &Path) -> Result<Rc<std::fs::File>, StorageError> {
+    pub fn plain_log(&self, log_path: &Path) -> Result<Arc<std::fs::File>, StorageError> {
         if let Some(file) = self.plain_log.borrow().as_ref() {
             return Ok(file.clone());
         }
-        let file = Rc::new(std::fs::File::open(log_path).map_err(io_error("opening", log_path))?);
+        let file = Arc::new(std::fs::File::open(log_path).map_err(io_error("opening", log_path))?);
         *self.plain_log.borrow_mut() = Some(file.clone());
         Ok(file)
     }

@@ -117,7 +117,7 @@ fn records_len(records: &Records) -> u64 {
     match records {
         Records::Local(pieces) => pieces.iter().map(|piece| piece.len() as u64).sum(),
         Records::Owned(bytes) => bytes.len() as u64,
-        Records::File { len, .. } => *len,
+        Records::File(range) => range.len,
     }
 }
 
@@ -171,7 +171,7 @@ fn cut_to_whole_batches(records: Records, room: u64) -> Option<Records> {
         Records::Owned(bytes) => {
             whole_batches_within(bytes.len() as u64, room, |at| bytes[at as usize])
         }
-        Records::File { .. } => 0,
+        Records::File(_) => 0,
     };
     if cut == 0 {
         return None;
@@ -195,7 +195,7 @@ fn cut_to_whole_batches(records: Records, room: u64) -> Option<Records> {
             Some(Records::Local(kept))
         }
         Records::Owned(bytes) => Some(Records::Owned(bytes.slice(..cut as usize))),
-        Records::File { .. } => None,
+        Records::File(_) => None,
     }
 }
 
@@ -860,12 +860,7 @@ async fn read_local(shard: &Rc<Shard>, read: &Read<'_>, limit: Option<u64>) -> F
     let records = match outcome.data {
         LogData::Empty => None,
         LogData::Memory(pieces) => Some(Records::Local(pieces)),
-        LogData::File(range) => Some(Records::File {
-            file: range.file,
-            position: range.position,
-            len: range.len,
-            read_ahead: range.read_ahead,
-        }),
+        LogData::File(range) => Some(Records::File(range)),
     };
     Fetched::Data {
         high_watermark: high_watermark.0,
