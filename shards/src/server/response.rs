@@ -150,7 +150,7 @@ struct Cursor {
 
 /// Sends `parts` to the socket on glommio's blocking pool (bytes with
 /// send(2), file ranges with sendfile(2)). The socket is duplicated for the
-/// pool thread and the parts own their descriptors, so nothing it uses can
+/// pool thread and the parts hold their files (shared), so nothing it uses can
 /// be closed under it. A peer that stops reading holds a pool thread for at
 /// most one slice at a time.
 async fn send_on_pool(socket: RawFd, parts: Vec<PoolPart>) -> std::io::Result<()> {
