@@ -56,6 +56,7 @@ pub struct BrokerMetrics {
     connections_active: IntGaugeVec,
     connections: IntCounterVec,
     shard_jobs: IntCounterVec,
+    prepared_reads: IntCounterVec,
     produce_bytes: IntCounterVec,
     produce_records: IntCounterVec,
     fetch_bytes: IntCounterVec,
@@ -136,6 +137,11 @@ impl BrokerMetrics {
                 "shard_jobs_sent_total",
                 "Jobs a shard sent to another shard to run there (each a trip over the shard mesh and back), by the sending shard.",
                 &["shard"],
+            ),
+            prepared_reads: counter(
+                "fetch_prepared_reads_total",
+                "Consumer reads of another shard's partition prepared one fetch ahead, by what became of them: used (the fetch needed no trip to that shard for it) or dropped (the log or its leader changed, the fetch asked otherwise, or it aged).",
+                &["outcome", "shard"],
             ),
             produce_bytes: counter(
                 "produce_bytes_total",
@@ -283,6 +289,8 @@ pub struct ShardMetrics {
     connections_active: IntGauge,
     connections: IntCounter,
     shard_jobs: IntCounter,
+    prepared_reads_used: IntCounter,
+    prepared_reads_dropped: IntCounter,
     isr_shrinks: IntCounter,
     isr_expands: IntCounter,
     topics: RefCell<HashMap<String, TopicCounters>>,
@@ -352,6 +360,10 @@ impl ShardMetrics {
             connections_active: families.connections_active.with_label_values(&[&shard]),
             connections: families.connections.with_label_values(&[&shard]),
             shard_jobs: families.shard_jobs.with_label_values(&[&shard]),
+            prepared_reads_used: families.prepared_reads.with_label_values(&["used", &shard]),
+            prepared_reads_dropped: families
+                .prepared_reads
+                .with_label_values(&["dropped", &shard]),
             isr_shrinks: families.isr_shrinks.with_label_values(&[&shard]),
             isr_expands: families.isr_expands.with_label_values(&[&shard]),
             requests: RefCell::new(vec![None; slots]),
@@ -420,6 +432,16 @@ impl ShardMetrics {
     /// This shard sent a job to another shard.
     pub fn shard_job_sent(&self) {
         self.shard_jobs.inc();
+    }
+
+    /// `count` reads prepared one fetch ahead were used (`true`) or
+    /// dropped.
+    pub fn prepared_reads(&self, used: bool, count: usize) {
+        let counter = match used {
+            true => &self.prepared_reads_used,
+            false => &self.prepared_reads_dropped,
+        };
+        counter.inc_by(count as u64);
     }
 
     pub fn connection_closed(&self) {

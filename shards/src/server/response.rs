@@ -214,6 +214,7 @@ fn send_parts(socket: &OwnedFd, parts: &[PoolPart], mut cursor: Cursor) -> std::
                 position,
                 len,
                 read_ahead,
+                ..
             }) => {
                 if cursor.sent == 0 {
                     ask_read_ahead(file, read_ahead);

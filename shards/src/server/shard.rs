@@ -26,6 +26,7 @@ use glommio::sync::Semaphore;
 use crate::server::connection::serve_connection;
 use crate::server::context::ServerContext;
 use crate::server::groups::{GroupHost, run_timers};
+use crate::server::handlers::fetch::PreparedReads;
 use crate::server::mesh::{MeshReceiver, ShardGone, job_with_reply};
 use crate::server::metrics::ShardMetrics;
 use crate::server::peers::Peers;
@@ -71,6 +72,9 @@ pub struct Shard {
     pub forward: RefCell<Option<Forward>>,
     /// The fetch sessions (KIP-227) of this shard's connections.
     pub fetch_sessions: RefCell<FetchSessionCache>,
+    /// Consumer reads of other shards' partitions prepared one fetch ahead
+    /// for this shard's connections.
+    pub prepared_reads: RefCell<PreparedReads>,
     /// This shard's children of the hot-path metrics.
     pub metrics: ShardMetrics,
     /// Serialises metadata changes (used on the controller shard).
@@ -387,6 +391,7 @@ async fn start(
         cluster_view: RefCell::new(None),
         forward: RefCell::new(None),
         fetch_sessions,
+        prepared_reads: RefCell::default(),
         metrics,
         controller_lock: Semaphore::new(1),
         one_node_registration: PartitionRegistration {

@@ -42,7 +42,7 @@ pub use log_dirs::{LogDirReport, LogDirs};
 pub use open::EPOCH_CHECKPOINT_FILE;
 pub use partition_log::{PartitionLog, RecoveryHints, UNWRITTEN_BYTES_MAX};
 pub use read::{FileRange, LogData, ReadOptions, ReadOutcome, read_ahead_span};
-pub use state::{AppendInfo, LogStats};
+pub use state::{AppendInfo, LogStats, ReadVersion};
 pub use store::{MaintenanceSchedule, Store, StoreOptions};
 pub use transactions::{ABORTED_TRANSACTIONS_PER_FETCH_MAX, ActiveProducer};
 pub use writer::SYNC_SECONDS;

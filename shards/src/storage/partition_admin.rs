@@ -16,6 +16,7 @@ use brook_engine::types::{LeaderEpoch, Offset, TimestampMs};
 use crate::storage::error::{StorageError, io_error};
 use crate::storage::log_dirs::LogDirs;
 use crate::storage::partition_log::PartitionLog;
+use crate::storage::state::ReadVersion;
 use crate::storage::waiters::ShardNews;
 
 /// The suffix of a deleted partition's directory until it is removed.
@@ -86,6 +87,12 @@ impl PartitionLog {
         if state.failure().is_none() {
             state.fail(cause);
         }
+    }
+
+    /// The log's read version now, before a read another shard may keep
+    /// for a while ([`ReadVersion`]).
+    pub fn read_version(&self) -> ReadVersion {
+        self.inner.state.borrow().read_version()
     }
 
     /// Whether an IO error took the log offline.
@@ -195,10 +202,7 @@ impl PartitionLog {
                 log_end,
             });
         }
-        if offset > state.log_start_offset {
-            state.log_start_offset = offset;
-            state.epochs.truncate_from_start(offset);
-        }
+        state.raise_log_start(offset);
         Ok(state.log_start_offset)
     }
 

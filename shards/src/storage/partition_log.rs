@@ -447,9 +447,7 @@ impl PartitionLog {
             } else {
                 first_kept
             };
-            state.log_start_offset = state.log_start_offset.max(start);
-            let log_start = state.log_start_offset;
-            state.epochs.truncate_from_start(log_start);
+            state.raise_log_start(start);
             removed
         };
         let dir = self.dir();
@@ -475,7 +473,11 @@ impl PartitionLog {
             .acquire()
             .await
             .map_err(|_| self.closed())?;
-        self.inner.state.borrow_mut().closing = true;
+        {
+            let mut state = self.inner.state.borrow_mut();
+            state.closing = true;
+            state.invalidate_reads();
+        }
         let result = self.flush_and_trim().await;
         self.inner.state.borrow_mut().fail_waiters_on_close();
         if result.is_ok() {

@@ -62,6 +62,8 @@ pub struct FileRange {
     /// What the sender asks the kernel to read into the page cache as it
     /// sends: see [`read_ahead_span`].
     pub read_ahead: Range<u64>,
+    /// The offset after the range's last record: where a reader goes on.
+    pub next_offset: Offset,
 }
 
 /// How many ranges of a file range's length are read ahead after it. A
@@ -552,6 +554,7 @@ impl PartitionLog {
                 position: start,
                 len: end - start,
                 read_ahead: self.read_ahead_for(walk.view, start, end - start),
+                next_offset,
             };
             return Ok(Ranged::Found(Some((LogData::File(range), next_offset))));
         }

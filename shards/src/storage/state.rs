@@ -8,6 +8,8 @@
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use brook_engine::log::batch::{
@@ -154,6 +156,26 @@ pub(crate) struct LogState {
     pub closing: bool,
     pub stats: LogStats,
     last_append: Option<Instant>,
+    /// Moves whenever what a read below the high watermark answers may
+    /// change other than by the high watermark moving up: the log start
+    /// moving, the log going offline or closing (a truncation closes it). A
+    /// read prepared on another shard holds it ([`ReadVersion`]).
+    read_version: Arc<AtomicU64>,
+}
+
+/// A log's read version as it was when a read was made: the read still
+/// answers as the log would while [`ReadVersion::is_current`]. Shared with
+/// other shards (the only part of a log that is).
+#[derive(Clone, Debug)]
+pub struct ReadVersion {
+    version: Arc<AtomicU64>,
+    at: u64,
+}
+
+impl ReadVersion {
+    pub fn is_current(&self) -> bool {
+        self.version.load(Ordering::Acquire) == self.at
+    }
 }
 
 impl LogState {
@@ -190,6 +212,30 @@ impl LogState {
             closing: false,
             stats: LogStats::default(),
             last_append: None,
+            read_version: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The read version now, for a read about to be made.
+    pub fn read_version(&self) -> ReadVersion {
+        ReadVersion {
+            version: self.read_version.clone(),
+            at: self.read_version.load(Ordering::Acquire),
+        }
+    }
+
+    /// Tells reads prepared so far that they may no longer answer as the
+    /// log would.
+    pub fn invalidate_reads(&self) {
+        self.read_version.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Moves the log start offset up to `start` (never down).
+    pub fn raise_log_start(&mut self, start: Offset) {
+        if start > self.log_start_offset {
+            self.log_start_offset = start;
+            self.epochs.truncate_from_start(start);
+            self.invalidate_reads();
         }
     }
 
@@ -663,6 +709,7 @@ impl LogState {
         self.durable_waiters.fail_all(&failure);
         self.high_watermark_waiters.fail_all(&failure);
         self.failure = Some(failure);
+        self.invalidate_reads();
         self.ring_news();
     }
 

@@ -40,6 +40,7 @@ mod dev_cluster;
 mod dynamic_broker_configs;
 mod exactly_once;
 mod fetch_from_follower;
+mod fetch_prepared;
 mod fetch_sessions;
 mod franz_go;
 mod fresh_machine;

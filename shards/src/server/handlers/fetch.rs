@@ -10,6 +10,8 @@
 //! Record bytes are never copied on this shard: the tail comes as shared
 //! slices of the log's DMA memory, sealed segments as a file range sent with
 //! sendfile. Data from another shard's memory is copied once to cross over.
+//! A consumer reading sealed data is answered from reads made ready after
+//! its previous fetch, off the response's path ([`prepared`]).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -44,10 +46,14 @@ use crate::storage::{LogData, ReadOptions, StorageError};
 const FETCH_WAIT_MAX: Duration = Duration::from_secs(60);
 
 mod cross_shard;
+mod prepared;
 mod read_replica;
 mod wait;
 
+pub use prepared::PreparedReads;
+
 use cross_shard::{received, sendable};
+use prepared::{prepare_next, read_terms, take_prepared};
 use read_replica::{ClientPlace, Elsewhere, access, client_place, not_read_here};
 use wait::{WaitThere, Waited, wait_for_data};
 
@@ -592,10 +598,14 @@ fn spend_in_order(fetched: &mut [Fetched<Records>], wanted: &[Wanted], budget: R
     }
 }
 
-/// The request's readable partitions (slots of `wanted`) by owning shard.
-fn slots_by_owner(wanted: &[Wanted]) -> BTreeMap<ShardId, Vec<usize>> {
+/// The request's readable partitions (slots of `wanted`) by owning shard,
+/// but for those `answered` already.
+fn slots_by_owner(wanted: &[Wanted], answered: &[bool]) -> BTreeMap<ShardId, Vec<usize>> {
     let mut by_owner: BTreeMap<ShardId, Vec<usize>> = BTreeMap::new();
     for (slot, partition) in wanted.iter().enumerate() {
+        if answered.get(slot) == Some(&true) {
+            continue;
+        }
         if let Ok(owner) = &partition.source {
             by_owner.entry(*owner).or_default().push(slot);
         }
@@ -603,13 +613,15 @@ fn slots_by_owner(wanted: &[Wanted]) -> BTreeMap<ShardId, Vec<usize>> {
     by_owner
 }
 
-/// The reads of the request's readable partitions, by owning shard.
+/// The reads of the request's readable partitions, by owning shard, but
+/// for those `answered` already.
 fn reads_by_owner<'a>(
     wanted: &'a [Wanted],
     isolation: Isolation,
     client: Option<&'a ClientPlace<'_>>,
+    answered: &[bool],
 ) -> Vec<(ShardId, Vec<Read<'a>>)> {
-    slots_by_owner(wanted)
+    slots_by_owner(wanted, answered)
         .into_iter()
         .map(|(owner, slots)| {
             let reads = slots.into_iter().map(|slot| {
@@ -632,7 +644,8 @@ fn reads_by_owner<'a>(
 }
 
 /// Reads every partition, asking each owning shard once and all at the same
-/// time, then spends the response budget in request order.
+/// time (but for reads prepared here one fetch ahead), then spends the
+/// response budget in request order, and prepares the next reads.
 async fn read_all(
     shard: &Rc<Shard>,
     wanted: &[Wanted],
@@ -640,9 +653,6 @@ async fn read_all(
     isolation: Isolation,
     client: Option<&ClientPlace<'_>>,
 ) -> Pass {
-    let reads = reads_by_owner(wanted, isolation, client)
-        .into_iter()
-        .map(|(owner, reads)| read_on(shard, owner, reads, budget, None));
     let mut fetched: Vec<Option<Fetched<Records>>> = wanted
         .iter()
         .map(|partition| {
@@ -653,6 +663,12 @@ async fn read_all(
                 .map(|error| Fetched::Error(*error))
         })
         .collect();
+    let terms = |partition: &Wanted| read_terms(shard, partition, budget, isolation, client);
+    take_prepared(shard, wanted, terms, &mut fetched);
+    let answered: Vec<bool> = fetched.iter().map(Option::is_some).collect();
+    let reads = reads_by_owner(wanted, isolation, client, &answered)
+        .into_iter()
+        .map(|(owner, reads)| read_on(shard, owner, reads, budget, None));
     let mut generations = BTreeMap::new();
     // Without a wait first, every owner reads.
     for read in join_all(reads).await.into_iter().flatten() {
@@ -666,6 +682,7 @@ async fn read_all(
         .map(|result| result.unwrap_or(Fetched::Error(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)))
         .collect();
     spend_in_order(&mut fetched, wanted, budget);
+    prepare_next(shard, wanted, &fetched, terms, budget);
     Pass {
         fetched,
         generations,

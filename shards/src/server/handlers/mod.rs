@@ -7,7 +7,7 @@ mod admin;
 mod cluster;
 mod configs;
 mod elections;
-mod fetch;
+pub(crate) mod fetch;
 mod group_offsets;
 mod groups;
 mod offsets;

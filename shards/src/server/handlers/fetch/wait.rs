@@ -119,7 +119,7 @@ pub(super) async fn wait_for_data(
     let remaining = deadline.saturating_duration_since(Instant::now());
     let mut waits: Vec<LocalBoxFuture<'_, Option<OwnerReads>>> =
         vec![glommio::timer::sleep(remaining).map(|_| None).boxed_local()];
-    for (owner, reads) in reads_by_owner(wanted, isolation, client) {
+    for (owner, reads) in reads_by_owner(wanted, isolation, client, &[]) {
         let wait = if reads.len() > PER_PARTITION_WAITERS_MAX {
             let generation = pass.generations.get(&owner).copied().unwrap_or_default();
             WaitFor::News(generation)
