@@ -108,22 +108,46 @@ pub fn bound_liveness(socket: RawFd, limit: Duration) -> std::io::Result<()> {
         (libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, limit_ms),
     ];
     for (level, name, value) in options {
-        // SAFETY: setsockopt with a valid pointer to an int of its size;
-        // an invalid descriptor is an error, not undefined behaviour.
-        let set = unsafe {
-            libc::setsockopt(
-                socket,
-                level,
-                name,
-                std::ptr::from_ref(&value).cast(),
-                std::mem::size_of::<i32>() as libc::socklen_t,
-            )
-        };
-        if set != 0 {
-            return Err(std::io::Error::last_os_error());
+        set_option(socket, level, name, value)?;
+    }
+    Ok(())
+}
+
+/// Sets `socket`'s kernel buffers as `socket.send.buffer.bytes` and
+/// `socket.receive.buffer.bytes` say (Kafka sets them on every connection it
+/// accepts); `None` leaves the kernel's autotuning.
+pub fn set_buffer_sizes(
+    socket: RawFd,
+    send: Option<u32>,
+    receive: Option<u32>,
+) -> std::io::Result<()> {
+    let sizes = [(libc::SO_SNDBUF, send), (libc::SO_RCVBUF, receive)];
+    for (name, bytes) in sizes {
+        if let Some(bytes) = bytes {
+            let bytes = i32::try_from(bytes).unwrap_or(i32::MAX);
+            set_option(socket, libc::SOL_SOCKET, name, bytes)?;
         }
     }
     Ok(())
+}
+
+/// One integer socket option.
+fn set_option(socket: RawFd, level: i32, name: i32, value: i32) -> std::io::Result<()> {
+    // SAFETY: setsockopt with a valid pointer to an int of its size; an
+    // invalid descriptor is an error, not undefined behaviour.
+    let set = unsafe {
+        libc::setsockopt(
+            socket,
+            level,
+            name,
+            std::ptr::from_ref(&value).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    match set {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
 }
 
 #[cfg(test)]

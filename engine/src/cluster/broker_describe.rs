@@ -217,8 +217,6 @@ const KAFKA_DEFAULTS: &[(&str, ConfigType, Option<&str>)] = &[
     ),
     ("socket.connection.setup.timeout.ms", Long, Some("10000")),
     ("socket.listen.backlog.size", Int, Some("50")),
-    ("socket.receive.buffer.bytes", Int, Some("102400")),
-    ("socket.send.buffer.bytes", Int, Some("102400")),
     (
         "transaction.partition.verification.enable",
         Boolean,
@@ -227,6 +225,11 @@ const KAFKA_DEFAULTS: &[(&str, ConfigType, Option<&str>)] = &[
     ("unclean.leader.election.interval.ms", Long, Some("300000")),
     ("unstable.api.versions.enable", Boolean, Some("false")),
 ];
+
+/// A socket buffer size as Kafka shows it: -1 for the kernel's default.
+fn socket_buffer(bytes: Option<u32>) -> i64 {
+    bytes.map_or(-1, i64::from)
+}
 
 /// Kafka's default of a setting Brook lists without acting on it.
 pub(crate) fn kafka_default(name: &str) -> Option<String> {
@@ -365,9 +368,19 @@ pub(crate) fn brook_values(
             value(&config.replica_socket_timeout_ms),
         ),
         (
+            "socket.receive.buffer.bytes",
+            Int,
+            value(&socket_buffer(config.socket_receive_buffer_bytes)),
+        ),
+        (
             "socket.request.max.bytes",
             Int,
             value(&config.socket_request_max_bytes),
+        ),
+        (
+            "socket.send.buffer.bytes",
+            Int,
+            value(&socket_buffer(config.socket_send_buffer_bytes)),
         ),
         (
             "transaction.abort.timed.out.transaction.cleanup.interval.ms",

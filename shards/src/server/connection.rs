@@ -33,6 +33,14 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream, listener: usi
         .map_or_else(|_| "unknown".to_owned(), |peer| peer.to_string());
     let _ = stream.set_nodelay(true);
     let socket = stream.as_raw_fd();
+    let config = &shard.context.config;
+    let (send, receive) = (
+        config.socket_send_buffer_bytes,
+        config.socket_receive_buffer_bytes,
+    );
+    if let Err(error) = crate::net::set_buffer_sizes(socket, send, receive) {
+        tracing::warn!(%peer, %error, "setting the socket's buffer sizes");
+    }
     let (reader, writer) = stream.split();
     let (queue, pending) = mpsc::unbounded();
     let in_flight = Rc::new(InFlight {
