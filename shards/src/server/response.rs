@@ -12,7 +12,7 @@ use kafka_protocol::messages::ResponseHeader;
 use kafka_protocol::protocol::Encodable;
 
 use crate::server::error_counts::{ErrorCodes, ErrorCounts};
-use crate::storage::{FileRange, LogBytes, read_from_page_cache};
+use crate::storage::{FileRange, LogBytes};
 
 /// Record bytes of one fetched partition.
 #[derive(Debug)]
@@ -217,7 +217,7 @@ fn send_parts(socket: &OwnedFd, parts: &[PoolPart], mut cursor: Cursor) -> std::
                 ..
             }) => {
                 if cursor.sent == 0 {
-                    let _ = ask_read_ahead(file, read_ahead);
+                    ask_read_ahead(file, read_ahead);
                 }
                 let mut offset = (position + cursor.sent) as libc::off_t;
                 let remaining = (len - cursor.sent).min(1 << 30) as usize;
@@ -253,19 +253,13 @@ fn send_parts(socket: &OwnedFd, parts: &[PoolPart], mut cursor: Cursor) -> std::
 }
 
 /// Asks the kernel to start reading `span` of a file (a range about to be
-/// sent and what a consumer reading on asks next) into the page cache,
-/// unless the span's last byte is there already; returns whether it asked.
+/// sent and what a consumer reading on asks next) into the page cache.
 /// sendfile alone reads a cold file through the default readahead window,
 /// each read waited for in turn; this queues it all at once, so the disk
-/// works while the consumer parses. Asking for cached pages is not free:
-/// the kernel looks up every page of the span (5% of the sending thread's
-/// CPU in a kcat re-read of 2 GB from the page cache, ~26 µs per MiB),
-/// and a consumer reading on finds the span's end cached when the pages
-/// before it are (the log is read in order). Advice, so a failure is
-/// ignored.
-fn ask_read_ahead(file: &std::fs::File, span: &Range<u64>) -> bool {
-    if span.is_empty() || read_from_page_cache(file, span.end - 1, &mut [0u8]) {
-        return false;
+/// works while the consumer parses. Advice, so a failure is ignored.
+fn ask_read_ahead(file: &std::fs::File, span: &Range<u64>) {
+    if span.is_empty() {
+        return;
     }
     let len = (span.end - span.start).min(i64::MAX as u64);
     // SAFETY: a valid descriptor; fadvise reads no user memory.
@@ -277,7 +271,6 @@ fn ask_read_ahead(file: &std::fs::File, span: &Range<u64>) -> bool {
             libc::POSIX_FADV_WILLNEED,
         )
     };
-    true
 }
 
 /// Waits (on the pool thread) up to one slice for the non-blocking socket to
@@ -333,7 +326,7 @@ mod tests {
     }
 
     #[test]
-    fn a_range_about_to_be_sent_and_the_next_three_are_read_into_the_page_cache_once() {
+    fn a_range_about_to_be_sent_and_the_next_three_are_read_into_the_page_cache() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("segment");
         let (len, pages) = (4 << 20, 1024);
@@ -350,7 +343,7 @@ mod tests {
         // A first range of a quarter of the file asks for the whole file.
         let span = read_ahead_span(0, len as u64 / 4, 0);
         assert_eq!(span, 0..len as u64);
-        assert!(ask_read_ahead(&file, &span), "a cold span is asked for");
+        ask_read_ahead(&file, &span);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while resident_pages(&file, len) < pages {
             assert!(
@@ -360,10 +353,5 @@ mod tests {
             );
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        // Read again from the start, with the pages cached: not asked again.
-        assert!(
-            !ask_read_ahead(&file, &span),
-            "a cached span is not asked for"
-        );
     }
 }

@@ -41,9 +41,7 @@ pub use follower::LogCut;
 pub use log_dirs::{LogDirReport, LogDirs};
 pub use open::EPOCH_CHECKPOINT_FILE;
 pub use partition_log::{PartitionLog, RecoveryHints, UNWRITTEN_BYTES_MAX};
-pub use read::{
-    FileRange, LogData, ReadOptions, ReadOutcome, read_ahead_span, read_from_page_cache,
-};
+pub use read::{FileRange, LogData, ReadOptions, ReadOutcome, read_ahead_span};
 pub use state::{AppendInfo, LogStats, ReadVersion};
 pub use store::{MaintenanceSchedule, Store, StoreOptions};
 pub use transactions::{ABORTED_TRANSACTIONS_PER_FETCH_MAX, ActiveProducer};

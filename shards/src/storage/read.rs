@@ -832,29 +832,21 @@ async fn batch_at(
     }))
 }
 
-/// The batch header at `position` of `file` if the page cache holds it
-/// ([`read_from_page_cache`]), so the shard is never blocked.
+/// The batch header at `position` of `file` if the page cache holds it:
+/// `preadv2` with `RWF_NOWAIT` copies from the cache and never waits for
+/// the disk (it fails instead), so the shard is never blocked.
 fn header_from_page_cache(file: &std::fs::File, position: u64) -> Option<[u8; BATCH_HEADER_BYTES]> {
-    let mut header = [0u8; BATCH_HEADER_BYTES];
-    read_from_page_cache(file, position, &mut header).then_some(header)
-}
-
-/// Fills `buffer` from `file` at `position` if the page cache holds those
-/// bytes: `preadv2` with `RWF_NOWAIT` copies from the cache and never waits
-/// for the disk (it fails instead). False also past the end of the file.
-pub fn read_from_page_cache(file: &std::fs::File, position: u64, buffer: &mut [u8]) -> bool {
     use std::os::fd::AsRawFd;
+    let mut header = [0u8; BATCH_HEADER_BYTES];
     let vector = libc::iovec {
-        iov_base: buffer.as_mut_ptr().cast(),
-        iov_len: buffer.len(),
+        iov_base: header.as_mut_ptr().cast(),
+        iov_len: header.len(),
     };
-    let Ok(position) = i64::try_from(position) else {
-        return false;
-    };
-    // SAFETY: one iovec over a live, writable buffer of exactly its stated
-    // length; the descriptor stays open while `file` is borrowed.
+    let position = i64::try_from(position).ok()?;
+    // SAFETY: one iovec over a live, writable local buffer of exactly its
+    // stated length; the descriptor stays open while `file` is borrowed.
     let read = unsafe { libc::preadv2(file.as_raw_fd(), &vector, 1, position, libc::RWF_NOWAIT) };
-    read == buffer.len() as isize
+    (read == BATCH_HEADER_BYTES as isize).then_some(header)
 }
 
 fn slot_of(state: &LogState, view: &SegmentView) -> Option<usize> {
