@@ -76,11 +76,10 @@ pub struct BrokerConfig {
     /// `socket.send.buffer.bytes` (Kafka's 100 KiB): SO_SNDBUF of every
     /// accepted connection; `None` (-1) keeps the kernel's autotuning.
     /// Kafka's bound matters on loopback: with an autotuned buffer of
-    /// megabytes, a Fetch response of 8 MB left the broker in bursts that
-    /// arrived out of order (sent from both cores), and TCP retransmitted
-    /// 50-60 segments in every 2 GB kcat read (`nstat` TcpRetransSegs,
-    /// TCPSACKReorder), with BBR pacing the connection down after; with
-    /// 100 KiB, none.
+    /// megabytes, segments of 8 MB Fetch responses reached the reader out
+    /// of order and TCP retransmitted 50-60 of them in every 2 GB kcat read
+    /// (`nstat` TcpRetransSegs, TCPSACKReorder), with BBR pacing the
+    /// connection down after; with 100 KiB, none.
     pub socket_send_buffer_bytes: Option<u32>,
     /// `socket.receive.buffer.bytes`: SO_RCVBUF of every accepted
     /// connection; `None` (-1, Brook's default) keeps the kernel's
