@@ -6,9 +6,10 @@
 //! comes with the ceiling it should be judged against, not a figure from
 //! another day or another disk.
 //!
-//! [`allocator`] counts live heap bytes; the `brook` binary installs it as
-//! the global allocator so memory figures come from the allocator itself
-//! rather than from each type's own estimate.
+//! [`allocator`] counts live heap bytes; the `brook-bench` binary (which
+//! `brook bench` runs) installs it as the global allocator so memory figures
+//! come from the allocator itself rather than from each type's own
+//! estimate. Nothing in the broker depends on this crate.
 //!
 //! - [`log`]: the storage engine alone (`brook bench log`).
 //! - [`ceiling`]: the machine's limits (`brook bench ceiling`).

@@ -16,3 +16,4 @@ pub mod protocol;
 pub mod replica;
 pub mod txn;
 pub mod types;
+pub mod units;

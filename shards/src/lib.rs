@@ -7,6 +7,7 @@
 //! swapped for a fork without touching callers.
 
 pub mod client;
+pub mod logging;
 pub mod net;
 pub mod runtime;
 pub mod server;

@@ -11,29 +11,16 @@ mod offsets;
 mod produce;
 mod topic;
 
+use std::ffi::OsString;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use brook_bench::allocator::CountingAllocator;
-use brook_bench::ceiling::CeilingOptions;
-use brook_bench::log::error::BenchError;
-use brook_bench::log::{
-    BYTES_DEFAULT, LogBenchOptions, PARTITIONS_DEFAULT, SAMPLES_DEFAULT, parse_bytes,
-};
-use brook_bench::named::NamedOptions;
-use brook_bench::workload::options::WorkloadOptions;
-use brook_bench::workload::report::WorkloadReport;
 use brook_engine::cluster::broker_config::{BrokerConfig, parse_properties};
 use brook_engine::cluster::endpoints::{self, ServeFlags};
 use brook_shards::server::{OtherListener, ServerOptions};
 use clap::{Args, Parser, Subcommand};
-
-/// Counts live heap bytes so `brook bench log` can report what an idle
-/// partition really costs; one relaxed atomic add per allocation.
-#[global_allocator]
-static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -54,9 +41,10 @@ struct Cli {
 enum Command {
     /// Run a broker: Kafka clients connect to it as to a Kafka broker.
     Serve(ServeArgs),
-    /// Measure Brook against the machine it runs on.
-    #[command(subcommand)]
-    Bench(BenchCommand),
+    /// Measure Brook against the machine it runs on (runs the brook-bench
+    /// program beside this one).
+    #[command(disable_help_flag = true)]
+    Bench(BenchArgs),
     /// Read partition log files directly, with no broker.
     #[command(subcommand)]
     Log(LogCommand),
@@ -186,100 +174,20 @@ impl ServeArgs {
     }
 }
 
-#[derive(Debug, Subcommand)]
-enum BenchCommand {
-    /// The storage engine: append throughput vs raw O_DIRECT writes, append+fsync
-    /// latency vs raw fdatasync, heap per idle partition.
-    Log(LogArgs),
-    /// The machine's limits through Brook's IO path: O_DIRECT write and read,
-    /// fsync latency, loopback TCP.
-    Ceiling(CeilingArgs),
-    /// A named workload from the performance bar (producer-perf,
-    /// consumer-perf, kcat-read and end-to-end with clients Brook did not
-    /// write; throughput, latency, catchup, many-partitions, recovery,
-    /// scaling, replication, controller-failover, all), each figure beside
-    /// the same-run ceiling; starts its own broker unless --brokers is
-    /// given.
-    Run(RunArgs),
-    /// Any workload against a running broker: `brook bench workload
-    /// --brokers host:port [options]`.
-    Workload(WorkloadArgs),
-}
-
+/// `brook bench`'s arguments, all handed to `brook-bench` as they are.
 #[derive(Debug, Args)]
-struct RunArgs {
-    #[command(flatten)]
-    named: NamedOptions,
-    /// Print the report as JSON instead of a table.
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Debug, Args)]
-struct WorkloadArgs {
-    #[command(flatten)]
-    workload: WorkloadOptions,
-    /// Print the report as JSON instead of a table.
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Debug, Args)]
-struct CeilingArgs {
-    /// Directory for the disk measurements (on the disk to measure).
-    #[arg(long)]
-    dir: PathBuf,
-    /// Bytes written and read back (suffixes KiB, MiB, GiB).
-    #[arg(long, default_value_t = brook_bench::ceiling::BYTES_DEFAULT, value_parser = parse_bytes)]
-    bytes: u64,
-    /// Print the report as JSON instead of a table.
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Debug, Args)]
-struct LogArgs {
-    /// Directory for the benchmark's files (on the disk to measure).
-    #[arg(long)]
-    dir: PathBuf,
-    /// Bytes written by the throughput runs (suffixes KiB, MiB, GiB).
-    #[arg(long, default_value_t = BYTES_DEFAULT, value_parser = parse_bytes)]
-    bytes: u64,
-    /// Append+fsync latency samples.
-    #[arg(long, default_value_t = SAMPLES_DEFAULT)]
-    samples: u64,
-    /// Idle partitions to open.
-    #[arg(long, default_value_t = PARTITIONS_DEFAULT)]
-    partitions: usize,
-    /// CPU to pin the benchmark's executor to.
-    #[arg(long, default_value_t = 0)]
-    cpu: usize,
-    /// Print the report as JSON instead of a table.
-    #[arg(long)]
-    json: bool,
+struct BenchArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    args: Vec<OsString>,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse_from(cli::hoist_client_options(std::env::args_os().collect()));
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        // A log line that cannot be written (stderr on a full disk) is
-        // dropped: reporting it would be a second write to stderr, and
-        // `eprintln!` panics when that fails too. Logging must never stop
-        // the broker.
-        .log_internal_errors(false)
-        .init();
+    brook_shards::logging::init_stderr();
     match cli.command {
         Command::Serve(args) => serve(args),
         Command::Dev(command) => dev::run(command),
-        Command::Bench(BenchCommand::Log(args)) => bench_log(args),
-        Command::Bench(BenchCommand::Ceiling(args)) => bench_ceiling(args),
-        Command::Bench(BenchCommand::Run(args)) => bench_run(args),
-        Command::Bench(BenchCommand::Workload(args)) => bench_workload(args),
+        Command::Bench(args) => bench(args),
         Command::Log(LogCommand::Dump(args)) => log_dump(args),
         Command::Topic(args) => topic::run(args),
         Command::Produce(args) => produce::run(args),
@@ -425,64 +333,27 @@ fn listen_address(host: &str, port: u16) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("the listener host {host} resolves to no address"))
 }
 
-/// Prints a benchmark's report (JSON or text) on stdout, or its error.
-fn print_report<R>(
-    command: &str,
-    result: Result<R, BenchError>,
-    json: bool,
-    to_json: impl FnOnce(&R) -> String,
-    to_text: impl FnOnce(&R) -> String,
-) -> ExitCode {
-    match result {
-        Ok(report) if json => println!("{}", to_json(&report)),
-        Ok(report) => print!("{}", to_text(&report)),
+/// Runs `brook-bench` (`<this program's name>-bench`, beside it) with the
+/// arguments, in place of this process. The benchmarks live in a program
+/// of their own so that the broker neither links them nor pays for their
+/// counting allocator; `brook bench` stays the one command users type.
+fn bench(args: BenchArgs) -> ExitCode {
+    use std::os::unix::process::CommandExt;
+    let this = match std::env::current_exe() {
+        Ok(this) => this,
         Err(error) => {
-            eprintln!("brook bench {command}: {error}");
+            eprintln!("brook bench: cannot find this program: {error}");
             return ExitCode::FAILURE;
         }
-    }
-    ExitCode::SUCCESS
-}
-
-fn bench_log(args: LogArgs) -> ExitCode {
-    let options = LogBenchOptions {
-        dir: args.dir,
-        bytes: args.bytes,
-        samples: args.samples,
-        partitions: args.partitions,
-        cpu: args.cpu,
     };
-    let result = brook_bench::log::run(options);
-    print_report("log", result, args.json, |r| r.to_json(), |r| r.to_string())
-}
-
-fn bench_ceiling(args: CeilingArgs) -> ExitCode {
-    let mut options = CeilingOptions::new(args.dir);
-    options.bytes = args.bytes;
-    let result = brook_bench::ceiling::run(options);
-    print_report(
-        "ceiling",
-        result,
-        args.json,
-        |r| r.to_json(),
-        |r| r.to_text(),
-    )
-}
-
-/// Live progress goes to stderr, so that stdout holds only the report.
-fn progress(line: &str) {
-    eprintln!("{line}");
-}
-
-fn bench_run(args: RunArgs) -> ExitCode {
-    let result = brook_bench::named::run(&args.named, &mut progress);
-    let failed = result.as_ref().is_ok_and(|report| report.any_failed());
-    let printed = print_report("run", result, args.json, |r| r.to_json(), |r| r.to_text());
-    if failed { ExitCode::FAILURE } else { printed }
-}
-
-fn bench_workload(args: WorkloadArgs) -> ExitCode {
-    let result = brook_bench::workload::run(args.workload, progress);
-    let json = |r: &WorkloadReport| r.to_json_object().render();
-    print_report("workload", result, args.json, json, |r| r.to_text())
+    let mut name = this.file_name().unwrap_or_default().to_os_string();
+    name.push("-bench");
+    let bench = this.with_file_name(name);
+    let error = std::process::Command::new(&bench).args(&args.args).exec();
+    eprintln!(
+        "brook bench: cannot run {}: {error} (it is built beside brook: \
+         cargo build --release -p brook-bench)",
+        bench.display()
+    );
+    ExitCode::FAILURE
 }

@@ -40,12 +40,7 @@ impl Bench<'_> {
         if let Some(script) = &self.kafka {
             return self.start_kafka_voters(name, script);
         }
-        let binary = match &self.options.binary {
-            Some(binary) => binary.clone(),
-            None => std::env::current_exe().map_err(|error| {
-                BenchError::Broker(format!("finding the brook binary: {error}"))
-            })?,
-        };
+        let binary = super::brook_binary(self.options)?;
         let ports: Vec<u16> = (0..NODES).map(|_| free_port()).collect::<Result<_, _>>()?;
         let voters = ports
             .iter()

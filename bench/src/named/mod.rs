@@ -35,10 +35,10 @@ use crate::broker::{BrokerLaunch, BrokerProcess, KafkaLaunch};
 use crate::ceiling::{CeilingOptions, CeilingReport};
 use crate::log::error::BenchError;
 use crate::log::json::JsonObject;
-use crate::log::parse_bytes;
 use crate::workload::client_error;
 use crate::workload::options::{WorkloadOptions, parse_duration};
 use crate::workload::report::WorkloadReport;
+use brook_engine::units::parse_bytes;
 use brook_shards::client::{ClientError, Cluster};
 use brook_shards::runtime::{executor_builder, guarded};
 use report::{Figure, NamedReport, NamedRun, Target};
@@ -210,7 +210,8 @@ pub struct NamedOptions {
     /// --pin-real-clients).
     #[arg(long, default_value_t = 1)]
     pub load_cpu: usize,
-    /// The `brook` binary to start brokers from (default: this one).
+    /// The `brook` binary to start brokers from (default: the one beside
+    /// this program, its name without `-bench`).
     #[arg(long)]
     pub binary: Option<PathBuf>,
     /// Records the real-client workloads write with ProducerPerformance
@@ -342,6 +343,28 @@ impl Drop for Broker {
 }
 
 /// Deletes everything in `dir` but the broker's log file.
+/// The `brook` binary brokers start from: `--binary`, or the one beside this
+/// program named without its `-bench` (`brook bench` runs `brook-bench`
+/// from beside `brook`; the tests' `brook-e2e` runs `brook-e2e-bench`).
+fn brook_binary(options: &NamedOptions) -> Result<PathBuf, BenchError> {
+    if let Some(binary) = &options.binary {
+        return Ok(binary.clone());
+    }
+    let this = std::env::current_exe()
+        .map_err(|error| BenchError::Broker(format!("finding this program: {error}")))?;
+    let name = this
+        .file_name()
+        .and_then(|name| name.to_str())
+        .unwrap_or("");
+    match name.strip_suffix("-bench") {
+        Some(brook) if !brook.is_empty() => Ok(this.with_file_name(brook)),
+        _ => Err(BenchError::Broker(format!(
+            "{} is not named <brook>-bench: give the brook binary with --binary",
+            this.display()
+        ))),
+    }
+}
+
 fn remove_data_keeping_log(dir: &std::path::Path, log: &std::path::Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -466,12 +489,7 @@ impl Bench<'_> {
             let process = BrokerProcess::start_kafka(launch, data_dir, cpus)?;
             return Ok(Broker::Own(Box::new(process)));
         }
-        let binary = match &self.options.binary {
-            Some(binary) => binary.clone(),
-            None => std::env::current_exe().map_err(|error| {
-                BenchError::Broker(format!("finding the brook binary: {error}"))
-            })?,
-        };
+        let binary = brook_binary(self.options)?;
         let process = BrokerProcess::start(BrokerLaunch {
             binary,
             data_dir,

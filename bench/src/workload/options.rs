@@ -87,7 +87,7 @@ pub struct WorkloadOptions {
     /// End the measured window early once this many value bytes were
     /// produced (consumed, when there are no producers); 0: run the whole
     /// `--duration`. For fixed-size loads such as a catch-up read.
-    #[arg(long = "bytes", default_value_t = 0, value_parser = crate::log::parse_bytes)]
+    #[arg(long = "bytes", default_value_t = 0, value_parser = brook_engine::units::parse_bytes)]
     pub bytes_limit: u64,
     /// Topic configs for the topics the workload creates, as key=value
     /// (repeatable), e.g. `flush.messages=1` to fsync every append.

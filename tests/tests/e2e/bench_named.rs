@@ -433,3 +433,39 @@ fn grow_with_no_assignments(address: &str, topic: &str, total: i32) -> (i16, Opt
             .map(|message| message.to_string()),
     )
 }
+
+/// `brook bench` runs the `brook-bench` program beside `brook` (here the
+/// test build's `brook-e2e-bench` beside `brook-e2e`), so the broker does
+/// not link the benchmarks: without it, the command says what to build.
+#[test]
+fn brook_bench_runs_the_program_beside_brook() {
+    let dir = tempfile::tempdir().unwrap();
+    let brook = dir.path().join("brook");
+    std::fs::copy(BROOK, &brook).unwrap();
+    let alone = Command::new(&brook)
+        .args(["bench", "--help"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&alone.stderr);
+    assert!(!alone.status.success(), "{said}");
+    assert!(
+        said.contains("brook-bench") && said.contains("cargo build --release -p brook-bench"),
+        "{said}"
+    );
+    std::fs::copy(
+        env!("CARGO_BIN_EXE_brook-e2e-bench"),
+        dir.path().join("brook-bench"),
+    )
+    .unwrap();
+    let beside = Command::new(&brook)
+        .args(["bench", "run", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&beside.stdout);
+    assert!(
+        beside.status.success(),
+        "{help}{}",
+        String::from_utf8_lossy(&beside.stderr)
+    );
+    assert!(help.contains("Usage: brook bench run"), "{help}");
+}

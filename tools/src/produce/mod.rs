@@ -25,8 +25,8 @@ use std::process::ExitCode;
 use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use brook_bench::log::parse_bytes;
 use brook_engine::log::batch::Compression;
+use brook_engine::units::parse_bytes;
 use brook_shards::client::records::RecordHeader;
 use futures::StreamExt;
 use futures::channel::mpsc;

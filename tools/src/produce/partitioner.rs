@@ -17,7 +17,8 @@
 //! Pure: the random choice of the next sticky partition comes from a seed
 //! the caller passes.
 
-use brook_bench::log::payload::Xorshift64;
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 /// Kafka's `Utils.murmur2` seed.
 const MURMUR2_SEED: u32 = 0x9747_b28c;
@@ -98,7 +99,7 @@ pub struct Partitioner {
     /// Kafka's RoundRobinPartitioner counter (starts at 0).
     round_robin_next: u32,
     sticky: Option<i32>,
-    random: Xorshift64,
+    random: ChaCha8Rng,
 }
 
 impl Partitioner {
@@ -113,7 +114,7 @@ impl Partitioner {
             fixed,
             round_robin_next: 0,
             sticky: None,
-            random: Xorshift64::new(seed),
+            random: ChaCha8Rng::seed_from_u64(seed),
         }
     }
 
