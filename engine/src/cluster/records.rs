@@ -587,9 +587,16 @@ mod tests {
     }
 
     proptest! {
+        /// Bytes after a valid version either fail or decode to records
+        /// that encode back to bytes decoding to the same records.
         #[test]
-        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
-            let _ = decode_batch(&bytes);
+        fn arbitrary_bytes_fail_or_decode_to_records_that_round_trip(
+            tail in proptest::collection::vec(any::<u8>(), 0..256),
+        ) {
+            let bytes = [&[VERSION][..], &tail].concat();
+            if let Ok(records) = decode_batch(&bytes) {
+                prop_assert_eq!(decode_batch(&encode_batch(&records)), Ok(records));
+            }
         }
 
         #[test]

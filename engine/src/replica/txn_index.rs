@@ -441,9 +441,36 @@ mod tests {
             prop_assert_eq!(index.size_bytes(), entries.len() * ABORTED_TXN_BYTES);
         }
 
+        /// A file of whole entries, each well formed or not, and a torn
+        /// tail: refused at the first entry that is not version 0, read
+        /// whole otherwise (and re-encoded to the same bytes).
         #[test]
-        fn garbage_is_an_error_not_a_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
-            let _ = TransactionIndex::decode(Offset(0), &bytes);
+        fn a_file_is_refused_exactly_at_its_first_bad_entry(
+            chunks in proptest::collection::vec(
+                prop_oneof![
+                    any_aborted().prop_map(|entry| entry.encode().to_vec()),
+                    proptest::collection::vec(any::<u8>(), ABORTED_TXN_BYTES),
+                ],
+                0..6,
+            ),
+            torn in proptest::collection::vec(any::<u8>(), 0..ABORTED_TXN_BYTES),
+        ) {
+            let whole: Vec<u8> = chunks.concat();
+            let file = [&whole[..], &torn[..]].concat();
+            let first_bad = chunks
+                .iter()
+                .position(|chunk| chunk[..2] != ABORTED_TXN_VERSION.to_be_bytes());
+            match (TransactionIndex::decode(Offset(0), &file), first_bad) {
+                (Ok(index), None) => {
+                    let again: Vec<u8> =
+                        index.entries().iter().flat_map(|entry| entry.encode()).collect();
+                    prop_assert_eq!(again, whole);
+                }
+                (Err(TxnIndexError::UnsupportedVersion { position, .. }), Some(bad)) => {
+                    prop_assert_eq!(position, bad * ABORTED_TXN_BYTES);
+                }
+                (result, bad) => prop_assert!(false, "{:?} with the first bad entry {:?}", result, bad),
+            }
         }
 
         /// The lookup finds exactly the overlapping entries up to the first

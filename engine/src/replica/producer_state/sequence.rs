@@ -142,13 +142,46 @@ mod tests {
         assert_eq!(Sequence::NONE.next(), Sequence::ZERO);
     }
 
+    /// Over every sequence and step a producer can send (0..=i32::MAX),
+    /// stepping is arithmetic modulo 2^31, decrement undoes increment, and
+    /// what follows a sequence is its increment by one. Steps a client
+    /// cannot send (negative) are computed without overflowing either.
     #[test]
-    fn garbage_never_panics() {
-        for sequence in [i32::MIN, -2, -1, 0, MAX] {
-            for delta in [i32::MIN, -1, 0, 1, MAX] {
-                let _ = Sequence(sequence).increment(delta);
-                let _ = Sequence(sequence).decrement(delta);
-                let _ = Sequence(sequence).follows(Sequence(delta));
+    fn steps_are_arithmetic_modulo_2_to_the_31() {
+        let modulus = i64::from(MAX) + 1;
+        let values = [0, 1, 2, 1000, MAX / 2, MAX - 1000, MAX - 1, MAX];
+        for sequence in values {
+            for by in values {
+                let up = Sequence(sequence).increment(by);
+                let down = Sequence(sequence).decrement(by);
+                let (s, b) = (i64::from(sequence), i64::from(by));
+                assert_eq!(i64::from(up.0), (s + b) % modulus, "{sequence} + {by}");
+                assert_eq!(
+                    i64::from(down.0),
+                    (s - b).rem_euclid(modulus),
+                    "{sequence} - {by}"
+                );
+                assert_eq!(
+                    up.decrement(by),
+                    Sequence(sequence),
+                    "{sequence} + {by} - {by}"
+                );
+                assert_eq!(
+                    down.increment(by),
+                    Sequence(sequence),
+                    "{sequence} - {by} + {by}"
+                );
+            }
+            let next = Sequence(sequence).next();
+            assert_eq!(next, Sequence(sequence).increment(1));
+            assert!(next.follows(Sequence(sequence)), "{next} after {sequence}");
+            assert!(!Sequence(sequence).follows(Sequence(sequence)));
+        }
+        for sequence in [i32::MIN, -2, -1] {
+            for by in [i32::MIN, -1, 0, 1, MAX] {
+                let _ = Sequence(sequence).increment(by);
+                let _ = Sequence(sequence).decrement(by);
+                let _ = Sequence(sequence).follows(Sequence(by));
             }
         }
     }
