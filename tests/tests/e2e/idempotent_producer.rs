@@ -195,8 +195,7 @@ fn producer_state_survives_a_kill_after_checkpoints_and_a_clean_restart() {
     assert_eq!(produce(&mut stream, plain.clone()), (0, 0));
     let producer = init_producer_id(&mut stream, 4);
     assert_eq!(produce(&mut stream, batch(producer, 0, 2)), (0, 1));
-    // Checkpoint rounds record the state (a snapshot file) ...
-    std::thread::sleep(Duration::from_millis(600));
+    // Checkpoint rounds (every 100 ms) record the state in a snapshot file ...
     let partition_dir = broker.data_dir().join(format!("{TOPIC}-0"));
     let snapshots = || {
         std::fs::read_dir(&partition_dir)
@@ -211,10 +210,14 @@ fn producer_state_survives_a_kill_after_checkpoints_and_a_clean_restart() {
             })
             .count()
     };
-    assert!(
-        snapshots() >= 1,
-        "a checkpoint round wrote a producer snapshot"
-    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while snapshots() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint round wrote a producer snapshot"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // ... and what follows it is replayed after the kill.
     assert_eq!(produce(&mut stream, plain.clone()), (0, 3));
     assert_eq!(produce(&mut stream, batch(producer, 2, 2)), (0, 4));

@@ -236,8 +236,22 @@ fn a_transaction_past_its_timeout_is_aborted_and_consumers_move_on() {
     let stalled = transactional_producer(&broker, "stalled", 1_000);
     stalled.begin_transaction().unwrap();
     send_all(&stalled, "txn-timeout", 1, "stalled", 5);
-    // Never committed: the coordinator aborts it after ~1 s.
-    std::thread::sleep(Duration::from_secs(3));
+    // Never committed: the coordinator aborts it after its 1 s timeout,
+    // and the abort marker moves the last stable offset past it (what a
+    // read_committed client's ListOffsets answers as the end).
+    let watcher = consumer(&broker, "read_committed", "timeout-watch");
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let (_, end) = watcher.fetch_watermarks("txn-timeout", 0, TIMEOUT).unwrap();
+        if end == 6 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stalled transaction was never aborted (last stable offset {end})"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let writer = transactional_producer(&broker, "after-timeout", 60_000);
     writer.begin_transaction().unwrap();
     send_all(&writer, "txn-timeout", 1, "later", 5);

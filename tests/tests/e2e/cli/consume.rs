@@ -344,7 +344,13 @@ fn read_committed_starts_at_the_last_stable_offset() {
     ];
     let printed = std::thread::scope(|scope| {
         let consumer = scope.spawn(|| brook(&broker, &args).ok());
-        std::thread::sleep(std::time::Duration::from_millis(1500));
+        // Commit only once the consumer fetches (so it chose where to
+        // start while the transaction was open); the producer never
+        // fetches.
+        let metrics = broker.metrics_address().expect("the broker serves metrics");
+        brook_tests::scrape::wait_for(metrics, TIMEOUT, "the consumer's first fetch", |text| {
+            brook_tests::scrape::summed(text, "brook_requests_total", "api=\"Fetch\"") >= 1.0
+        });
         producer.commit_transaction(TIMEOUT).expect("commit");
         consumer.join().unwrap()
     });
