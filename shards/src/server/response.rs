@@ -261,11 +261,11 @@ fn send_parts(socket: &OwnedFd, parts: &[PoolPart], mut cursor: Cursor) -> std::
     Ok(cursor)
 }
 
-/// Asks the kernel to start reading `span` of a file (a range about to be
-/// sent and what a consumer reading on asks next) into the page cache.
-/// sendfile alone reads a cold file through the default readahead window,
-/// each read waited for in turn; this queues it all at once, so the disk
-/// works while the consumer parses. Advice, so a failure is ignored.
+/// Asks the kernel to start reading `span` of a file (a range just sent and
+/// what a consumer reading on asks next) into the page cache. sendfile
+/// alone reads a cold file through the default readahead window, each read
+/// waited for in turn; this queues it all at once, so the disk works while
+/// the consumer parses. Advice, so a failure is ignored.
 fn ask_read_ahead(file: &std::fs::File, span: &Range<u64>) {
     if span.is_empty() {
         return;
@@ -306,9 +306,7 @@ fn wait_writable(socket: &OwnedFd) -> std::io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use std::io::Write;
-    use std::os::fd::AsRawFd;
-
-    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
     use brook_engine::types::Offset;
 

@@ -59,8 +59,8 @@ pub struct FileRange {
     pub file: Arc<std::fs::File>,
     pub position: u64,
     pub len: u64,
-    /// What the sender asks the kernel to read into the page cache as it
-    /// sends: see [`read_ahead_span`].
+    /// What the sender asks the kernel to read into the page cache once the
+    /// response carrying the range is sent: see [`read_ahead_span`].
     pub read_ahead: Range<u64>,
     /// The offset after the range's last record: where a reader goes on.
     pub next_offset: Offset,
