@@ -128,21 +128,42 @@ fn a_fetch_short_of_min_bytes_sleeps_until_appends_meet_it() {
     produce(&mut stream, 1, 2);
 
     // Data is there but short of min_bytes: the fetch waits out max_wait_ms
-    // and answers with what there is. Waiting means sleeping: a broker that
-    // re-read the partitions in a loop would burn the whole wait in CPU.
+    // and answers with what there is. Waiting means sleeping, which two
+    // checks show without a bound that a busy machine could break:
+    // - Trips between shards, counted: a pass over the partitions, the
+    //   wait on the other shard, and a pass when the wait ends. A broker
+    //   that re-read the partitions in a loop made 8,000 trips in the wait
+    //   on an idle machine and 264 beside twelve spinning processes.
+    // - CPU time against the wait's length: a sleeping broker uses 10 to
+    //   30 ms of it waking for its timers, the same beside twelve spinning
+    //   processes (it does the same work); one that polled without parking
+    //   used 1 s of the 1.5 s alone. A fifth of the wait is ten times the
+    //   first and fails the second unless the machine leaves it less than
+    //   a fifth of a core (then the count above still fails a loop).
+    let metrics = broker.metrics_address().expect("metrics served").to_owned();
+    let before = shard_jobs(&metrics);
+    assert_eq!(fetch(&mut stream, 0, 0, 1 << 20), vec![small, small, 0, 0]);
+    let per_pass = shard_jobs(&metrics) - before;
+    let before = shard_jobs(&metrics);
     let cpu_before = broker.cpu_time();
     let started = Instant::now();
     let lengths = fetch(&mut stream, 1 << 20, 1500, 1 << 20);
     let waited = started.elapsed();
     let cpu = broker.cpu_time() - cpu_before;
-    println!("waited {waited:?} using {cpu:?} of broker CPU");
+    let trips = shard_jobs(&metrics) - before;
+    println!("waited {waited:?} using {cpu:?} of broker CPU and {trips} trips between shards");
     assert_eq!(lengths, vec![small, small, 0, 0]);
     assert!(
         waited >= Duration::from_millis(1400),
         "answered after {waited:?}"
     );
+    assert_eq!(
+        trips,
+        3.0 * per_pass,
+        "a pass, the wait, and a pass as it ends; more is a broker re-reading while it waits"
+    );
     assert!(
-        cpu < Duration::from_millis(500),
+        cpu < waited / 5,
         "the broker used {cpu:?} of CPU while the fetch waited {waited:?}"
     );
 
