@@ -15,12 +15,16 @@ use kafka_protocol::messages::{ApiKey, ElectLeadersRequest, ElectLeadersResponse
 use kafka_protocol::protocol::StrBytes;
 
 use crate::cluster_replication::{
-    Load, QUICK_FENCING, check_exactly_once, consume_all, create_placed, leaders, wait_for_full_isr,
+    Load, QUICK_FENCING, WRITES_BETWEEN_FAULTS, check_exactly_once, consume_all, create_placed,
+    leaders, wait_for_full_isr, wait_for_writes,
 };
 
 const BROOK: &str = env!("CARGO_BIN_EXE_brook-e2e");
 const ALL: [usize; 3] = [0, 1, 2];
 const ELECTION: &str = "org.apache.kafka.tools.LeaderElectionCommand";
+/// How long leadership is watched not going back to preferred replicas
+/// with balancing off: five of its check intervals.
+const NOT_BALANCED_FOR: Duration = Duration::from_secs(5);
 /// Partition 0 prefers node 0, partition 1 node 1.
 const PLACED: [&[i32]; 2] = [&[0, 1, 2], &[1, 2, 0]];
 
@@ -83,12 +87,13 @@ fn the_controller_moves_leaderships_back_to_preferred_replicas() {
     );
     create_placed(&cluster, "balanced", 2, &PLACED);
     let load = Load::start(&cluster, "balanced", 2);
-    std::thread::sleep(Duration::from_secs(1));
+    wait_for_writes(&cluster, "balanced", 2, WRITES_BETWEEN_FAULTS);
     bounce_preferred_leader(&mut cluster, "balanced");
     let back = Instant::now();
     wait_for_leaders(&cluster, &ALL, "balanced", preferred);
     println!("node 0 leads again {:?} after rejoining", back.elapsed());
-    std::thread::sleep(Duration::from_secs(1));
+    // Written through the move back, so none of it surfaced an error.
+    wait_for_writes(&cluster, "balanced", 2, WRITES_BETWEEN_FAULTS);
     let deliveries = load.finish();
     let read = consume_all(&cluster, "balanced", 2);
     check_exactly_once(&deliveries, &read);
@@ -108,13 +113,27 @@ fn kafka_leader_election_moves_leaderships_when_balancing_is_off() {
     let root = tempfile::tempdir().unwrap();
     let mut cluster = started(
         root.path(),
-        &["--set", "auto.leader.rebalance.enable=false"],
+        &[
+            "--set",
+            "auto.leader.rebalance.enable=false",
+            "--set",
+            "leader.imbalance.check.interval.seconds=1",
+        ],
     );
     create_placed(&cluster, "elected", 2, &PLACED);
     bounce_preferred_leader(&mut cluster, "elected");
-    std::thread::sleep(Duration::from_secs(2));
-    let moved = leaders(&cluster, 1, "elected").unwrap();
-    assert_ne!(moved[&0], 0, "nothing balanced: {moved:?}");
+    // Something that must not happen has no moment to wait for: the
+    // leadership is watched for a while instead. Were balancing on, its
+    // one-second interval would move partition 0 back within about two
+    // intervals of node 0 rejoining
+    // (`the_controller_moves_leaderships_back_to_preferred_replicas` prints
+    // how soon); it is watched for five.
+    let watched = Instant::now();
+    while watched.elapsed() < NOT_BALANCED_FOR {
+        let moved = leaders(&cluster, 1, "elected").unwrap();
+        assert_ne!(moved[&0], 0, "balanced though balancing is off: {moved:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     let elect = |args: &[&str]| {
         let mut command = brook_tests::java::java(ELECTION);

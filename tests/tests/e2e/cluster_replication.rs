@@ -454,8 +454,16 @@ fn min_insync_replicas_refuses_acks_all_and_a_dead_isr_leaves_the_partition_offl
     cluster.wait_until(&[1], Duration::from_secs(30), "node 3 back", |seen| {
         seen.brokers.contains(&3)
     });
-    std::thread::sleep(Duration::from_secs(2));
-    wait_for_placement(&cluster, 1, "guarded", (-1, vec![0]));
+    // The controller elects leaders for offline partitions in the batch
+    // that unfences a broker (`controller::heartbeat`), and Metadata lists
+    // unfenced brokers only: node 1, listing node 3, has applied whatever
+    // that batch elected. Nothing else elects an out-of-sync replica.
+    assert_eq!(
+        placements(&cluster, 1, "guarded").and_then(|mut all| all.remove(&0)),
+        Some((-1, vec![0])),
+        "node 3, not in the ISR, must not lead\n{}",
+        cluster.nodes[1].log()
+    );
     // Its ISR member returns: it leads again, node 3 catches up and joins.
     cluster.nodes[0].restart();
     wait_for_placement(&cluster, 1, "guarded", (0, vec![0, 3]));
@@ -675,6 +683,60 @@ pub(crate) fn wait_for_full_isr(cluster: &Cluster, index: usize, topic: &str, pa
     }
 }
 
+/// How many records the load must write to every partition before a
+/// fault strikes and again once the cluster is whole: the fault lands on a
+/// running load, and the checks after it cover records written after it.
+pub(crate) const WRITES_BETWEEN_FAULTS: i64 = 100;
+
+/// Each partition of `topic`'s end offset (its high watermark) as its
+/// leader answers ListOffsets, for the partitions whose leader answers now.
+fn end_offsets(cluster: &Cluster, topic: &str) -> BTreeMap<i32, i64> {
+    let Some(leaders) = (0..cluster.nodes.len()).find_map(|index| leaders(cluster, index, topic))
+    else {
+        return BTreeMap::new();
+    };
+    leaders
+        .into_iter()
+        .filter_map(|(partition, leader)| {
+            let address = &cluster.nodes[leader as usize].address;
+            let mut stream = std::net::TcpStream::connect(address).ok()?;
+            stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+            match brook_tests::raw::list_offset_answer(&mut stream, topic, partition, -1)? {
+                (0, end) => Some((partition, end)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Waits until every partition of `topic` holds `records` more records
+/// than when first seen here (by its leader's high watermark, through
+/// leader changes): whatever load writes to `topic` is running, and has
+/// written that much since the call.
+pub(crate) fn wait_for_writes(cluster: &Cluster, topic: &str, partitions: i32, records: i64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut from: BTreeMap<i32, i64> = BTreeMap::new();
+    loop {
+        let ends = end_offsets(cluster, topic);
+        for (partition, end) in &ends {
+            from.entry(*partition).or_insert(*end);
+        }
+        let written = (0..partitions).all(|partition| {
+            matches!((from.get(&partition), ends.get(&partition)),
+                (Some(from), Some(end)) if end - from >= records)
+        });
+        if written {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{topic}: {records} records more on every partition wanted; ends {ends:?} from {from:?}\n{}",
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Acceptance 2, Kafka's hard bounce: while the load runs, the leader of
 /// each partition in turn is killed with SIGKILL and started again once
 /// another replica leads, five rounds; every acknowledged record is then
@@ -686,7 +748,7 @@ fn leaders_killed_in_turn_lose_no_acknowledged_record() {
     const PARTITIONS: i32 = 3;
     create_replicated(&cluster, "bounced", PARTITIONS);
     let load = Load::start(&cluster, "bounced", PARTITIONS);
-    std::thread::sleep(Duration::from_secs(2));
+    wait_for_writes(&cluster, "bounced", PARTITIONS, WRITES_BETWEEN_FAULTS);
     bounce_leaders(&mut cluster, "bounced", PARTITIONS);
     let deliveries = load.finish();
     let read = consume_all(&cluster, "bounced", PARTITIONS);
@@ -719,12 +781,14 @@ pub(crate) fn bounce_leaders(cluster: &mut Cluster, topic: &str, partitions: i32
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        std::thread::sleep(Duration::from_secs(1));
+        // The new leader takes writes the dead one never saw, which it
+        // must fetch (or truncate to) once back.
+        wait_for_writes(cluster, topic, partitions, WRITES_BETWEEN_FAULTS);
         cluster.nodes[leader].restart();
         wait_for_full_isr(cluster, other, topic, partitions);
         println!("round {round}: node {leader} killed and back");
     }
-    std::thread::sleep(Duration::from_secs(1));
+    wait_for_writes(cluster, topic, partitions, WRITES_BETWEEN_FAULTS);
 }
 
 /// Acceptance 5: a clean rolling restart (SIGTERM, which is a controlled
@@ -738,7 +802,7 @@ fn a_rolling_restart_under_load_surfaces_no_error() {
     const PARTITIONS: i32 = 3;
     create_replicated(&cluster, "rolled", PARTITIONS);
     let load = Load::start(&cluster, "rolled", PARTITIONS);
-    std::thread::sleep(Duration::from_secs(2));
+    wait_for_writes(&cluster, "rolled", PARTITIONS, WRITES_BETWEEN_FAULTS);
     roll(&mut cluster, "rolled", PARTITIONS);
     let deliveries = load.finish();
     assert_eq!(
@@ -773,7 +837,7 @@ pub(crate) fn roll(cluster: &mut Cluster, topic: &str, partitions: i32) {
         wait_for_full_isr(cluster, other, topic, partitions);
         println!("node {node}: stopped in {stopped_in:?}, back in the ISR");
     }
-    std::thread::sleep(Duration::from_secs(1));
+    wait_for_writes(cluster, topic, partitions, WRITES_BETWEEN_FAULTS);
 }
 
 /// Acceptance 3: the leader of a partition is paused (SIGSTOP) for 15 s
@@ -787,7 +851,7 @@ fn a_paused_leader_rejoins_without_losing_an_acknowledged_record() {
     const PARTITIONS: i32 = 3;
     create_replicated(&cluster, "paused", PARTITIONS);
     let load = Load::start(&cluster, "paused", PARTITIONS);
-    std::thread::sleep(Duration::from_secs(2));
+    wait_for_writes(&cluster, "paused", PARTITIONS, WRITES_BETWEEN_FAULTS);
     let paused = leaders(&cluster, 0, "paused").unwrap()[&0] as usize;
     cluster.nodes[paused].signal(libc::SIGSTOP);
     let other = (paused + 1) % 3;
@@ -802,10 +866,12 @@ fn a_paused_leader_rejoins_without_losing_an_acknowledged_record() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    // Not synchronisation: the pause lasts its whole 15 s (the scenario),
+    // while the load writes what the paused leader will have to fetch.
     std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
     cluster.nodes[paused].signal(libc::SIGCONT);
     wait_for_full_isr(&cluster, other, "paused", PARTITIONS);
-    std::thread::sleep(Duration::from_secs(1));
+    wait_for_writes(&cluster, "paused", PARTITIONS, WRITES_BETWEEN_FAULTS);
     let deliveries = load.finish();
     let read = consume_all(&cluster, "paused", PARTITIONS);
     check_exactly_once(&deliveries, &read);
@@ -848,6 +914,8 @@ pub(crate) fn coordinator_of(cluster: &Cluster, index: usize, key_type: i8, key:
 fn a_group_survives_its_coordinators_death() {
     use rdkafka::Message;
     use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use rdkafka::error::KafkaError;
+    use std::collections::BTreeSet;
     let root = tempfile::tempdir().unwrap();
     let (mut cluster, _) = Cluster::formed(BROOK, root.path(), 3, &QUICK_FENCING);
     create_replicated(&cluster, "work", 3);
@@ -870,6 +938,7 @@ fn a_group_survives_its_coordinators_death() {
             .set("group.id", "survivors")
             .set("auto.offset.reset", "earliest")
             .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "true")
             .create()
             .unwrap();
         consumer.subscribe(&["work"]).unwrap();
@@ -907,12 +976,26 @@ fn a_group_survives_its_coordinators_death() {
     drop(consumer);
     // A new member resumes from the offsets committed: nothing is read again.
     produce("c");
+    // It reads until librdkafka reports the end of every partition
+    // (enable.partition.eof): whatever it would read again comes before.
     let consumer = member();
     let mut resumed = Vec::new();
-    poll_until(&consumer, &mut resumed, 10);
-    std::thread::sleep(Duration::from_secs(1));
-    while let Some(Ok(message)) = consumer.poll(Duration::from_millis(200)) {
-        resumed.push(String::from_utf8(message.payload().unwrap().to_vec()).unwrap());
+    let mut ended = BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ended.len() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "read {resumed:?}, ends of {ended:?}"
+        );
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(message)) => {
+                resumed.push(String::from_utf8(message.payload().unwrap().to_vec()).unwrap())
+            }
+            Some(Err(KafkaError::PartitionEOF(partition))) => {
+                ended.insert(partition);
+            }
+            _ => {}
+        }
     }
     resumed.sort();
     let expected: Vec<String> = (0..10).map(|index| format!("c-{index}")).collect();
