@@ -45,6 +45,8 @@ mod fetch_sessions;
 mod franz_go;
 mod fresh_machine;
 mod full_disk;
+mod group_admin;
+mod group_offsets;
 mod group_protocol;
 mod group_static_members;
 mod idempotent_producer;
