@@ -2,7 +2,7 @@
 //! `brook serve`: kafka-python 2.0.2 and kafkajs 2.2.4 (installed by
 //! `tests/run` into `target/test-clients`, driven by the scripts in
 //! `tests/clients`) and Debian's `kcat`. (librdkafka through `rdkafka` is in
-//! `consumer_groups.rs`.)
+//! `tests/consumer_groups/`.)
 //!
 //! Each checks what a user relies on: members share the partitions, every
 //! record comes once, and a member that starts later resumes after the

@@ -4,7 +4,7 @@
 //! kafka-protocol.
 //!
 //! Two are still binaries of their own, each saying why at its top:
-//! `tests/consumer_groups.rs` (its latency test keeps the cores to itself
+//! `tests/consumer_groups/` (its latency test keeps the cores to itself
 //! with a lock only its own binary's tests take) and `tests/broker_limits.rs`
 //! (it lowers the whole process's open-file limit for a moment).
 
