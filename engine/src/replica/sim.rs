@@ -24,22 +24,27 @@
 //! - one leader per leader epoch.
 //!
 //! [`ReplicaBug`] breaks a rule on purpose, to show the checker can fail.
+//!
+//! This file holds the run, the clients (producer, consumer) and the
+//! checker; the followers' fetchers are in `sim/fetching.rs`, the
+//! controller in `sim/controller.rs` and the crashes and network partitions
+//! in `sim/faults.rs`.
+
+mod controller;
+mod faults;
+mod fetching;
 
 use std::collections::BTreeMap;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::cluster::elections::elect_preferred;
 use crate::cluster::records::PartitionRegistration;
 use crate::log::epoch_cache::LeaderEpochCache;
 use crate::protocol::errors::ErrorCode;
-use crate::replica::divergence::{
-    EpochEndOffset, Restart, diverging_epoch, out_of_range_restart, truncation_for,
-};
+use crate::replica::divergence::EpochEndOffset;
 use crate::replica::replication::{
-    AckProgress, Action, FetchAsked, FollowerFetch, IsrProposal, PartitionReplication,
-    ReplicationSettings, Role,
+    AckProgress, Action, FetchAsked, PartitionReplication, ReplicationSettings, Role,
 };
 use crate::types::{BrokerId, LeaderEpoch, Offset};
 
@@ -441,301 +446,6 @@ impl Sim {
         self.apply(leader, actions)
     }
 
-    /// One round of a follower's fetcher: the leader's divergence check,
-    /// then its record of the fetch, then the copy, synced before the next.
-    /// A follower fetches from the leader, which answers at once; the
-    /// answer arrives now or, sometimes, later (after anything else may
-    /// have happened to the follower): at its next fetch from that leader
-    /// or at any step.
-    fn fetch(&mut self, follower: usize) -> Result<(), ReplicaViolation> {
-        let Some(leader) = self.leader_index() else {
-            return Ok(());
-        };
-        let Some(replication) = self.nodes[follower].replication.as_ref() else {
-            return Ok(());
-        };
-        let leader_epoch = replication.leader_epoch();
-        if follower == leader || !self.nodes[follower].alive || replication.role() != Role::Follower
-        {
-            return Ok(());
-        }
-        if self.cut.is_some_and(|cut| cut == follower || cut == leader) {
-            return Ok(());
-        }
-        // One fetcher per leader: nothing new until its answer is back,
-        // which arrives now.
-        if let Some(index) = self
-            .in_flight
-            .iter()
-            .position(|flight| flight.follower == follower && flight.leader == leader)
-        {
-            let flight = self.in_flight.swap_remove(index);
-            return self.deliver(flight);
-        }
-        let now = now(self.step);
-        let fetch_offset = self.nodes[follower].end();
-        let last_epoch = self.nodes[follower]
-            .epochs
-            .latest_epoch()
-            .unwrap_or(LeaderEpoch::NONE);
-        let asked = FetchAsked {
-            leader: self.nodes[leader].id,
-            leader_epoch,
-            fetch_offset,
-        };
-        let (leader_end, leader_epochs) = {
-            let node = &self.nodes[leader];
-            (node.end(), node.epochs.clone())
-        };
-        let answer = match diverging_epoch(
-            &leader_epochs,
-            Offset(0),
-            leader_end,
-            fetch_offset,
-            last_epoch,
-        ) {
-            Err(_) => match out_of_range_restart(fetch_offset, Offset(0), leader_end) {
-                Restart::TruncateTo(offset) => Answer::OutOfRange(offset),
-                Restart::StartAt(_) | Restart::Resume(_) => return Ok(()),
-            },
-            Ok(Some(diverged)) => Answer::Diverged(diverged),
-            Ok(None) => {
-                let replica = self.nodes[follower].id;
-                let fetched = self.nodes[leader]
-                    .replication
-                    .as_mut()
-                    .expect("a live leader")
-                    .follower_fetched(FollowerFetch {
-                        replica,
-                        fetch_offset,
-                        log_start_offset: Offset(0),
-                        eligible: true,
-                        now_ms: now,
-                    });
-                let Ok(actions) = fetched else {
-                    return Ok(());
-                };
-                self.apply(leader, actions)?;
-                let count = self.rng.gen_range(0..=4usize);
-                let copied: Vec<Entry> = self.nodes[leader]
-                    .log
-                    .iter()
-                    .skip(fetch_offset.0 as usize)
-                    .take(count)
-                    .copied()
-                    .collect();
-                Answer::Records(copied, self.high_watermark(leader))
-            }
-        };
-        let flight = InFlight {
-            follower,
-            leader,
-            asked,
-            answer,
-        };
-        if self.rng.gen_bool(0.9) {
-            self.deliver(flight)
-        } else {
-            self.in_flight.push(flight);
-            Ok(())
-        }
-    }
-
-    /// A fetch answer held back arrives, unless the network between its
-    /// follower and leader is cut.
-    fn deliver_late(&mut self) -> Result<(), ReplicaViolation> {
-        if self.in_flight.is_empty() {
-            return Ok(());
-        }
-        let index = self.rng.gen_range(0..self.in_flight.len());
-        let flight = &self.in_flight[index];
-        if self
-            .cut
-            .is_some_and(|cut| cut == flight.follower || cut == flight.leader)
-        {
-            return Ok(());
-        }
-        let flight = self.in_flight.swap_remove(index);
-        self.deliver(flight)
-    }
-
-    /// The follower takes a fetch answer, if it still applies
-    /// ([`PartitionReplication::takes_answer`]).
-    fn deliver(&mut self, flight: InFlight) -> Result<(), ReplicaViolation> {
-        let follower = flight.follower;
-        let node = &self.nodes[follower];
-        let Some(replication) = node.replication.as_ref() else {
-            return Ok(());
-        };
-        if !replication.takes_answer(&flight.asked, node.end()) {
-            self.report.stale_answers += 1;
-            if self.config.bug != Some(ReplicaBug::TakeStaleFetchAnswers) {
-                return Ok(());
-            }
-        }
-        match flight.answer {
-            Answer::OutOfRange(offset) => self.truncate_follower(follower, offset),
-            Answer::Diverged(diverged) => {
-                let node = &self.nodes[follower];
-                let truncation = truncation_for(&node.epochs, node.end(), diverged);
-                self.truncate_follower(follower, truncation.offset);
-            }
-            Answer::Records(entries, leader_high_watermark) => {
-                let now = now(self.step);
-                let node = &mut self.nodes[follower];
-                // The log refuses records that do not start at its end.
-                if entries.is_empty() || node.end() == flight.asked.fetch_offset {
-                    for entry in entries {
-                        node.append(entry);
-                    }
-                }
-                node.durable = node.log.len();
-                let end = node.end();
-                let Some(replication) = node.replication.as_mut() else {
-                    return Ok(());
-                };
-                replication.appended(end);
-                let mut actions = replication.counted(end, now);
-                actions.extend(replication.leader_high_watermark_is(leader_high_watermark));
-                self.apply(follower, actions)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn truncate_follower(&mut self, follower: usize, offset: Offset) {
-        let node = &mut self.nodes[follower];
-        if offset >= node.end() {
-            return;
-        }
-        self.report.truncations += 1;
-        node.truncate(offset.0.max(0) as usize);
-        let end = node.end();
-        if let Some(replication) = node.replication.as_mut() {
-            replication.truncated(end);
-        }
-    }
-
-    /// A replica process dies: what it had not synced is gone. The
-    /// controller notices only at the session timeout ([`Sim::fence`]).
-    fn crash(&mut self) {
-        let index = self.rng.gen_range(0..REPLICAS);
-        let down = self.nodes.iter().filter(|node| !node.alive).count();
-        let led = Some(index) == self.leader_index();
-        let node = &mut self.nodes[index];
-        if !node.alive || down >= 2 || self.cut == Some(index) {
-            return;
-        }
-        self.report.crashes += 1;
-        node.alive = false;
-        node.replication = None;
-        // What was on its way to it is lost with its connections.
-        self.in_flight.retain(|flight| flight.follower != index);
-        // Writes not yet synced may have reached the disk, some of them:
-        // any prefix of them survives, the last one possibly torn, which
-        // recovery's CRC check drops (so a shorter prefix survives whole).
-        let kept = self.rng.gen_range(node.durable..=node.log.len());
-        if kept > node.durable {
-            self.report.unsynced_kept += 1;
-        }
-        if kept < node.log.len() && self.rng.gen_bool(0.5) {
-            self.report.torn_writes += 1;
-        }
-        node.truncate(kept);
-        // Recovery syncs what it keeps.
-        node.durable = kept;
-        self.unfenced_down.push(node.id);
-        if led || node.id == self.registration.leader {
-            self.pending.clear();
-        }
-    }
-
-    /// The session of a dead replica expires: it leaves the ISR (unless
-    /// last), and if it led, the first live ISR member in replica order
-    /// leads at a new epoch (none: offline).
-    fn fence(&mut self) -> Result<(), ReplicaViolation> {
-        if let Some(cut) = self.cut.filter(|_| !self.cut_fenced) {
-            if self.unfenced_down.is_empty() || self.rng.gen_bool(0.5) {
-                self.cut_fenced = true;
-                let id = self.nodes[cut].id;
-                return self.fence_broker(id);
-            }
-        }
-        let Some(gone) = self.unfenced_down.pop() else {
-            return Ok(());
-        };
-        self.fence_broker(gone)
-    }
-
-    fn fence_broker(&mut self, gone: BrokerId) -> Result<(), ReplicaViolation> {
-        self.unfenced_down.retain(|down| *down != gone);
-        let mut next = self.registration.clone();
-        if next.isr.len() > 1 {
-            next.isr.retain(|id| *id != gone);
-        }
-        if next.leader == gone {
-            next.leader = self.elect(&next.isr, gone);
-            next.leader_epoch = LeaderEpoch(next.leader_epoch.0 + 1);
-        }
-        next.partition_epoch += 1;
-        self.commit(next)
-    }
-
-    /// The controller's leader balancing, or an ElectLeaders: the engine's
-    /// preferred election over the image's view of who may lead (a replica
-    /// that died is active until its session expires).
-    fn prefer(&mut self) -> Result<(), ReplicaViolation> {
-        let active = self.active();
-        let may_lead = |id: BrokerId| active[id.0 as usize];
-        match elect_preferred(&self.registration, may_lead) {
-            Some(next) => {
-                if next.leader == self.registration.replicas[0] {
-                    self.report.preferred_elections += 1;
-                }
-                self.commit(next)
-            }
-            None => Ok(()),
-        }
-    }
-
-    fn elect(&self, isr: &[BrokerId], except: BrokerId) -> BrokerId {
-        self.registration
-            .replicas
-            .iter()
-            .copied()
-            .find(|id| {
-                *id != except
-                    && isr.contains(id)
-                    && self.nodes[id.0 as usize].alive
-                    && !self.unfenced_down.contains(id)
-                    && self.cut != Some(id.0 as usize)
-            })
-            .unwrap_or(BrokerId::NONE)
-    }
-
-    fn restart(&mut self) -> Result<(), ReplicaViolation> {
-        let Some(index) = (0..REPLICAS).find(|index| !self.nodes[*index].alive) else {
-            return Ok(());
-        };
-        let id = self.nodes[index].id;
-        // A new incarnation registers only once the old one's session has
-        // expired (DUPLICATE_BROKER_REGISTRATION before), which fences it.
-        if self.unfenced_down.contains(&id) {
-            self.fence_broker(id)?;
-        }
-        let node = &mut self.nodes[index];
-        node.alive = true;
-        if self.config.bug == Some(ReplicaBug::TruncateToHighWatermark) {
-            let high_watermark = node.checkpointed_high_watermark.0 as usize;
-            node.truncate(high_watermark.min(node.log.len()));
-        }
-        self.start_replica(index);
-        if let Some(led) = self.lead_if_offline(id) {
-            return led;
-        }
-        Ok(())
-    }
-
     /// A consumer reads the leader below its HW: what it sees is committed.
     fn read(&mut self) -> Result<(), ReplicaViolation> {
         let Some(leader) = self.leader_index() else {
@@ -756,95 +466,6 @@ impl Sim {
         Ok(())
     }
 
-    /// An offline partition whose ISR member `id` returns is led by it.
-    fn lead_if_offline(&mut self, id: BrokerId) -> Option<Result<(), ReplicaViolation>> {
-        if self.registration.leader != BrokerId::NONE || !self.registration.isr.contains(&id) {
-            return None;
-        }
-        let mut next = self.registration.clone();
-        next.leader = id;
-        next.leader_epoch = LeaderEpoch(next.leader_epoch.0 + 1);
-        next.partition_epoch += 1;
-        Some(self.commit(next))
-    }
-
-    /// The network cuts the leader off (a live one, when none is cut yet):
-    /// what it was asked to acknowledge now waits on it alone.
-    fn isolate(&mut self) {
-        let Some(leader) = self.leader_index() else {
-            return;
-        };
-        if self.cut.is_some() {
-            return;
-        }
-        self.report.partitions += 1;
-        self.cut = Some(leader);
-        self.cut_fenced = false;
-        self.stranded.append(&mut self.pending);
-    }
-
-    /// The partition heals: the cut-off replica hears the registration it
-    /// missed (re-registering if it was fenced) and follows from then on;
-    /// a partition left without a leader is led by it if it is in the ISR.
-    fn heal(&mut self) -> Result<(), ReplicaViolation> {
-        self.collect_stranded();
-        let Some(cut) = self.cut.take() else {
-            return Ok(());
-        };
-        self.cut_fenced = false;
-        self.stranded.clear();
-        let id = self.nodes[cut].id;
-        if let Some(led) = self.lead_if_offline(id) {
-            return led;
-        }
-        let registration = self.registration.clone();
-        let now = now(self.step);
-        let node = &mut self.nodes[cut];
-        let Some(replication) = node.replication.as_mut() else {
-            return Ok(());
-        };
-        let was = (replication.role(), replication.leader_epoch());
-        let actions = replication.apply_registration(registration.clone(), now);
-        if replication.role() == Role::Leader && was != (Role::Leader, registration.leader_epoch) {
-            let end = node.end();
-            node.epochs.assign(registration.leader_epoch, end);
-        }
-        self.apply(cut, actions)
-    }
-
-    /// A client still reaches the cut-off replica: if it believes it
-    /// leads, it appends (and may never acknowledge).
-    fn produce_to_cut(&mut self, cut: usize) -> Result<(), ReplicaViolation> {
-        let Some(produced) = self.append_produced(cut) else {
-            return Ok(());
-        };
-        self.stranded.push(produced);
-        // Synced at once: only the ISR it cannot reach holds its HW back.
-        let node = &mut self.nodes[cut];
-        node.durable = node.log.len();
-        let end = node.end();
-        let actions = match node.replication.as_mut() {
-            Some(replication) => replication.counted(end, now(self.step)),
-            None => Vec::new(),
-        };
-        self.apply(cut, actions)
-    }
-
-    /// What the cut-off replica acknowledged counts as committed (and so
-    /// must survive the partition).
-    fn collect_stranded(&mut self) {
-        let Some(cut) = self.cut else {
-            return;
-        };
-        let Some(replication) = self.nodes[cut].replication.as_ref() else {
-            return;
-        };
-        for (offset, value) in answered(replication, &mut self.stranded) {
-            self.report.acknowledged += 1;
-            self.committed.entry(offset).or_insert(value);
-        }
-    }
-
     fn collect_acks(&mut self) {
         self.collect_stranded();
         let Some(leader) = self.leader_index() else {
@@ -859,61 +480,6 @@ impl Sim {
             self.report.acknowledged += 1;
             self.committed.insert(offset, value);
         }
-    }
-
-    /// The controller commits a registration and every live replica hears it.
-    /// Which replicas the image shows active: not fenced, where fenced is
-    /// down with its session expired, or cut off and fenced.
-    fn active(&self) -> Vec<bool> {
-        (0..REPLICAS)
-            .map(|index| {
-                let node = &self.nodes[index];
-                let fenced_cut = self.cut == Some(index) && self.cut_fenced;
-                (node.alive && !fenced_cut) || self.unfenced_down.contains(&node.id)
-            })
-            .collect()
-    }
-
-    fn commit(&mut self, next: PartitionRegistration) -> Result<(), ReplicaViolation> {
-        if next.leader != self.registration.leader
-            || next.leader_epoch != self.registration.leader_epoch
-        {
-            self.report.elections += 1;
-            self.pending.clear();
-            if next.leader != BrokerId::NONE {
-                if let Some(earlier) = self.leaders.insert(next.leader_epoch, next.leader) {
-                    if earlier != next.leader {
-                        return Err(self.violation(format!(
-                            "epoch {} led by {earlier} and {}",
-                            next.leader_epoch.0, next.leader
-                        )));
-                    }
-                }
-            }
-        }
-        self.registration = next.clone();
-        let now = now(self.step);
-        let active = self.active();
-        for index in 0..REPLICAS {
-            if self.cut == Some(index) {
-                // It cannot hear the controller.
-                continue;
-            }
-            let node = &mut self.nodes[index];
-            let Some(replication) = node.replication.as_mut() else {
-                continue;
-            };
-            let was = (replication.role(), replication.leader_epoch());
-            let mut actions = replication.apply_registration(next.clone(), now);
-            actions.extend(replication.rule_out_inactive(|broker| active[broker.0 as usize], now));
-            if replication.role() == Role::Leader && was != (Role::Leader, next.leader_epoch) {
-                // A new leader's epoch starts at its log end.
-                let end = node.end();
-                node.epochs.assign(next.leader_epoch, end);
-            }
-            self.apply(index, actions)?;
-        }
-        Ok(())
     }
 
     fn apply(&mut self, index: usize, actions: Vec<Action>) -> Result<(), ReplicaViolation> {
@@ -943,48 +509,6 @@ impl Sim {
             }
         }
         Ok(())
-    }
-
-    /// AlterPartition at the controller: taken at the current epochs with
-    /// only live members, refused otherwise.
-    fn alter_partition(
-        &mut self,
-        index: usize,
-        proposal: IsrProposal,
-    ) -> Result<(), ReplicaViolation> {
-        if self.cut == Some(index) {
-            // The controller is out of reach.
-            if let Some(replication) = self.nodes[index].replication.as_mut() {
-                let _ = replication.proposal_failed(ErrorCode::NONE, now(self.step));
-            }
-            return Ok(());
-        }
-        let current = &self.registration;
-        let live = proposal
-            .isr
-            .iter()
-            .all(|id| self.nodes[id.0 as usize].alive && !self.unfenced_down.contains(id));
-        let current_epochs = proposal.leader_epoch == current.leader_epoch
-            && proposal.partition_epoch == current.partition_epoch
-            && current.leader == self.nodes[index].id;
-        if !live || !current_epochs || proposal.isr.is_empty() {
-            // A dead member is the controller's INELIGIBLE_REPLICA.
-            let error = match live {
-                true => ErrorCode::INVALID_UPDATE_VERSION,
-                false => ErrorCode::INELIGIBLE_REPLICA,
-            };
-            let now = now(self.step);
-            let actions = match self.nodes[index].replication.as_mut() {
-                Some(replication) => replication.proposal_failed(error, now),
-                None => Vec::new(),
-            };
-            return self.apply(index, actions);
-        }
-        self.report.isr_changes += 1;
-        let mut next = current.clone();
-        next.isr = proposal.isr;
-        next.partition_epoch += 1;
-        self.commit(next)
     }
 
     fn check(&self) -> Result<(), ReplicaViolation> {
