@@ -21,8 +21,8 @@ use brook_tests::deliveries::Deliveries;
 use brook_tests::java::Spawned;
 
 use crate::cluster_replication::{
-    QUICK_FENCING, bootstrap, bounce_leaders, check_exactly_once, consume_all, create_replicated,
-    kill_and_compare_replicas, roll,
+    QUICK_FENCING, WRITES_BETWEEN_FAULTS, bootstrap, bounce_leaders, check_exactly_once,
+    consume_all, create_replicated, kill_and_compare_replicas, roll, wait_for_writes,
 };
 
 const BROOK: &str = env!("CARGO_BIN_EXE_brook-e2e");
@@ -110,7 +110,7 @@ fn java_producer_loses_nothing_while_leaders_are_killed() {
     let (mut cluster, _) = Cluster::formed(BROOK, root.path(), 3, &QUICK_FENCING);
     create_replicated(&cluster, "java-bounced", PARTITIONS);
     let load = JavaLoad::start(&cluster, "java-bounced");
-    std::thread::sleep(Duration::from_secs(2));
+    wait_for_writes(&cluster, "java-bounced", PARTITIONS, WRITES_BETWEEN_FAULTS);
     bounce_leaders(&mut cluster, "java-bounced", PARTITIONS);
     let deliveries = load.finish();
     let read = consume_all(&cluster, "java-bounced", PARTITIONS);
@@ -134,7 +134,7 @@ fn java_producer_sees_no_error_through_a_rolling_restart() {
     let (mut cluster, _) = Cluster::formed(BROOK, root.path(), 3, &QUICK_FENCING);
     create_replicated(&cluster, "java-rolled", PARTITIONS);
     let load = JavaLoad::start(&cluster, "java-rolled");
-    std::thread::sleep(Duration::from_secs(2));
+    wait_for_writes(&cluster, "java-rolled", PARTITIONS, WRITES_BETWEEN_FAULTS);
     roll(&mut cluster, "java-rolled", PARTITIONS);
     let deliveries = load.finish();
     assert_eq!(
