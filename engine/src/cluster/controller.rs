@@ -136,10 +136,18 @@ impl BrokerSessions {
 /// BrokerRegistration: Kafka refuses a second live incarnation of one
 /// `node.id` (DUPLICATE_BROKER_REGISTRATION); the same incarnation asking
 /// again (a retry) gets no new record.
+///
+/// Except for `controller`, the active controller's own node: its broker
+/// runs in the controller's process, so a new incarnation of it means that
+/// process started again and the old one is gone, whatever session the
+/// controller granted it when it took over. (A node started alone, killed
+/// and restarted, was otherwise refused for a whole session timeout, 9 s,
+/// and served nothing meanwhile.)
 pub fn register_broker(
     image: &ClusterImage,
     sessions: &BrokerSessions,
     registration: BrokerRegistration,
+    controller: BrokerId,
     now_ms: u64,
 ) -> Result<Vec<MetadataRecord>, Refusal> {
     if registration.id.0 < 0 {
@@ -150,7 +158,11 @@ pub fn register_broker(
     }
     match image.brokers.get(&registration.id) {
         Some(known) if known.registration.incarnation == registration.incarnation => Ok(Vec::new()),
-        Some(known) if sessions.alive(registration.id, known.epoch, now_ms) && !known.fenced => {
+        Some(known)
+            if registration.id != controller
+                && sessions.alive(registration.id, known.epoch, now_ms)
+                && !known.fenced =>
+        {
             Err(Refusal::new(
                 ErrorCode::DUPLICATE_BROKER_REGISTRATION,
                 format!(
@@ -159,9 +171,10 @@ pub fn register_broker(
                 ),
             ))
         }
-        // The old incarnation's session expired but it is not fenced yet:
-        // the new one starts fenced, so the old one's leaderships move in
-        // the same batch, as its fencing would have moved them.
+        // The old incarnation's session expired (or it was this process's)
+        // but it is not fenced yet: the new one starts fenced, so the old
+        // one's leaderships move in the same batch, as its fencing would
+        // have moved them.
         Some(known) if !known.fenced => {
             let id = registration.id;
             let mut records = broker_leaves(image, id, &BTreeSet::from([id]));

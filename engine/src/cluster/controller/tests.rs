@@ -484,7 +484,8 @@ fn a_new_incarnation_over_an_expired_session_moves_the_old_ones_leaderships() {
     let mut image = three_brokers_one_topic();
     let mut sessions = BrokerSessions::new(BROKER_SESSION_TIMEOUT_MS_DEFAULT);
     sessions.restart_all(&image, 0);
-    let records = register_broker(&image, &sessions, registration(1, 2), 9_001).unwrap();
+    let records =
+        register_broker(&image, &sessions, registration(1, 2), BrokerId(0), 9_001).unwrap();
     assert_eq!(
         records.last(),
         Some(&MetadataRecord::RegisterBroker(registration(1, 2)))
@@ -568,6 +569,31 @@ fn controlled_shutdown_moves_every_leadership_before_the_broker_may_stop() {
     );
 }
 
+/// The controller's own node started again (a node alone, killed and
+/// restarted): its new incarnation registers at once, over the session the
+/// controller granted the old one when it took over, and the old one's
+/// leaderships move as its fencing would have moved them.
+#[test]
+fn the_controllers_own_node_restarted_registers_at_once() {
+    let mut image = three_brokers_one_topic();
+    let mut sessions = BrokerSessions::new(BROKER_SESSION_TIMEOUT_MS_DEFAULT);
+    sessions.restart_all(&image, 0);
+    let refused = register_broker(&image, &sessions, registration(1, 2), BrokerId(0), 100);
+    assert_eq!(
+        refused.unwrap_err().error,
+        ErrorCode::DUPLICATE_BROKER_REGISTRATION,
+        "another node's live incarnation"
+    );
+    let records = register_broker(&image, &sessions, registration(1, 2), BrokerId(1), 100).unwrap();
+    assert_eq!(
+        records.last(),
+        Some(&MetadataRecord::RegisterBroker(registration(1, 2)))
+    );
+    image.apply(6, &records).unwrap();
+    assert!(image.brokers[&BrokerId(1)].fenced);
+    assert!(!leaders(&image).contains(&BrokerId(1)));
+}
+
 #[test]
 fn a_second_live_incarnation_of_a_node_id_is_refused() {
     let image = three_brokers();
@@ -575,18 +601,19 @@ fn a_second_live_incarnation_of_a_node_id_is_refused() {
     sessions.restart_all(&image, 0);
     // A retry of the same incarnation: nothing new.
     assert_eq!(
-        register_broker(&image, &sessions, registration(1, 1), 100),
+        register_broker(&image, &sessions, registration(1, 1), BrokerId(0), 100),
         Ok(vec![])
     );
-    let duplicate = register_broker(&image, &sessions, registration(1, 2), 100).unwrap_err();
+    let duplicate =
+        register_broker(&image, &sessions, registration(1, 2), BrokerId(0), 100).unwrap_err();
     assert_eq!(duplicate.error, ErrorCode::DUPLICATE_BROKER_REGISTRATION);
     // Once the old session expired, the new incarnation registers.
     assert_eq!(
-        register_broker(&image, &sessions, registration(1, 2), 9_001),
+        register_broker(&image, &sessions, registration(1, 2), BrokerId(0), 9_001),
         Ok(vec![MetadataRecord::RegisterBroker(registration(1, 2))])
     );
     assert_eq!(
-        register_broker(&image, &sessions, registration(-1, 2), 0)
+        register_broker(&image, &sessions, registration(-1, 2), BrokerId(0), 0)
             .unwrap_err()
             .error,
         ErrorCode::INVALID_REQUEST

@@ -250,7 +250,13 @@ impl ControllerNode {
         };
         raft_config.validate()?;
         let logger = slog::Logger::root(slog::Discard, slog::o!());
-        let raw = RawNode::new(&raft_config, store, &logger)?;
+        let mut raw = RawNode::new(&raft_config, store, &logger)?;
+        // A quorum of one has no one to wait for: it elects itself now,
+        // not after an election timeout (a one-node broker would answer
+        // nothing for that second after every start).
+        if config.voters == [config.node] {
+            raw.campaign()?;
+        }
         Ok(ControllerNode {
             raw,
             image,
@@ -557,11 +563,16 @@ impl ControllerNode {
         let id = registration.id;
         self.latest()?;
         let latest = &self.latest.as_ref().expect("built").1;
-        let records =
-            match controller::register_broker(latest, &self.sessions, registration, now_ms) {
-                Ok(records) => records,
-                Err(refusal) => return Ok(Err(refusal)),
-            };
+        let records = match controller::register_broker(
+            latest,
+            &self.sessions,
+            registration,
+            self.config.node,
+            now_ms,
+        ) {
+            Ok(records) => records,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
         if records.is_empty() {
             let epoch = latest.brokers[&id].epoch;
             return Ok(Ok(Registered::Already { epoch }));
@@ -848,20 +859,14 @@ mod tests {
         assert_eq!(epoch_check(8, 7), Err(ErrorCode::UNKNOWN_LEADER_EPOCH));
     }
 
-    /// A voter restarts with three entries of term 1 committed and elects
-    /// itself at term 2: brokers are sent nothing until its image holds
-    /// the entry of term 2 (with more voters, entries committed after its
-    /// three could exist, and its image would be the past).
+    /// A voter restarts with three entries of term 1 committed and, alone
+    /// in its quorum, elects itself at term 2 at once: brokers are sent
+    /// nothing until its image holds the entry of term 2 (with more voters,
+    /// entries committed after its three could exist, and its image would
+    /// be the past).
     #[test]
     fn a_new_leader_sends_brokers_nothing_before_an_entry_of_its_term() {
         let node = BrokerId(0);
-        let config = QuorumConfig {
-            node,
-            voters: vec![node],
-            session_timeout_ms: 9_000,
-            snapshot_after_bytes: 1 << 20,
-            leader_balance_interval_ms: None,
-        };
         let entries: Vec<Entry> = (1..=3)
             .map(|index| Entry {
                 term: 1,
@@ -877,9 +882,7 @@ mod tests {
         };
         let store =
             MetadataStore::restore(&[raft_id(node)], hard_state, Snapshot::default(), entries);
-        let mut controller = ControllerNode::new(config, store).unwrap();
-        // The restart re-applies what was committed.
-        while controller.ready().unwrap().is_some() {}
+        let mut controller = ControllerNode::new(config_of(node, &[node]), store).unwrap();
         let served = |controller: &mut ControllerNode| match controller
             .fetch(BrokerId(7), MetadataFetch::default(), 512, 0)
             .catchup
@@ -889,21 +892,27 @@ mod tests {
             }
             Catchup::Snapshot(_) => panic!("no snapshot was taken"),
         };
-        assert_eq!(
-            served(&mut controller),
-            [1, 2, 3],
-            "a follower serves its image"
+        assert!(
+            controller.is_leader(),
+            "a single voter elects itself at once"
         );
-        let mut ticks = 0;
-        while !controller.is_leader() {
-            controller.tick(0);
-            ticks += 1;
-            assert!(ticks < 100, "a single voter elects itself");
-        }
         assert_eq!(controller.term(), 2);
         assert_eq!(served(&mut controller), Vec::<u64>::new());
         while controller.ready().unwrap().is_some() {}
         assert_eq!(served(&mut controller), [1, 2, 3, 4]);
+    }
+
+    /// Of several voters, none campaigns before its election timeout: a
+    /// restarted voter first hears whether the others have a leader.
+    #[test]
+    fn only_a_quorum_of_one_elects_itself_at_start() {
+        let nodes = [BrokerId(0), BrokerId(1), BrokerId(2)];
+        let raft_ids: Vec<u64> = nodes.iter().copied().map(raft_id).collect();
+        let controller =
+            ControllerNode::new(config_of(nodes[0], &nodes), MetadataStore::new(&raft_ids))
+                .unwrap();
+        assert!(!controller.is_leader());
+        assert_eq!(controller.term(), 0);
     }
 
     fn config_of(node: BrokerId, voters: &[BrokerId]) -> QuorumConfig {
