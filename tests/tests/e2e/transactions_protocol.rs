@@ -357,7 +357,8 @@ fn a_transaction_found_in_prepare_commit_after_a_crash_is_committed() {
     assert_eq!(
         (latest(&mut stream, 0), latest(&mut stream, 1)),
         (4, 4),
-        "COMMIT marker at offset 3"
+        "COMMIT marker at offset 3: {}",
+        broker.log()
     );
     assert_eq!(
         fetch_committed(&mut stream),

@@ -185,6 +185,7 @@ impl ReplicaHost {
                     }
                 })
                 .detach();
+                load_coordinator(shard, &topic_partition);
             }
             if role == Role::Follower {
                 leaders.insert(registration.leader);
@@ -403,6 +404,28 @@ fn unload_coordinator(shard: &Shard, topic_partition: &TopicPartition) {
         TRANSACTION_STATE_TOPIC_NAME => shard.transactions.unload(partition),
         _ => {}
     }
+}
+
+/// A new leader of a `__transaction_state` partition loads its
+/// coordinator at once, as Kafka's does on election: a transaction the log
+/// holds between its prepare and complete records (its coordinator died,
+/// or the broker crashed, in between) gets its markers written with no
+/// client asking. (Group coordinators load when a member first asks.)
+fn load_coordinator(shard: &Rc<Shard>, topic_partition: &TopicPartition) {
+    if topic_partition.topic != TRANSACTION_STATE_TOPIC_NAME {
+        return;
+    }
+    let (shard, partition) = (shard.clone(), topic_partition.partition.0);
+    glommio::spawn_local(async move {
+        if let Err(error) = shard.transactions.with(&shard, partition, |_| ()).await {
+            tracing::debug!(
+                partition,
+                code = error.0,
+                "transaction state not loaded on election"
+            );
+        }
+    })
+    .detach();
 }
 
 /// The log of `topic_partition` if this broker leads it: a coordinator's
