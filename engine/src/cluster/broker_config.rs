@@ -138,7 +138,8 @@ pub struct BrokerConfig {
     pub offsets_topic_replication_factor: i16,
     pub transaction_state_log_replication_factor: i16,
     /// The node's place in a cluster (`controller.quorum.voters` and the
-    /// KRaft settings around it); `None` for the one-node cluster.
+    /// KRaft settings around it) as configured; `None`: a cluster of its
+    /// own, which the broker runs as [`ClusterSettings::alone`].
     pub cluster: Option<ClusterSettings>,
     /// Settings Brook does not know; the caller logs them (as Kafka does).
     pub unknown: Vec<String>,
@@ -459,8 +460,15 @@ impl BrokerConfig {
         }
         config.log_defaults = LogConfig::default().with_overrides(log_settings)?;
         config.cluster = ClusterSettings::parse(&config.given)?;
-        if let Some(cluster) = &config.cluster {
-            config.broker_id = cluster.node.0;
+        match &config.cluster {
+            Some(cluster) => config.broker_id = cluster.node.0,
+            // Checked here, as a quorum's are: the settings it runs alone with.
+            None => drop(ClusterSettings::alone(
+                &config.given,
+                crate::types::BrokerId(config.broker_id),
+                0,
+                "",
+            )?),
         }
         Ok(config)
     }

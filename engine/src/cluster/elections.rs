@@ -44,7 +44,7 @@ use crate::types::{BrokerId, LeaderEpoch, PartitionId, TopicPartition};
 
 pub use preferred::{
     ELECTIONS_PER_BALANCE_MAX, ElectionType, PartitionElection, TopicElections, balance_leaders,
-    elect_leader, elect_leaders, elect_leaders_alone, elect_preferred, leaders_imbalanced,
+    elect_leader, elect_leaders, elect_preferred, leaders_imbalanced,
 };
 
 /// The topic config that allows electing a replica outside the ISR.

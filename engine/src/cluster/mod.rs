@@ -15,6 +15,7 @@ pub mod elections;
 pub mod endpoints;
 pub mod image;
 pub mod manual_assignment;
+pub mod migrate;
 pub mod node_config;
 pub mod peer_wire;
 pub mod placement;

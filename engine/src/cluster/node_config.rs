@@ -4,10 +4,11 @@
 //! `broker.heartbeat.interval.ms`, `broker.session.timeout.ms`, and
 //! `cluster.id` (Brook's: Kafka writes it with `kafka-storage format`).
 //!
-//! Without `controller.quorum.voters` a node is the one-node cluster it
-//! has always been, needing no configuration ([`ClusterSettings::parse`]
-//! returns `None`). With it, the rules are Kafka's (`KafkaConfig`'s
-//! validation), with its messages where it has one.
+//! Without `controller.quorum.voters` a node is a one-node cluster needing
+//! no configuration: [`ClusterSettings::parse`] returns `None`, and the
+//! broker runs [`ClusterSettings::alone`], a quorum of its own voter on a
+//! loopback controller listener. With it, the rules are Kafka's
+//! (`KafkaConfig`'s validation), with its messages where it has one.
 
 use std::collections::BTreeMap;
 
@@ -231,14 +232,72 @@ impl ClusterSettings {
                 ));
             }
         }
-        if settings.heartbeat_interval_ms >= settings.session_timeout_ms {
+        settings.check_heartbeat()?;
+        Ok(Some(settings))
+    }
+
+    /// A node started without a quorum: the one voter of its own cluster
+    /// (broker and controller), its controller listener on loopback at
+    /// `controller_port`, the cluster id its data directory holds. Session,
+    /// heartbeat, rack and leader-balance settings are read from `given`
+    /// as [`ClusterSettings::parse`] reads them.
+    pub fn alone(
+        given: &BTreeMap<String, String>,
+        node: BrokerId,
+        controller_port: u16,
+        cluster_id: &str,
+    ) -> Result<ClusterSettings, ClusterConfigError> {
+        const CONTROLLER: &str = "CONTROLLER";
+        let host = "127.0.0.1".to_owned();
+        let listener = Listener {
+            name: CONTROLLER.to_owned(),
+            host: host.clone(),
+            port: controller_port,
+        };
+        let settings = ClusterSettings {
+            node,
+            roles: Roles::BrokerAndController,
+            voters: vec![Voter {
+                id: node,
+                host,
+                port: controller_port,
+            }],
+            listeners: vec![listener.clone()],
+            advertised: vec![listener],
+            controller_listener: CONTROLLER.to_owned(),
+            rack: given.get("broker.rack").cloned(),
+            heartbeat_interval_ms: milliseconds(
+                given,
+                "broker.heartbeat.interval.ms",
+                BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT,
+            )?,
+            session_timeout_ms: milliseconds(
+                given,
+                "broker.session.timeout.ms",
+                BROKER_SESSION_TIMEOUT_MS_DEFAULT,
+            )?,
+            leader_balance_interval_ms: leader_balance_interval_ms(given)?,
+            cluster_id: cluster_id.to_owned(),
+        };
+        settings.check_heartbeat()?;
+        Ok(settings)
+    }
+
+    /// Whether this node is its quorum's only voter (a node started alone,
+    /// or Kafka's standalone quorum): it needs no other node to run.
+    pub fn is_alone(&self) -> bool {
+        matches!(self.voters.as_slice(), [voter] if voter.id == self.node)
+    }
+
+    fn check_heartbeat(&self) -> Result<(), ClusterConfigError> {
+        if self.heartbeat_interval_ms >= self.session_timeout_ms {
             return Err(invalid(
                 "broker.heartbeat.interval.ms",
-                &settings.heartbeat_interval_ms.to_string(),
+                &self.heartbeat_interval_ms.to_string(),
                 "must be less than broker.session.timeout.ms",
             ));
         }
-        Ok(Some(settings))
+        Ok(())
     }
 
     pub fn listener(&self, name: &str) -> Option<&Listener> {

@@ -82,12 +82,6 @@ pub const SUPPORTED: &[Supported] = &[
     api(ApiKey::ListTransactions, 0, 2),
 ];
 
-/// APIs advertised only by a node of a cluster (one started with
-/// `controller.quorum.voters`): a one-node Brook has no controller quorum
-/// to describe, so it does not list DescribeQuorum, and answers one with
-/// UNSUPPORTED_VERSION.
-pub const CLUSTER_ONLY: &[ApiKey] = &[ApiKey::DescribeQuorum];
-
 /// The served range of `api_key`, if Brook implements it.
 pub fn supported(api_key: ApiKey) -> Option<Supported> {
     SUPPORTED
@@ -101,14 +95,12 @@ pub fn is_supported(api_key: ApiKey, version: i16) -> bool {
     supported(api_key).is_some_and(|entry| (entry.min..=entry.max).contains(&version))
 }
 
-/// The ApiVersions response body listing every supported API (those of
-/// [`CLUSTER_ONLY`] only when `cluster`). With an error (an unsupported
-/// ApiVersions version), Kafka still lists them so the client can retry
-/// with a version both sides know.
-pub fn api_versions_response(error: ErrorCode, cluster: bool) -> ApiVersionsResponse {
+/// The ApiVersions response body listing every supported API. With an
+/// error (an unsupported ApiVersions version), Kafka still lists them so
+/// the client can retry with a version both sides know.
+pub fn api_versions_response(error: ErrorCode) -> ApiVersionsResponse {
     let api_keys = SUPPORTED
         .iter()
-        .filter(|entry| cluster || !CLUSTER_ONLY.contains(&entry.api_key))
         .map(|entry| {
             ApiVersion::default()
                 .with_api_key(entry.api_key as i16)
@@ -142,7 +134,7 @@ mod tests {
     fn produce_v0_to_v2_are_advertised_but_not_served() {
         assert!(!is_supported(ApiKey::Produce, 2));
         assert!(is_supported(ApiKey::Produce, 3));
-        let response = api_versions_response(ErrorCode::NONE, false);
+        let response = api_versions_response(ErrorCode::NONE);
         let produce = response
             .api_keys
             .iter()
@@ -151,19 +143,16 @@ mod tests {
         assert_eq!((produce.min_version, produce.max_version), (0, 13));
     }
 
+    /// Every node runs a quorum (a node alone, its own), so every node
+    /// lists DescribeQuorum.
     #[test]
-    fn describe_quorum_is_advertised_by_cluster_nodes_only() {
-        let lists = |cluster| {
-            api_versions_response(ErrorCode::NONE, cluster)
-                .api_keys
+    fn every_supported_api_is_advertised() {
+        let listed = api_versions_response(ErrorCode::NONE).api_keys;
+        assert_eq!(listed.len(), SUPPORTED.len());
+        assert!(
+            listed
                 .iter()
                 .any(|key| key.api_key == ApiKey::DescribeQuorum as i16)
-        };
-        assert!(lists(true));
-        assert!(!lists(false));
-        assert_eq!(
-            api_versions_response(ErrorCode::NONE, true).api_keys.len(),
-            SUPPORTED.len()
         );
     }
 

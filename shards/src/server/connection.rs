@@ -129,10 +129,7 @@ async fn read_requests<R: AsyncRead + Unpin>(
                 api_key: ApiKey::ApiVersions,
                 correlation_id,
                 ..
-            }) => Slot::Ready(unsupported_api_versions(
-                correlation_id,
-                shard.context.config.cluster.is_some(),
-            )),
+            }) => Slot::Ready(unsupported_api_versions(correlation_id)),
             Err(error) => return Err(error),
         };
         let (sender, receiver) = oneshot::channel();
@@ -179,7 +176,7 @@ enum Slot {
 
 /// ApiVersions in a version the broker does not know: the error and the
 /// supported list, in version 0 (KIP-511), so the client can pick again.
-fn unsupported_api_versions(correlation_id: i32, cluster: bool) -> Response {
+fn unsupported_api_versions(correlation_id: i32) -> Response {
     let request = Request {
         client_host: String::new(),
         listener: 0,
@@ -191,7 +188,7 @@ fn unsupported_api_versions(correlation_id: i32, cluster: bool) -> Response {
     };
     crate::server::response::encode(
         &request,
-        &api_versions_response(ErrorCode::UNSUPPORTED_VERSION, cluster),
+        &api_versions_response(ErrorCode::UNSUPPORTED_VERSION),
     )
     .unwrap_or_else(|error| Response::Close(error.to_string()))
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use brook_engine::cluster::broker_config::BrokerConfig;
 use brook_engine::cluster::image::ShardId;
+use brook_engine::cluster::node_config::ClusterSettings;
 
 use crate::server::mesh::MeshSender;
 
@@ -37,10 +38,16 @@ pub struct ServerContext {
     /// Every log directory, with where each partition is and which failed.
     pub log_dirs: std::sync::Arc<crate::storage::LogDirs>,
     pub config: BrokerConfig,
+    /// The quorum this node belongs to: the configured one, or, without
+    /// one, its own ([`ClusterSettings::alone`]).
+    pub cluster: ClusterSettings,
     pub shards: u16,
     pub mesh: Vec<MeshSender>,
     /// The Prometheus metric families every shard counts into.
     pub metrics: std::sync::Arc<crate::server::metrics::BrokerMetrics>,
+    /// Told (once or more) when the cluster image first shows this broker
+    /// registered and unfenced.
+    pub unfenced: flume::Sender<()>,
 }
 
 impl ServerContext {

@@ -32,6 +32,8 @@ use std::sync::Arc;
 
 use brook_engine::cluster::broker_config::BrokerConfig;
 use brook_engine::cluster::image::ShardId;
+use brook_engine::cluster::node_config::ClusterSettings;
+use brook_engine::types::BrokerId;
 use glommio::{Placement, PoolPlacement};
 use thiserror::Error;
 
@@ -134,7 +136,16 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
         .collect::<Result<Vec<_>, _>>()?;
     let mut addresses = vec![listen];
     addresses.extend(&others);
-    addresses.extend(controller_address(&options.config)?);
+    // A node without a configured quorum is the one voter of its own, on
+    // a loopback port the kernel chooses.
+    let controller = match &options.config.cluster {
+        Some(settings) => controller_address(settings)?,
+        None => Some(resolve_port(
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            &mut reservations,
+        )?),
+    };
+    addresses.extend(controller);
     // Held until the process exits; another process then starts.
     let dir_paths: Vec<&std::path::Path> = log_dirs.iter().map(PathBuf::as_path).collect();
     let _exclusive = exclusive::claim(&dir_paths, &addresses)?;
@@ -155,6 +166,20 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
             Some(&cluster_id),
         )?;
     }
+    let cluster = match options.config.cluster.clone() {
+        Some(settings) => settings,
+        None => ClusterSettings::alone(
+            &options.config.given,
+            BrokerId(options.config.broker_id),
+            controller.map_or(0, |address| address.port()),
+            &cluster_id,
+        )
+        .map_err(|error| ServerError::Shard {
+            shard: 0,
+            reason: error.to_string(),
+        })?,
+    };
+    quorum::migrate::one_node_directory(&data_dir, &cluster)?;
     let dirs = Arc::new(crate::storage::LogDirs::scan(&log_dirs)?);
     // Every directory is this broker's: a later failure leaves them.
     created.keep();
@@ -178,7 +203,7 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
         .cores
         .unwrap_or(cpus.len())
         .clamp(1, u16::MAX as usize) as u16;
-    let mut image = controller::load_image(&data_dir)?;
+    let mut image = quorum::local_topics::load_image(&data_dir)?;
     let moved = image.reassign_beyond(shards);
     if moved > 0 {
         tracing::warn!(
@@ -211,6 +236,7 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
             advertised_port: listener.advertised_port.unwrap_or(listen.port()),
         })
         .collect();
+    let (unfenced, first_unfenced) = flume::bounded(1);
     let context = Arc::new(ServerContext {
         broker_id: options.config.broker_id,
         cluster_id,
@@ -221,9 +247,11 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
         data_dir,
         log_dirs: dirs,
         config: options.config.clone(),
+        cluster,
         shards,
         mesh: senders,
         metrics: broker_metrics.clone(),
+        unfenced,
     });
     for unknown in &context.config.unknown {
         tracing::warn!(setting = %unknown, "ignoring unknown config");
@@ -231,10 +259,7 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
     // Before the shards: its listener is bound here, so a port taken fails
     // the start, and shard 0's broker side finds its own voter listening.
     // A broker-only node without a controller listener has none.
-    let controller = context
-        .config
-        .cluster
-        .clone()
+    let controller = Some(context.cluster.clone())
         .filter(|settings| {
             settings.roles.is_controller()
                 || settings.listener(&settings.controller_listener).is_some()
@@ -284,6 +309,17 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
     }
     // Every shard listens on the ports chosen for it now.
     drop(reservations);
+    // A node that is its own quorum serves once it is unfenced, as Kafka's
+    // broker opens its listeners only then: a client that connects as soon
+    // as it is told the broker is up (a test, a script after a restart) is
+    // not refused a topic for want of a live broker. A node of a larger
+    // quorum reports ready at once: its quorum may need nodes not started.
+    if context.cluster.is_alone() && first_unfenced.recv_timeout(UNFENCED_WAIT_MAX).is_err() {
+        tracing::warn!(
+            waited_ms = UNFENCED_WAIT_MAX.as_millis() as u64,
+            "this broker is not unfenced yet; serving anyway"
+        );
+    }
     if let Some(listener) = metrics_listener {
         metrics::serve(listener, broker_metrics);
     }
@@ -296,21 +332,19 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
     std::thread::spawn(move || {
         let signal = signals::wait_for_termination();
         tracing::info!(signal, "stopping");
-        if stopper.config.cluster.is_some() {
-            // A second signal (Ctrl-C again, a supervisor's second
-            // SIGTERM) stops at once: a controlled shutdown that no quorum
-            // can grant waits its whole bound otherwise.
-            let impatient = stopper.clone();
-            std::thread::spawn(move || {
-                let signal = signals::wait_for_termination();
-                tracing::warn!(
-                    signal,
-                    "stopping at once, without waiting for the controlled shutdown"
-                );
-                stop_all(&impatient);
-            });
-            shut_down_in_turn(&stopper);
-        }
+        // A second signal (Ctrl-C again, a supervisor's second SIGTERM)
+        // stops at once: a controlled shutdown that no quorum can grant
+        // waits its whole bound otherwise.
+        let impatient = stopper.clone();
+        std::thread::spawn(move || {
+            let signal = signals::wait_for_termination();
+            tracing::warn!(
+                signal,
+                "stopping at once, without waiting for the controlled shutdown"
+            );
+            stop_all(&impatient);
+        });
+        shut_down_in_turn(&stopper);
         stop_all(&stopper);
     });
     for executor in executors {
@@ -321,6 +355,10 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
     drop(controller);
     Ok(())
 }
+
+/// How long a node alone in its quorum waits to be unfenced before it
+/// reports ready anyway (it is normally a few milliseconds).
+const UNFENCED_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// This machine's host name (what Kafka advertises for a listener on every
 /// address), if it has one.
@@ -414,10 +452,7 @@ fn resolve_port(
 
 /// Where this node's controller listener binds (an empty host: every
 /// address), if it has one.
-fn controller_address(config: &BrokerConfig) -> Result<Option<SocketAddr>, ServerError> {
-    let Some(settings) = &config.cluster else {
-        return Ok(None);
-    };
+fn controller_address(settings: &ClusterSettings) -> Result<Option<SocketAddr>, ServerError> {
     let Some(listener) = settings.listener(&settings.controller_listener) else {
         return Ok(None);
     };

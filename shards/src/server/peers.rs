@@ -72,11 +72,10 @@ pub fn broker_address(shard: &Shard, broker: BrokerId) -> Option<SocketAddr> {
     resolve(&format!("{}:{}", endpoint.host, endpoint.port)).ok()
 }
 
-/// The broker leading `topic_partition` when it is another one (a
-/// cluster's image names it); `None` when this broker leads it, no broker
-/// does, or the broker runs alone.
+/// The broker leading `topic_partition` when it is another one (the
+/// cluster's image names it); `None` when this broker leads it or no
+/// broker does.
 pub fn leader_elsewhere(shard: &Shard, topic_partition: &TopicPartition) -> Option<BrokerId> {
-    shard.context.config.cluster.as_ref()?;
     let leader = shard.with_registration(
         &topic_partition.topic,
         topic_partition.partition,

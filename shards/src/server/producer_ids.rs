@@ -1,13 +1,10 @@
 //! The broker's producer-id allocator. Lives on the controller shard, the one
-//! shard that hands out ids (others ask it over the mesh). A one-node broker
-//! persists its block end in `brook-producer-ids` in the data directory
-//! before any id of the block is given out; a broker of a cluster asks the
+//! shard that hands out ids (others ask it over the mesh). It asks the
 //! active controller for each block, which the metadata log records (see
-//! [`brook_engine::cluster::producer_ids`]), so no two brokers ever hand out
-//! one id.
+//! [`brook_engine::cluster::producer_ids`]), so no two brokers, and no two
+//! runs of one, ever hand out one id.
 
 use std::cell::RefCell;
-use std::path::Path;
 
 use brook_engine::cluster::peer_wire::{PeerRequest, PeerResponse};
 use brook_engine::cluster::producer_ids::{Allocation, ProducerIdBlocks};
@@ -16,15 +13,11 @@ use brook_engine::types::{BrokerId, ProducerId};
 use glommio::sync::Semaphore;
 
 use crate::server::shard::Shard;
-use crate::storage::write_file_atomically;
-
-/// The allocator's file in the data directory.
-pub const PRODUCER_IDS_FILE: &str = "brook-producer-ids";
 
 /// Allocation state, loaded on first use. Lives on the controller shard.
 pub struct ProducerIds {
     blocks: RefCell<Option<ProducerIdBlocks>>,
-    /// One allocation at a time: a reservation awaits its write.
+    /// One allocation at a time: a block awaits the controller's grant.
     lock: Semaphore,
 }
 
@@ -47,61 +40,30 @@ impl Default for ProducerIds {
 
 impl ProducerIds {
     /// A producer id never handed out before, by this broker, an earlier
-    /// run of it or (in a cluster) another broker. Call on the controller
-    /// shard. Fails with a Kafka error code (and a log line) when the file
-    /// cannot be read or written, since handing out an id without it could
-    /// reuse one; in a cluster, COORDINATOR_LOAD_IN_PROGRESS (retriable, as
-    /// Kafka answers) while the controller grants no block.
+    /// run of it or another broker. Call on the controller shard. Fails
+    /// with COORDINATOR_LOAD_IN_PROGRESS (retriable, as Kafka answers)
+    /// while the controller grants no block.
     pub async fn allocate(&self, shard: &Shard) -> Result<ProducerId, ErrorCode> {
         let _permit = self
             .lock
             .acquire_permit(1)
             .await
             .map_err(|_| ErrorCode::COORDINATOR_NOT_AVAILABLE)?;
-        let data_dir = &shard.context.data_dir;
-        let cluster = shard
-            .context
-            .config
-            .cluster
-            .as_ref()
-            .map(|settings| settings.node);
-        if self.blocks.borrow().is_none() {
-            let loaded = match cluster {
-                Some(_) => None,
-                None => load(data_dir)?,
-            };
-            *self.blocks.borrow_mut() = Some(ProducerIdBlocks::new(loaded));
-        }
-        // At most one reservation per allocation: after it, an id is ready.
+        let node = shard.context.cluster.node;
+        let mut blocks = self
+            .blocks
+            .borrow()
+            .unwrap_or_else(|| ProducerIdBlocks::new(None));
+        // At most one grant per allocation: after it, an id is ready.
         for _ in 0..2 {
-            let step = self
-                .blocks
-                .borrow_mut()
-                .as_mut()
-                .expect("loaded above")
-                .allocate();
-            match step {
-                Ok(Allocation::Ready(id)) => return Ok(id),
-                Ok(Allocation::Reserve { .. }) if let Some(node) = cluster => {
-                    let (start, length) = granted_block(shard, node).await?;
-                    self.blocks
-                        .borrow_mut()
-                        .as_mut()
-                        .expect("loaded above")
-                        .granted(start, length);
+            match blocks.allocate() {
+                Ok(Allocation::Ready(id)) => {
+                    *self.blocks.borrow_mut() = Some(blocks);
+                    return Ok(id);
                 }
-                Ok(Allocation::Reserve { end }) => {
-                    let path = data_dir.join(PRODUCER_IDS_FILE);
-                    let contents = ProducerIdBlocks::encode(end);
-                    if let Err(error) = write_file_atomically(&path, contents.as_bytes()).await {
-                        tracing::error!(%error, "persisting a producer id block failed");
-                        return Err(ErrorCode::UNKNOWN_SERVER_ERROR);
-                    }
-                    self.blocks
-                        .borrow_mut()
-                        .as_mut()
-                        .expect("loaded above")
-                        .reserved(end);
+                Ok(Allocation::Reserve { .. }) => {
+                    let (start, length) = granted_block(shard, node).await?;
+                    blocks.granted(start, length);
                 }
                 Err(error) => {
                     tracing::error!(%error, "no producer id left");
@@ -109,7 +71,7 @@ impl ProducerIds {
                 }
             }
         }
-        unreachable!("a reserved block always has an id")
+        unreachable!("a granted block always has an id")
     }
 }
 
@@ -140,23 +102,5 @@ async fn granted_block(shard: &Shard, node: BrokerId) -> Result<(i64, i64), Erro
             Err(not_yet)
         }
         _ => Err(not_yet),
-    }
-}
-
-fn load(data_dir: &Path) -> Result<Option<i64>, ErrorCode> {
-    let path = data_dir.join(PRODUCER_IDS_FILE);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => match ProducerIdBlocks::decode(&text) {
-            Some(end) => Ok(Some(end)),
-            None => {
-                tracing::error!(path = %path.display(), "unreadable producer id file; refusing to hand out ids that could repeat");
-                Err(ErrorCode::UNKNOWN_SERVER_ERROR)
-            }
-        },
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(error) => {
-            tracing::error!(path = %path.display(), %error, "reading the producer id file failed");
-            Err(ErrorCode::UNKNOWN_SERVER_ERROR)
-        }
     }
 }

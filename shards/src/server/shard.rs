@@ -16,7 +16,6 @@ use brook_engine::cluster::records::PartitionRegistration;
 use brook_engine::cluster::topic_config;
 use brook_engine::log::config::LogConfig;
 use brook_engine::protocol::fetch_session::FetchSessionCache;
-use brook_engine::types::BrokerId;
 use brook_engine::types::{LeaderEpoch, TopicPartition};
 use futures::FutureExt;
 use futures::future::LocalBoxFuture;
@@ -42,8 +41,7 @@ use crate::storage::{
 /// Partition logs a shard opens (and recovers) at once.
 const PARTITION_OPENS_IN_FLIGHT_MAX: usize = 8;
 
-/// The leader epoch of a one-node broker's partitions (their leader never
-/// changes), and of every partition when its registration is new.
+/// The leader epoch of every partition when its registration is new.
 pub const FIRST_LEADER_EPOCH: LeaderEpoch = LeaderEpoch(0);
 
 /// Per-shard state. Lives on its shard; shared with its tasks by `Rc`.
@@ -79,8 +77,6 @@ pub struct Shard {
     pub metrics: ShardMetrics,
     /// Serialises metadata changes (used on the controller shard).
     pub controller_lock: Semaphore,
-    /// Every partition's registration on a one-node broker.
-    one_node_registration: PartitionRegistration,
     /// A controlled shutdown's progress (shard 0, cluster mode).
     pub shut_down: Cell<ShutDown>,
     stopping: Cell<bool>,
@@ -124,19 +120,15 @@ impl Shard {
         ReplicaHost::follow_view(self, &view);
     }
 
-    /// `f` of `topic`'s `partition` as the cluster image registers it; on
-    /// one node, of this broker as its only replica, leader at
-    /// [`FIRST_LEADER_EPOCH`]. `None` in a cluster before the image has it.
-    /// (A closure, not a copy: fetches ask this of every partition.)
+    /// `f` of `topic`'s `partition` as the cluster image registers it;
+    /// `None` before the image has it. (A closure, not a copy: fetches ask
+    /// this of every partition.)
     pub fn with_registration<T>(
         &self,
         topic: &str,
         partition: brook_engine::types::PartitionId,
         f: impl FnOnce(&PartitionRegistration) -> T,
     ) -> Option<T> {
-        if self.context.config.cluster.is_none() {
-            return Some(f(&self.one_node_registration));
-        }
         let view = self.cluster_view.borrow();
         let registered = view.as_ref()?.image.topic_by_name(topic)?;
         registered
@@ -145,8 +137,7 @@ impl Shard {
             .map(f)
     }
 
-    /// Whether this broker leads `partition` of `topic`: always in a
-    /// one-node cluster; in a cluster, as the image says.
+    /// Whether this broker leads `partition` of `topic`, as the image says.
     pub fn leads(&self, topic: &str, partition: brook_engine::types::PartitionId) -> bool {
         self.with_registration(topic, partition, |registration| {
             registration.leader.0 == self.context.broker_id
@@ -155,7 +146,7 @@ impl Shard {
     }
 
     /// The leader epoch `topic`'s `partition` is served at: its
-    /// registration's in a cluster, [`FIRST_LEADER_EPOCH`] on one node.
+    /// registration's ([`FIRST_LEADER_EPOCH`] before the image has it).
     pub fn leader_epoch(
         &self,
         topic: &str,
@@ -244,20 +235,15 @@ impl Shard {
         partitions: Vec<(TopicPartition, LogConfig)>,
     ) -> Result<(), StorageError> {
         use futures::StreamExt;
-        let one_node = self.context.config.cluster.is_none();
         // Several at once: recovery waits on reads, which then overlap.
+        // Replication makes each a leader or follower at its
+        // registration's epoch.
         let mut opens = futures::stream::iter(partitions)
             .map(|(topic_partition, config)| async move {
-                let log = self
-                    .store
+                self.store
                     .open_partition(&topic_partition, config, now_ms())
-                    .await?;
-                // One node leads every partition at the first epoch; in a
-                // cluster, replication follows the registration's epoch.
-                match one_node {
-                    true => log.become_leader(FIRST_LEADER_EPOCH).await,
-                    false => Ok(()),
-                }
+                    .await
+                    .map(drop)
             })
             .buffer_unordered(PARTITION_OPENS_IN_FLIGHT_MAX);
         while let Some(opened) = opens.next().await {
@@ -334,8 +320,8 @@ pub async fn run_shard(
     glommio::spawn_local(run_timers(shard.clone())).detach();
     glommio::spawn_local(transactions::run_timers(shard.clone())).detach();
     glommio::spawn_local(crate::server::metrics::run_state_gauges(shard.clone())).detach();
-    if let (0, Some(settings)) = (id.0, shard.context.config.cluster.clone()) {
-        crate::server::quorum::start(shard.clone(), settings);
+    if id.0 == 0 {
+        crate::server::quorum::start(shard.clone(), shard.context.cluster.clone());
     }
     // Dropped once sent: a shard that dies before it reports then shows as a
     // disconnect instead of leaving start-up waiting.
@@ -373,7 +359,6 @@ async fn start(
         .await?,
     );
     let fetch_sessions = RefCell::new(fetch_session_cache(&context, id));
-    let this = BrokerId(context.broker_id);
     let peers = Peers::new(context.listen, context.broker_id, id.0);
     let metrics = ShardMetrics::new(context.metrics.clone(), id.0);
     let config = Arc::new(effective(&context.config, &image.broker_configs));
@@ -394,13 +379,6 @@ async fn start(
         prepared_reads: RefCell::default(),
         metrics,
         controller_lock: Semaphore::new(1),
-        one_node_registration: PartitionRegistration {
-            replicas: vec![this],
-            isr: vec![this],
-            leader: this,
-            leader_epoch: FIRST_LEADER_EPOCH,
-            partition_epoch: 0,
-        },
         shut_down: Cell::new(ShutDown::Running),
         stopping: Cell::new(false),
         stop_bell: Semaphore::new(0),

@@ -161,10 +161,11 @@ fn described(
     partition
 }
 
-/// A one-node Brook has no quorum: it does not advertise DescribeQuorum,
-/// and answers one with UNSUPPORTED_VERSION and a reason.
+/// A one-node Brook is the one voter of its own quorum: it advertises
+/// DescribeQuorum and describes itself as the leader and only voter, as
+/// Kafka's standalone quorum does.
 #[test]
-fn a_one_node_brook_has_no_quorum_to_describe() {
+fn a_one_node_brook_describes_its_own_quorum() {
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start(BROOK, dir.path(), 1, &[]);
     let mut stream = brook_tests::raw::connect(&broker);
@@ -175,7 +176,7 @@ fn a_one_node_brook_has_no_quorum_to_describe() {
         &ApiVersionsRequest::default(),
     );
     assert!(
-        !versions
+        versions
             .api_keys
             .iter()
             .any(|key| key.api_key == ApiKey::DescribeQuorum as i16)
@@ -186,12 +187,17 @@ fn a_one_node_brook_has_no_quorum_to_describe() {
         2,
         &metadata_quorum_request(),
     );
-    assert_eq!(response.error_code, 35, "UNSUPPORTED_VERSION");
-    assert!(
-        response
-            .error_message
-            .is_some_and(|message| message.contains("controller.quorum.voters"))
-    );
+    assert_eq!(response.error_code, 0, "{response:?}");
+    let partition = &response.topics[0].partitions[0];
+    assert_eq!(partition.error_code, 0, "{response:?}");
+    assert_eq!(partition.leader_id.0, 0, "{response:?}");
+    let voters: Vec<i32> = partition
+        .current_voters
+        .iter()
+        .map(|voter| voter.replica_id.0)
+        .collect();
+    assert_eq!(voters, [0], "{response:?}");
+    assert!(partition.leader_epoch >= 1, "{response:?}");
 }
 
 /// The committed metadata as the controller at `port` serves it to a

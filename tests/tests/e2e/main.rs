@@ -58,5 +58,6 @@ mod kcat_quickstart;
 mod log_dirs;
 mod metrics;
 mod old_clients;
+mod one_node_upgrade;
 mod transactions;
 mod transactions_protocol;

@@ -171,27 +171,6 @@ pub fn elect_leaders(
     })
 }
 
-/// ElectLeaders on a one-node Brook, whose `topics` (name and partition
-/// count, by name) each have one replica, their leader: an election is
-/// never needed, and the answer is the one a cluster's controller gives.
-pub fn elect_leaders_alone<'a>(
-    topics: impl Iterator<Item = (&'a str, usize)> + Clone,
-    asked: Option<&[(String, Vec<i32>)]>,
-) -> Vec<TopicElections> {
-    let every = || every_partition(topics.clone());
-    let (results, _) = answer_elections(asked, every, |topic, partition| {
-        let count = topics.clone().find(|(name, _)| *name == topic);
-        Err(match count {
-            None => no_such_topic(topic),
-            Some((_, count)) if !(0..count as i64).contains(&(partition as i64)) => {
-                no_such_partition(topic, partition)
-            }
-            Some(_) => not_needed(),
-        })
-    });
-    results
-}
-
 fn every_partition<'a>(topics: impl Iterator<Item = (&'a str, usize)>) -> Vec<(String, Vec<i32>)> {
     topics
         .map(|(name, count)| (name.to_owned(), (0..count as i32).collect()))
@@ -450,41 +429,45 @@ mod tests {
         assert!(records.is_empty());
     }
 
+    /// A one-broker cluster (a node started alone): its partitions have
+    /// one replica, their leader, so no election is ever needed.
     #[test]
-    fn one_node_answers_as_a_one_broker_cluster_would() {
-        let topics = [("a", 2usize), ("b", 1)];
-        let asked = [("a".to_owned(), vec![1, 2]), ("c".to_owned(), vec![0])];
-        let results = elect_leaders_alone(topics.iter().copied(), Some(&asked));
-        let answers: Vec<(i32, ErrorCode, Option<String>)> = results
-            .into_iter()
-            .flat_map(|topic| topic.partitions)
-            .map(|result| (result.partition, result.error, result.message))
-            .collect();
-        let message = |text: &str| Some(text.to_owned());
-        assert_eq!(
-            answers,
-            vec![
-                (
-                    1,
-                    ErrorCode::ELECTION_NOT_NEEDED,
-                    message("Leader election not needed for topic partition.")
-                ),
-                (
-                    2,
-                    ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-                    message("No such partition as a-2")
-                ),
-                (
-                    0,
-                    ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-                    message("No such topic as c")
-                ),
-            ]
-        );
-        let all = elect_leaders_alone(topics.iter().copied(), None);
-        let names: Vec<&str> = all.iter().map(|topic| topic.topic.as_str()).collect();
-        assert_eq!(names, ["a", "b"]);
-        assert!(all.iter().all(|topic| topic.partitions.is_empty()));
+    fn one_broker_answers_that_no_election_is_needed() {
+        let image = image(&[1], &[1], 1, Election::Clean);
+        let asked = [("t".to_owned(), vec![0, 2]), ("c".to_owned(), vec![0])];
+        for election in [ElectionType::Preferred, ElectionType::Unclean] {
+            let (results, records) = elect_leaders(&image, election, Some(&asked));
+            let answers: Vec<(i32, ErrorCode, Option<String>)> = results
+                .into_iter()
+                .flat_map(|topic| topic.partitions)
+                .map(|result| (result.partition, result.error, result.message))
+                .collect();
+            let message = |text: &str| Some(text.to_owned());
+            assert_eq!(
+                answers,
+                vec![
+                    (
+                        0,
+                        ErrorCode::ELECTION_NOT_NEEDED,
+                        message("Leader election not needed for topic partition.")
+                    ),
+                    (
+                        2,
+                        ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                        message("No such partition as t-2")
+                    ),
+                    (
+                        0,
+                        ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                        message("No such topic as c")
+                    ),
+                ]
+            );
+            assert!(records.is_empty());
+            let (all, records) = elect_leaders(&image, election, None);
+            assert!(all.iter().all(|topic| topic.partitions.is_empty()));
+            assert!(records.is_empty());
+        }
     }
 
     #[test]

@@ -32,93 +32,38 @@ fn replicas(broker_ids: &[kafka_protocol::messages::BrokerId]) -> Vec<BrokerId> 
     broker_ids.iter().map(|id| BrokerId(id.0)).collect()
 }
 
-/// Checks what a single broker can honour before anything is created.
-fn check_replication(shard: &Shard, topic: &CreatableTopic) -> Result<i32, (ErrorCode, String)> {
-    let broker = shard.context.broker_id;
-    if shard.context.config.cluster.is_some() {
-        // The controller places the replicas (or checks the assignments)
-        // and checks the factor.
-        return Ok(topic.num_partitions);
-    }
-    if topic.replication_factor > 1 {
-        let message = format!(
-            "Replication factor: {} larger than available brokers: 1.",
-            topic.replication_factor
-        );
-        return Err((ErrorCode::INVALID_REPLICATION_FACTOR, message));
-    }
-    if topic.assignments.is_empty() {
-        let default_partitions = shard.context.config.num_partitions as i32;
-        return Ok(if topic.num_partitions == -1 {
-            default_partitions
-        } else {
-            topic.num_partitions
-        });
-    }
-    if topic.num_partitions != -1 || topic.replication_factor != -1 {
-        return Err((
-            ErrorCode::INVALID_REQUEST,
-            "both partition count and replica assignments were given".into(),
-        ));
-    }
-    if topic.assignments.iter().any(|assignment| {
-        assignment
-            .broker_ids
-            .iter()
-            .map(|id| id.0)
-            .collect::<Vec<_>>()
-            != vec![broker]
-    }) {
-        return Err((
-            ErrorCode::INVALID_REPLICA_ASSIGNMENT,
-            format!("replicas must be [{broker}], the only broker"),
-        ));
-    }
-    Ok(topic.assignments.len() as i32)
-}
-
 pub async fn create_topics(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
     let body: CreateTopicsRequest = request.decode_body()?;
-    let mut results: Vec<Option<CreatableTopicResult>> = Vec::new();
-    let mut new_topics = Vec::new();
-    for topic in &body.topics {
-        let name = topic.name.to_string();
-        match check_replication(shard, topic) {
-            Err((error, message)) => results.push(Some(failed_result(&name, error, &message))),
-            Ok(partitions) => {
-                let configs: BTreeMap<String, String> = topic
-                    .configs
-                    .iter()
-                    .filter_map(|config| {
-                        config
-                            .value
-                            .as_ref()
-                            .map(|value| (config.name.to_string(), value.to_string()))
-                    })
-                    .collect();
-                let assignments = if shard.context.config.cluster.is_some() {
-                    topic
-                        .assignments
-                        .iter()
-                        .map(|assignment| {
-                            (assignment.partition_index, replicas(&assignment.broker_ids))
-                        })
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-                new_topics.push(NewTopic {
-                    name,
-                    partitions,
-                    replication_factor: topic.replication_factor,
-                    configs,
-                    id: None,
-                    assignments,
-                });
-                results.push(None);
-            }
-        }
-    }
+    let configs_of = |topic: &CreatableTopic| -> BTreeMap<String, String> {
+        topic
+            .configs
+            .iter()
+            .filter_map(|config| {
+                config
+                    .value
+                    .as_ref()
+                    .map(|value| (config.name.to_string(), value.to_string()))
+            })
+            .collect()
+    };
+    // The controller checks the factor and places the replicas (or checks
+    // the assignments).
+    let new_topics = body
+        .topics
+        .iter()
+        .map(|topic| NewTopic {
+            name: topic.name.to_string(),
+            partitions: topic.num_partitions,
+            replication_factor: topic.replication_factor,
+            configs: configs_of(topic),
+            id: None,
+            assignments: topic
+                .assignments
+                .iter()
+                .map(|assignment| (assignment.partition_index, replicas(&assignment.broker_ids)))
+                .collect(),
+        })
+        .collect();
     let outcomes = controller::apply(
         shard,
         Change::Create {
@@ -129,31 +74,19 @@ pub async fn create_topics(shard: &Rc<Shard>, request: &Request) -> Result<Respo
     .await;
     let mut outcomes = outcomes.into_iter();
     let broker = &shard.context.config;
-    let topics = results
-        .into_iter()
-        .zip(&body.topics)
-        .map(|(result, requested)| {
-            result.unwrap_or_else(|| {
-                let outcome = outcomes.next().unwrap_or_else(|| TopicOutcome {
-                    name: requested.name.to_string(),
-                    error: ErrorCode::UNKNOWN_SERVER_ERROR,
-                    message: None,
-                    topic_id: TopicId::default(),
-                    partitions: 0,
-                    replication_factor: 0,
-                });
-                let configs: BTreeMap<String, String> = requested
-                    .configs
-                    .iter()
-                    .filter_map(|config| {
-                        config
-                            .value
-                            .as_ref()
-                            .map(|value| (config.name.to_string(), value.to_string()))
-                    })
-                    .collect();
-                created_result(&outcome, broker, &configs)
-            })
+    let topics = body
+        .topics
+        .iter()
+        .map(|requested| {
+            let outcome = outcomes.next().unwrap_or_else(|| TopicOutcome {
+                name: requested.name.to_string(),
+                error: ErrorCode::UNKNOWN_SERVER_ERROR,
+                message: None,
+                topic_id: TopicId::default(),
+                partitions: 0,
+                replication_factor: 0,
+            });
+            created_result(&outcome, broker, &configs_of(requested))
         })
         .collect();
     encode(
@@ -271,60 +204,34 @@ pub async fn create_partitions(
     request: &Request,
 ) -> Result<Response, FrameError> {
     let body: CreatePartitionsRequest = request.decode_body()?;
-    let broker = shard.context.broker_id;
     let mut results = Vec::with_capacity(body.topics.len());
     for topic in body.topics {
         let name = topic.name.to_string();
-        let cluster = shard.context.config.cluster.is_some();
-        // A cluster's controller checks assignments; one broker only
-        // takes itself.
-        let bad_assignment = !cluster
-            && topic.assignments.as_ref().is_some_and(|assignments| {
-                assignments.iter().any(|assignment| {
-                    assignment
-                        .broker_ids
-                        .iter()
-                        .map(|id| id.0)
-                        .collect::<Vec<_>>()
-                        != vec![broker]
-                })
-            });
-        let outcome = if bad_assignment {
-            TopicOutcome {
+        // Null asks the controller to place the new partitions; a list,
+        // even an empty one, must give one per partition added.
+        let assignments = topic.assignments.as_ref().map(|assignments| {
+            assignments
+                .iter()
+                .map(|assignment| replicas(&assignment.broker_ids))
+                .collect()
+        });
+        let change = Change::AddPartitions {
+            topic: name.clone(),
+            total: topic.count,
+            assignments,
+            validate_only: body.validate_only,
+        };
+        let outcome = controller::apply(shard, change)
+            .await
+            .pop()
+            .unwrap_or_else(|| TopicOutcome {
                 name: name.clone(),
-                error: ErrorCode::INVALID_REPLICA_ASSIGNMENT,
-                message: Some(format!("replicas must be [{broker}], the only broker")),
+                error: ErrorCode::UNKNOWN_SERVER_ERROR,
+                message: None,
                 topic_id: TopicId::default(),
                 partitions: 0,
                 replication_factor: 0,
-            }
-        } else {
-            // Null asks the controller to place the new partitions; a
-            // list, even an empty one, must give one per partition added.
-            let assignments = topic.assignments.as_ref().map(|assignments| {
-                assignments
-                    .iter()
-                    .map(|assignment| replicas(&assignment.broker_ids))
-                    .collect()
             });
-            let change = Change::AddPartitions {
-                topic: name.clone(),
-                total: topic.count,
-                assignments,
-                validate_only: body.validate_only,
-            };
-            controller::apply(shard, change)
-                .await
-                .pop()
-                .unwrap_or_else(|| TopicOutcome {
-                    name: name.clone(),
-                    error: ErrorCode::UNKNOWN_SERVER_ERROR,
-                    message: None,
-                    topic_id: TopicId::default(),
-                    partitions: 0,
-                    replication_factor: 0,
-                })
-        };
         results.push(
             CreatePartitionsTopicResult::default()
                 .with_name(topic_name(&name))

@@ -41,7 +41,7 @@ use uuid::Uuid;
 use crate::server::controller::{self, Change, NewTopic};
 use crate::server::handlers::{text, topic_name};
 use crate::server::response::{Response, encode};
-use crate::server::shard::{FIRST_LEADER_EPOCH, Shard};
+use crate::server::shard::Shard;
 
 /// Creates the missing topics among `names` (auto topic creation) and
 /// returns the image that includes them.
@@ -102,9 +102,6 @@ pub(crate) async fn client_image(
     image: Arc<MetadataImage>,
     wanted: Option<&[String]>,
 ) -> Arc<MetadataImage> {
-    if shard.context.config.cluster.is_none() {
-        return image;
-    }
     first_view(shard).await;
     let deadline = Instant::now() + PENDING_TOPICS_WAIT_MAX;
     // The newest image: the wait may have let this broker apply more.
@@ -152,9 +149,6 @@ pub(crate) async fn client_image(
 /// and a client told of a one-broker cluster by a broker that restarted a
 /// moment ago would believe it.
 async fn first_view(shard: &Shard) {
-    if shard.context.config.cluster.is_none() {
-        return;
-    }
     let deadline = Instant::now() + FIRST_VIEW_WAIT_MAX;
     while shard.cluster_view().is_none() && Instant::now() < deadline {
         glommio::timer::sleep(PENDING_TOPICS_POLL).await;
@@ -188,12 +182,7 @@ fn advertised_brokers(shard: &Shard, listener: usize) -> Vec<Advertised> {
         id: shard.context.broker_id,
         host: endpoint.advertised_host.clone(),
         port: endpoint.advertised_port,
-        rack: shard
-            .context
-            .config
-            .cluster
-            .as_ref()
-            .and_then(|cluster| cluster.rack.clone()),
+        rack: shard.context.cluster.rack.clone(),
     };
     let Some(view) = shard.cluster_view() else {
         return vec![this()];
@@ -271,9 +260,10 @@ fn placement(shard: &Shard, topic: TopicId, name: &str, index: usize) -> Placeme
         && dirs.location(&here).is_some_and(|dir| dirs.is_offline(dir));
     if offline_here {
         placement.offline.push(this);
-        // Alone, this broker's failed replica leaves the partition without
-        // a leader, as Kafka's controller leaves it.
-        if shard.context.config.cluster.is_none() {
+        // A leader whose replica failed leads nothing: until the controller
+        // moves the leadership (or, with no other replica in sync, leaves
+        // the partition without one, as Kafka's does), there is none.
+        if placement.leader == this {
             placement.error = ErrorCode::LEADER_NOT_AVAILABLE;
             placement.leader = BrokerId(-1);
         }
@@ -303,7 +293,7 @@ fn registered_placement(shard: &Shard, topic: TopicId, index: usize) -> Placemen
         // A partition this broker's view of the metadata log does not hold
         // yet (it is catching up after a restart): no leader known, as Kafka
         // answers a partition without one; the client asks again.
-        None if shard.context.config.cluster.is_some() => Placement {
+        None => Placement {
             error: ErrorCode::LEADER_NOT_AVAILABLE,
             leader: BrokerId(-1),
             leader_epoch: -1,
@@ -311,17 +301,6 @@ fn registered_placement(shard: &Shard, topic: TopicId, index: usize) -> Placemen
             isr: Vec::new(),
             offline: Vec::new(),
         },
-        None => {
-            let node = BrokerId(shard.context.broker_id);
-            Placement {
-                error: ErrorCode::NONE,
-                leader: node,
-                leader_epoch: FIRST_LEADER_EPOCH.0,
-                replicas: vec![node],
-                isr: vec![node],
-                offline: Vec::new(),
-            }
-        }
     }
 }
 

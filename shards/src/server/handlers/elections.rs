@@ -8,7 +8,7 @@
 
 use std::rc::Rc;
 
-use brook_engine::cluster::elections::{ElectionType, TopicElections, elect_leaders_alone};
+use brook_engine::cluster::elections::{ElectionType, TopicElections};
 use brook_engine::cluster::image::ShardId;
 use brook_engine::cluster::peer_wire::{PeerRequest, PeerResponse};
 use brook_engine::protocol::errors::ErrorCode;
@@ -42,18 +42,6 @@ pub async fn elect_leaders(shard: &Rc<Shard>, request: &Request) -> Result<Respo
             );
         }
     };
-    if shard.context.config.cluster.is_none() {
-        let image = shard.image();
-        let topics = image
-            .topics
-            .values()
-            .map(|topic| (topic.name.as_str(), topic.partitions.len()));
-        return answer(
-            request,
-            ErrorCode::NONE,
-            elect_leaders_alone(topics, asked.as_deref()),
-        );
-    }
     let forwarded = PeerRequest::ElectLeaders {
         election,
         topics: asked.clone(),

@@ -93,13 +93,6 @@ fn coordinator_of(
         .listeners
         .get(listener)
         .unwrap_or(&context.listeners[0]);
-    if context.config.cluster.is_none() {
-        return Some((
-            context.broker_id,
-            own.advertised_host.clone(),
-            own.advertised_port,
-        ));
-    }
     let view = shard.cluster_view()?;
     let (topic, partition_for): (&str, fn(&str, i32) -> i32) = if key_type == KEY_TYPE_GROUP {
         (

@@ -44,7 +44,7 @@ pub async fn start(shard: &Rc<Shard>, request: Request) -> LocalBoxFuture<'stati
 
 async fn handle(shard: &Rc<Shard>, request: Request) -> Response {
     let handled = match request.api_key {
-        ApiKey::ApiVersions => api_versions(shard, &request),
+        ApiKey::ApiVersions => api_versions(&request),
         ApiKey::Metadata => cluster::metadata(shard, &request).await,
         ApiKey::DescribeCluster => cluster::describe_cluster(shard, &request).await,
         ApiKey::Fetch => fetch::handle(shard, &request).await,
@@ -96,12 +96,9 @@ async fn handle(shard: &Rc<Shard>, request: Request) -> Response {
     handled.unwrap_or_else(|error| Response::Close(error.to_string()))
 }
 
-fn api_versions(shard: &Shard, request: &Request) -> Result<Response, FrameError> {
+fn api_versions(request: &Request) -> Result<Response, FrameError> {
     request.decode_body::<ApiVersionsRequest>()?;
-    encode(
-        request,
-        &api_versions_response(ErrorCode::NONE, shard.context.config.cluster.is_some()),
-    )
+    encode(request, &api_versions_response(ErrorCode::NONE))
 }
 
 pub(crate) fn topic_name(name: &str) -> TopicName {

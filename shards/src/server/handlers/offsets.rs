@@ -216,7 +216,7 @@ pub async fn offset_for_leader_epoch(
 const LOW_WATERMARK_RECHECK: Duration = Duration::from_millis(20);
 
 /// DeleteRecords of one partition, on its owner: moves the log start to
-/// `requested` (-1: the HW). In a cluster only the leader takes it (Kafka's
+/// `requested` (-1: the HW). Only the leader takes it (Kafka's
 /// NOT_LEADER_OR_FOLLOWER elsewhere) and answers once every live replica's
 /// log start reached it (Kafka's low watermark; REQUEST_TIMED_OUT after
 /// `timeout`), so a failover never serves the deleted records again.
@@ -227,9 +227,8 @@ async fn delete_before(
     requested: i64,
     timeout: Duration,
 ) -> (ErrorCode, i64) {
-    let replicated = shard.context.config.cluster.is_some();
     let low_watermark = || ReplicaHost::low_watermark(shard, topic_partition, log);
-    if replicated && let Err(error) = low_watermark() {
+    if let Err(error) = low_watermark() {
         return (error, -1);
     }
     let offset = match requested {
@@ -240,9 +239,6 @@ async fn delete_before(
         Ok(start) => start,
         Err(error) => return (storage_error_code(&error), -1),
     };
-    if !replicated {
-        return (ErrorCode::NONE, start.0);
-    }
     let deadline = Instant::now() + timeout;
     loop {
         match low_watermark() {

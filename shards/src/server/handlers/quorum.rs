@@ -26,14 +26,7 @@ const METADATA_TOPIC: &str = "__cluster_metadata";
 
 pub async fn describe_quorum(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
     let body: DescribeQuorumRequest = request.decode_body()?;
-    let Some(settings) = shard.context.config.cluster.clone() else {
-        let response = DescribeQuorumResponse::default()
-            .with_error_code(ErrorCode::UNSUPPORTED_VERSION.0)
-            .with_error_message(Some(text(
-                "a one-node Brook has no controller quorum; start nodes with controller.quorum.voters",
-            )));
-        return encode(request, &response);
-    };
+    let settings = shard.context.cluster.clone();
     // Kafka's `hasValidTopicPartition`: exactly the metadata partition.
     let valid = matches!(body.topics.as_slice(), [topic]
         if topic.topic_name.0.as_str() == METADATA_TOPIC

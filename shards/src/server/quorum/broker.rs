@@ -473,4 +473,13 @@ async fn publish(shard: &Rc<Shard>, state: &mut BrokerState) {
             )
             .await;
     }
+    // This incarnation's registration, not one an earlier run left.
+    let registered = view
+        .image
+        .brokers
+        .get(&state.settings.node)
+        .is_some_and(|broker| !broker.fenced && Some(broker.epoch) == state.epoch);
+    if registered {
+        let _ = shard.context.unfenced.try_send(());
+    }
 }

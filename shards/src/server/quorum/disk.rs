@@ -166,6 +166,43 @@ impl QuorumDisk {
     }
 }
 
+/// Whether `data_dir` holds a metadata directory (a voter ran on it).
+pub fn exists(data_dir: &Path) -> bool {
+    data_dir.join(DIRECTORY).is_dir()
+}
+
+/// Creates the metadata directory holding `hard_state` and `snapshot`
+/// and no entries: written whole in a directory beside it, then renamed,
+/// so a crash leaves no metadata directory or this one.
+pub fn create_with_snapshot(
+    data_dir: &Path,
+    hard_state: &HardState,
+    snapshot: &Snapshot,
+) -> Result<(), StorageError> {
+    let directory = data_dir.join(DIRECTORY);
+    let building = data_dir.join(format!("{DIRECTORY}.new"));
+    if building.exists() {
+        std::fs::remove_dir_all(&building)
+            .map_err(|error| StorageError::io("removing", &building, error))?;
+    }
+    std::fs::create_dir(&building)
+        .map_err(|error| StorageError::io("creating", &building, error))?;
+    write_durably(
+        &building.join(SNAPSHOT),
+        &snapshot.write_to_bytes().map_err(protobuf_error)?,
+    )?;
+    write_durably(
+        &building.join(STATE),
+        &hard_state.write_to_bytes().map_err(protobuf_error)?,
+    )?;
+    write_durably(&building.join(LOG), &[])?;
+    std::fs::rename(&building, &directory)
+        .map_err(|error| StorageError::io("renaming", &building, error))?;
+    File::open(data_dir)
+        .and_then(|directory| directory.sync_all())
+        .map_err(|error| StorageError::io("syncing", data_dir, error))
+}
+
 /// What a stopped node's metadata directory holds: the index its snapshot
 /// covers (0 without one) and the indexes of the entries in its log after
 /// it. For tools and tests that look at a node from outside.

@@ -30,6 +30,8 @@ mod broker;
 pub use broker::{ShutDown, shut_down_in_turn};
 pub use transport::listener_address;
 pub mod disk;
+pub mod local_topics;
+pub mod migrate;
 mod reconcile;
 mod transport;
 

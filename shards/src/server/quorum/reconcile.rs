@@ -1,8 +1,8 @@
-//! Makes this broker's own topics (its local image: topics, ids, the shard
-//! of each partition, configs) follow the cluster image: topics the log
-//! created are opened here with the log's ids, deleted ones are removed,
-//! grown ones get their new partitions, changed configs (topics' and the
-//! dynamic broker configs) are applied.
+//! Makes this broker's own topics (its local image, see [`super::local_topics`]:
+//! topics, ids, the shard of each partition, configs) follow the cluster
+//! image: topics the log created are opened here with the log's ids,
+//! deleted ones are removed, grown ones get their new partitions, changed
+//! configs (topics' and the dynamic broker configs) are applied.
 //!
 //! Only ever forward: the local image records the log offset it follows,
 //! and an older cluster image changes nothing. A restarting broker rebuilds
@@ -11,32 +11,32 @@
 //! following one of those older images deleted the logs of every topic
 //! created after it, and the next image created them again, empty.
 //!
-//! Until replication exists every broker opens every partition and serves
-//! those it leads ([`crate::server::shard::Shard::leads`]); the others
-//! answer NOT_LEADER_OR_FOLLOWER.
+//! Every broker opens every partition and serves those it leads or follows
+//! ([`crate::server::shard::Shard::leads`]); the others answer
+//! NOT_LEADER_OR_FOLLOWER.
 
 use std::rc::Rc;
 
 use brook_engine::cluster::cluster_image::ClusterImage;
 use brook_engine::cluster::image::MetadataImage;
 
-use crate::server::controller::{self, Change, NewTopic};
+use super::local_topics::{self, Follow, FollowedTopic};
 use crate::server::shard::Shard;
 
 pub async fn reconcile(shard: &Rc<Shard>, image: &ClusterImage) {
-    for change in changes_to_follow(&shard.image(), image) {
-        for outcome in controller::apply_local(shard, change).await {
-            if outcome.error.is_error() {
-                tracing::error!(topic = %outcome.name, error = ?outcome.error, message = ?outcome.message, "this broker cannot follow the cluster's topic");
-            }
-        }
+    let steps = changes_to_follow(&shard.image(), image);
+    if steps.is_empty() {
+        return;
+    }
+    if let Err(reason) = local_topics::follow(shard, steps).await {
+        tracing::error!(%reason, "this broker cannot follow the cluster's topics");
     }
 }
 
-/// What makes `local` follow `image`, the last change recording the
-/// offset followed; nothing when `image` is older than what `local`
-/// already follows.
-fn changes_to_follow(local: &MetadataImage, image: &ClusterImage) -> Vec<Change> {
+/// What makes `local` follow `image`, the last step recording the offset
+/// followed; nothing when `image` is older than what `local` already
+/// follows.
+fn changes_to_follow(local: &MetadataImage, image: &ClusterImage) -> Vec<Follow> {
     if image.offset < local.follows {
         return Vec::new();
     }
@@ -53,51 +53,43 @@ fn changes_to_follow(local: &MetadataImage, image: &ClusterImage) -> Vec<Change>
         .map(|topic| topic.name.clone())
         .collect();
     if !stale.is_empty() {
-        changes.push(Change::Delete { names: stale });
+        changes.push(Follow::Delete { names: stale });
     }
     let mut created = Vec::new();
     for topic in image.topics.values() {
         match local.topic(&topic.name) {
             Some(known) if known.id == topic.id => {
                 if known.partitions.len() < topic.partitions.len() {
-                    changes.push(Change::AddPartitions {
+                    changes.push(Follow::Grow {
                         topic: topic.name.clone(),
-                        total: topic.partitions.len() as i32,
-                        assignments: None,
-                        validate_only: false,
+                        total: topic.partitions.len(),
                     });
                 }
                 if known.configs != topic.configs {
-                    changes.push(Change::ReplaceConfigs {
+                    changes.push(Follow::Configs {
                         topic: topic.name.clone(),
                         configs: topic.configs.clone(),
-                        validate_only: false,
                     });
                 }
             }
-            _ => created.push(NewTopic {
+            _ => created.push(FollowedTopic {
                 name: topic.name.clone(),
-                partitions: topic.partitions.len() as i32,
-                replication_factor: -1,
+                id: topic.id,
+                partitions: topic.partitions.len(),
                 configs: topic.configs.clone(),
-                id: Some(topic.id),
-                assignments: Vec::new(),
             }),
         }
     }
     if !created.is_empty() {
-        changes.push(Change::Create {
-            topics: created,
-            validate_only: false,
-        });
+        changes.push(Follow::Create { topics: created });
     }
     if local.broker_configs != image.broker_configs {
-        changes.push(Change::FollowBrokerConfigs {
+        changes.push(Follow::BrokerConfigs {
             configs: image.broker_configs.clone(),
         });
     }
     if !changes.is_empty() {
-        changes.push(Change::Follow {
+        changes.push(Follow::Offset {
             offset: image.offset,
         });
     }
@@ -114,7 +106,7 @@ mod tests {
     use brook_engine::types::{BrokerId, LeaderEpoch, PartitionId};
 
     use super::changes_to_follow;
-    use crate::server::controller::Change;
+    use crate::server::quorum::local_topics::Follow;
 
     /// The cluster image after `topics` (name, id byte, partitions) were
     /// created, one log entry each from offset 1.
@@ -161,11 +153,11 @@ mod tests {
         image
     }
 
-    fn kinds(changes: &[Change]) -> Vec<String> {
+    fn kinds(changes: &[Follow]) -> Vec<String> {
         changes
             .iter()
             .map(|change| match change {
-                Change::Create { topics, .. } => format!(
+                Follow::Create { topics } => format!(
                     "create {}",
                     topics
                         .iter()
@@ -173,16 +165,11 @@ mod tests {
                         .collect::<Vec<_>>()
                         .join(",")
                 ),
-                Change::Delete { names } => format!("delete {}", names.join(",")),
-                Change::AddPartitions { topic, total, .. } => format!("grow {topic} {total}"),
-                Change::AlterConfigs { topic, .. } | Change::ReplaceConfigs { topic, .. } => {
-                    format!("configs {topic}")
-                }
-                Change::AlterBrokerConfigs { resource, .. } => format!("broker configs {resource}"),
-                Change::FollowBrokerConfigs { configs } => {
-                    format!("broker configs {}", configs.len())
-                }
-                Change::Follow { offset } => format!("follow {offset}"),
+                Follow::Delete { names } => format!("delete {}", names.join(",")),
+                Follow::Grow { topic, total } => format!("grow {topic} {total}"),
+                Follow::Configs { topic, .. } => format!("configs {topic}"),
+                Follow::BrokerConfigs { configs } => format!("broker configs {}", configs.len()),
+                Follow::Offset { offset } => format!("follow {offset}"),
             })
             .collect()
     }

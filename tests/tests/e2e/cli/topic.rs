@@ -123,7 +123,7 @@ fn create_list_and_delete() {
     let again = brook(&broker, &["topic", "delete", "audit", "events"]);
     let again = fails_with_one_line(
         again,
-        "brook topic: deleting topic audit (no topic audit): UNKNOWN_TOPIC_OR_PARTITION (3)",
+        "brook topic: deleting topic audit (This server does not host this topic-partition): UNKNOWN_TOPIC_OR_PARTITION (3)",
     );
     assert_eq!(
         again.lines(),

@@ -1,0 +1,342 @@
+//! This broker's own topics: the local image (`brook-metadata` in the first
+//! log directory) names each topic the metadata log holds with its id and
+//! configs, the shard that owns each of its partitions here, and the log
+//! offset it follows. [`follow`] applies what [`super::reconcile`] found
+//! changed in the log, one batch at a time on the controller shard: persist
+//! the new image, open, reconfigure or delete the affected logs on their
+//! owning shards, then publish the image to every shard. Persisting first
+//! means a crash in between leaves a metadata file that the next start
+//! completes (owners open the logs the image lists).
+//!
+//! Nothing here checks or decides what the controller does (names, counts,
+//! configs, replicas): the log already holds the controller's decisions.
+//! What is local is where each partition lives on this broker's shards.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use brook_engine::cluster::broker_dynamic::{self, DynamicConfigs};
+use brook_engine::cluster::image::{
+    MetadataImage, ShardId, TopicId, TopicMetadata, place_partitions,
+};
+use brook_engine::cluster::topic_config::resolve;
+use brook_engine::log::config::LogConfig;
+use brook_engine::types::{PartitionId, TopicPartition};
+
+use crate::server::shard::Shard;
+use crate::storage::StorageError;
+
+/// The local image's file in the first log directory.
+pub const METADATA_FILE: &str = "brook-metadata";
+
+pub fn load_image(data_dir: &Path) -> Result<MetadataImage, StorageError> {
+    let path = data_dir.join(METADATA_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => MetadataImage::decode(&text).map_err(|error| StorageError::Corrupt {
+            path,
+            reason: error.to_string(),
+        }),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(MetadataImage::default()),
+        Err(error) => Err(StorageError::io("reading", &path, error)),
+    }
+}
+
+/// A topic of the metadata log this broker does not have yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FollowedTopic {
+    pub name: String,
+    pub id: TopicId,
+    pub partitions: usize,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// One step of following the metadata log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Follow {
+    /// Topics the log deleted (or whose name it gave to another id).
+    Delete {
+        names: Vec<String>,
+    },
+    /// A topic the log grew to `total` partitions.
+    Grow {
+        topic: String,
+        total: usize,
+    },
+    /// A topic's overrides are now exactly `configs`.
+    Configs {
+        topic: String,
+        configs: BTreeMap<String, String>,
+    },
+    Create {
+        topics: Vec<FollowedTopic>,
+    },
+    /// The dynamic broker configs are now the log's.
+    BrokerConfigs {
+        configs: DynamicConfigs,
+    },
+    /// The topics now follow the log up to `offset`
+    /// ([`MetadataImage::follows`]).
+    Offset {
+        offset: u64,
+    },
+}
+
+/// The logs a change opens, deletes or reconfigures, by owning shard.
+#[derive(Default)]
+struct Effects {
+    open: BTreeMap<ShardId, Vec<(TopicPartition, LogConfig)>>,
+    delete: BTreeMap<ShardId, Vec<TopicPartition>>,
+    reconfigure: BTreeMap<ShardId, Vec<(TopicPartition, LogConfig)>>,
+}
+
+/// Applies `steps` on the controller shard; an error (a metadata file that
+/// cannot be written, a log that cannot be opened) is returned to be
+/// logged, and the next image tries again.
+pub async fn follow(shard: &Rc<Shard>, steps: Vec<Follow>) -> Result<(), String> {
+    let controller = shard.context.controller_shard();
+    shard
+        .on_shard(controller, move |controller| async move {
+            follow_here(&controller, steps).await
+        })
+        .await
+        .map_err(|gone| gone.to_string())?
+}
+
+/// Each step is committed before the next is worked out (a topic deleted
+/// and created again under its name is closed and removed before its new
+/// logs open).
+async fn follow_here(controller: &Rc<Shard>, steps: Vec<Follow>) -> Result<(), String> {
+    let _permit = controller
+        .controller_lock
+        .acquire_permit(1)
+        .await
+        .map_err(|_| "stopping".to_owned())?;
+    for step in steps {
+        let current = controller.image();
+        let mut image = (*current).clone();
+        let mut effects = Effects::default();
+        let defaults = controller.config().log_defaults.clone();
+        apply_step(
+            &mut image,
+            &mut effects,
+            &defaults,
+            controller.context.shards,
+            step,
+        );
+        if image == *current {
+            continue;
+        }
+        if image.broker_configs != current.broker_configs {
+            reconfigure_all(controller, &image, &mut effects);
+        }
+        commit(controller, image, effects).await?;
+    }
+    Ok(())
+}
+
+fn apply_step(
+    image: &mut MetadataImage,
+    effects: &mut Effects,
+    defaults: &LogConfig,
+    shards: u16,
+    step: Follow,
+) {
+    match step {
+        Follow::Delete { names } => {
+            for name in names {
+                delete(image, effects, &name);
+            }
+        }
+        Follow::Grow { topic, total } => grow(image, effects, defaults, shards, &topic, total),
+        Follow::Configs { topic, configs } => {
+            if let Some(known) = image.topics.get_mut(&topic) {
+                known.configs = configs;
+                let config = resolve(defaults, &known.configs).unwrap_or_else(|_| defaults.clone());
+                by_owner(
+                    &mut effects.reconfigure,
+                    &topic,
+                    0,
+                    &known.partitions,
+                    |partition| (partition, config.clone()),
+                );
+            }
+        }
+        Follow::Create { topics } => {
+            for topic in topics {
+                create(image, effects, defaults, shards, topic);
+            }
+        }
+        Follow::BrokerConfigs { configs } => image.broker_configs = configs,
+        Follow::Offset { offset } => image.follows = image.follows.max(offset),
+    }
+}
+
+/// Partitions `first`.. of `topic`, each (made into an item by `item`)
+/// under its owning shard, `owners[i]` owning partition `first + i`.
+fn by_owner<T>(
+    by_shard: &mut BTreeMap<ShardId, Vec<T>>,
+    topic: &str,
+    first: usize,
+    owners: &[ShardId],
+    item: impl Fn(TopicPartition) -> T,
+) {
+    for (offset, owner) in owners.iter().enumerate() {
+        let partition = TopicPartition {
+            topic: topic.to_owned(),
+            partition: PartitionId((first + offset) as i32),
+        };
+        by_shard.entry(*owner).or_default().push(item(partition));
+    }
+}
+
+/// Every partition's log config under `image`'s dynamic broker configs
+/// (their topic defaults changed): applied live on the owning shards.
+fn reconfigure_all(controller: &Shard, image: &MetadataImage, effects: &mut Effects) {
+    let defaults =
+        broker_dynamic::effective(&controller.context.config, &image.broker_configs).log_defaults;
+    for topic in image.topics.values() {
+        let config = resolve(&defaults, &topic.configs).unwrap_or_else(|_| defaults.clone());
+        by_owner(
+            &mut effects.reconfigure,
+            &topic.name,
+            0,
+            &topic.partitions,
+            |partition| (partition, config.clone()),
+        );
+    }
+}
+
+fn create(
+    image: &mut MetadataImage,
+    effects: &mut Effects,
+    defaults: &LogConfig,
+    shards: u16,
+    topic: FollowedTopic,
+) {
+    let mut loads = image.shard_loads(shards);
+    let metadata = TopicMetadata {
+        name: topic.name,
+        id: topic.id,
+        partitions: place_partitions(topic.partitions, &mut loads),
+        configs: topic.configs,
+    };
+    let config = resolve(defaults, &metadata.configs).unwrap_or_else(|_| defaults.clone());
+    by_owner(
+        &mut effects.open,
+        &metadata.name,
+        0,
+        &metadata.partitions,
+        |partition| (partition, config.clone()),
+    );
+    image.topics.insert(metadata.name.clone(), metadata);
+}
+
+fn delete(image: &mut MetadataImage, effects: &mut Effects, name: &str) {
+    if let Some(topic) = image.topics.remove(name) {
+        by_owner(
+            &mut effects.delete,
+            &topic.name,
+            0,
+            &topic.partitions,
+            |partition| partition,
+        );
+    }
+}
+
+fn grow(
+    image: &mut MetadataImage,
+    effects: &mut Effects,
+    defaults: &LogConfig,
+    shards: u16,
+    name: &str,
+    total: usize,
+) {
+    let mut loads = image.shard_loads(shards);
+    let Some(topic) = image.topics.get_mut(name) else {
+        return;
+    };
+    let current = topic.partitions.len();
+    if total <= current {
+        return;
+    }
+    let config = resolve(defaults, &topic.configs).unwrap_or_else(|_| defaults.clone());
+    let owners = place_partitions(total - current, &mut loads);
+    by_owner(&mut effects.open, name, current, &owners, |partition| {
+        (partition, config.clone())
+    });
+    topic.partitions.extend(owners);
+}
+
+/// Persists `image`, applies `effects` on the owning shards, publishes.
+async fn commit(
+    controller: &Rc<Shard>,
+    image: MetadataImage,
+    effects: Effects,
+) -> Result<(), String> {
+    let path: PathBuf = controller.context.data_dir.join(METADATA_FILE);
+    crate::storage::write_file_atomically(&path, image.encode().as_bytes())
+        .await
+        .map_err(|error| error.to_string())?;
+    let image = Arc::new(image);
+    for (owner, partitions) in effects.open {
+        let opened = controller
+            .on_shard(owner, move |shard| async move {
+                shard
+                    .open_partitions(partitions)
+                    .await
+                    .map_err(|error| error.to_string())
+            })
+            .await;
+        match opened {
+            Ok(Ok(())) => {}
+            Ok(Err(reason)) => {
+                return Err(format!("opening partitions on shard {}: {reason}", owner.0));
+            }
+            Err(gone) => return Err(gone.to_string()),
+        }
+    }
+    for (owner, partitions) in effects.reconfigure {
+        let reconfigured = controller
+            .on_shard(owner, move |shard| async move {
+                for (topic_partition, config) in partitions {
+                    if let Some(log) = shard.log(&topic_partition) {
+                        log.set_config(config);
+                    }
+                }
+            })
+            .await;
+        reconfigured.map_err(|gone| gone.to_string())?;
+    }
+    for shard in controller.context.shard_ids() {
+        let image = image.clone();
+        controller
+            .on_shard(shard, move |shard| async move { shard.set_image(image) })
+            .await
+            .map_err(|gone| gone.to_string())?;
+    }
+    let mut deleted_topics = std::collections::BTreeSet::new();
+    for (owner, partitions) in effects.delete {
+        deleted_topics.extend(partitions.iter().map(|partition| partition.topic.clone()));
+        let deleted = controller
+            .on_shard(owner, move |shard| async move {
+                shard.delete_partitions(partitions).await
+            })
+            .await;
+        deleted.map_err(|gone| gone.to_string())?;
+    }
+    if !deleted_topics.is_empty() {
+        // Committed offsets of deleted topics go with them (Kafka).
+        for shard in controller.context.shard_ids() {
+            let topics = deleted_topics.clone();
+            controller
+                .on_shard(shard, move |shard| async move {
+                    shard.groups.forget_topics(&shard, &topics).await
+                })
+                .await
+                .map_err(|gone| gone.to_string())?;
+        }
+    }
+    Ok(())
+}
