@@ -194,21 +194,14 @@ impl ClusterSettings {
             None => listeners.clone(),
         };
         let voter = voters.iter().find(|voter| voter.id == node).cloned();
+        let timing = Timing::read(given)?;
         let settings = ClusterSettings {
             node,
             roles,
             rack: given.get("broker.rack").cloned(),
-            heartbeat_interval_ms: milliseconds(
-                given,
-                "broker.heartbeat.interval.ms",
-                BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT,
-            )?,
-            session_timeout_ms: milliseconds(
-                given,
-                "broker.session.timeout.ms",
-                BROKER_SESSION_TIMEOUT_MS_DEFAULT,
-            )?,
-            leader_balance_interval_ms: leader_balance_interval_ms(given)?,
+            heartbeat_interval_ms: timing.heartbeat_interval_ms,
+            session_timeout_ms: timing.session_timeout_ms,
+            leader_balance_interval_ms: timing.leader_balance_interval_ms,
             cluster_id: given
                 .get("cluster.id")
                 .cloned()
@@ -232,7 +225,6 @@ impl ClusterSettings {
                 ));
             }
         }
-        settings.check_heartbeat()?;
         Ok(Some(settings))
     }
 
@@ -254,7 +246,8 @@ impl ClusterSettings {
             host: host.clone(),
             port: controller_port,
         };
-        let settings = ClusterSettings {
+        let timing = Timing::read(given)?;
+        Ok(ClusterSettings {
             node,
             roles: Roles::BrokerAndController,
             voters: vec![Voter {
@@ -266,38 +259,17 @@ impl ClusterSettings {
             advertised: vec![listener],
             controller_listener: CONTROLLER.to_owned(),
             rack: given.get("broker.rack").cloned(),
-            heartbeat_interval_ms: milliseconds(
-                given,
-                "broker.heartbeat.interval.ms",
-                BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT,
-            )?,
-            session_timeout_ms: milliseconds(
-                given,
-                "broker.session.timeout.ms",
-                BROKER_SESSION_TIMEOUT_MS_DEFAULT,
-            )?,
-            leader_balance_interval_ms: leader_balance_interval_ms(given)?,
+            heartbeat_interval_ms: timing.heartbeat_interval_ms,
+            session_timeout_ms: timing.session_timeout_ms,
+            leader_balance_interval_ms: timing.leader_balance_interval_ms,
             cluster_id: cluster_id.to_owned(),
-        };
-        settings.check_heartbeat()?;
-        Ok(settings)
+        })
     }
 
     /// Whether this node is its quorum's only voter (a node started alone,
     /// or Kafka's standalone quorum): it needs no other node to run.
     pub fn is_alone(&self) -> bool {
         matches!(self.voters.as_slice(), [voter] if voter.id == self.node)
-    }
-
-    fn check_heartbeat(&self) -> Result<(), ClusterConfigError> {
-        if self.heartbeat_interval_ms >= self.session_timeout_ms {
-            return Err(invalid(
-                "broker.heartbeat.interval.ms",
-                &self.heartbeat_interval_ms.to_string(),
-                "must be less than broker.session.timeout.ms",
-            ));
-        }
-        Ok(())
     }
 
     pub fn listener(&self, name: &str) -> Option<&Listener> {
@@ -370,6 +342,40 @@ fn standalone_voter(
         )));
     }
     Ok(format!("{node}@{host}:{port}"))
+}
+
+/// A node's broker session settings and leader balancing, read the same
+/// way whether it runs alone or in a configured quorum.
+struct Timing {
+    heartbeat_interval_ms: u64,
+    session_timeout_ms: u64,
+    leader_balance_interval_ms: Option<u64>,
+}
+
+impl Timing {
+    fn read(given: &BTreeMap<String, String>) -> Result<Timing, ClusterConfigError> {
+        let timing = Timing {
+            heartbeat_interval_ms: milliseconds(
+                given,
+                "broker.heartbeat.interval.ms",
+                BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT,
+            )?,
+            session_timeout_ms: milliseconds(
+                given,
+                "broker.session.timeout.ms",
+                BROKER_SESSION_TIMEOUT_MS_DEFAULT,
+            )?,
+            leader_balance_interval_ms: leader_balance_interval_ms(given)?,
+        };
+        if timing.heartbeat_interval_ms >= timing.session_timeout_ms {
+            return Err(invalid(
+                "broker.heartbeat.interval.ms",
+                &timing.heartbeat_interval_ms.to_string(),
+                "must be less than broker.session.timeout.ms",
+            ));
+        }
+        Ok(timing)
+    }
 }
 
 fn milliseconds(
@@ -565,6 +571,40 @@ mod tests {
             ClusterSettings::parse(&given(&[("node.id", "3")])),
             Ok(None)
         );
+    }
+
+    /// A node without a quorum is the one voter of its own, on loopback,
+    /// and reads the session settings as a quorum's node does: a heartbeat
+    /// not shorter than the session is refused there too.
+    #[test]
+    fn a_node_alone_is_its_own_voter_with_the_given_session_settings() {
+        let settings = ClusterSettings::alone(
+            &given(&[("broker.session.timeout.ms", "4000"), ("broker.rack", "r2")]),
+            BrokerId(3),
+            40_000,
+            "abc",
+        )
+        .unwrap();
+        assert!(settings.is_alone());
+        assert_eq!(settings.roles, Roles::BrokerAndController);
+        assert_eq!(settings.voter(BrokerId(3)).unwrap().port, 40_000);
+        assert_eq!(settings.listener("CONTROLLER").unwrap().host, "127.0.0.1");
+        assert_eq!(settings.session_timeout_ms, 4_000);
+        assert_eq!(settings.rack.as_deref(), Some("r2"));
+        assert_eq!(settings.cluster_id, "abc");
+        let refused = ClusterSettings::alone(
+            &given(&[("broker.heartbeat.interval.ms", "9000")]),
+            BrokerId(3),
+            40_000,
+            "abc",
+        );
+        assert!(matches!(
+            refused,
+            Err(ClusterConfigError::Invalid {
+                name: "broker.heartbeat.interval.ms",
+                ..
+            })
+        ));
     }
 
     #[test]
