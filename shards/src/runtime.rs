@@ -131,7 +131,7 @@ struct Watched {
 static WATCHED: Mutex<Vec<Watched>> = Mutex::new(Vec::new());
 
 /// Milliseconds since the first time anything in this process asked.
-fn clock_ms() -> u64 {
+pub(crate) fn clock_ms() -> u64 {
     static START: OnceLock<Instant> = OnceLock::new();
     START.get_or_init(Instant::now).elapsed().as_millis() as u64
 }

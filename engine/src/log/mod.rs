@@ -21,6 +21,7 @@ pub mod file_name;
 pub mod index;
 pub mod indexer;
 pub mod placement;
+pub mod progress;
 pub mod records;
 pub mod recovery;
 pub mod retention;

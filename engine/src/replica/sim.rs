@@ -1,7 +1,11 @@
 //! A deterministic simulator of one partition's replication: three
-//! replicas, each a [`PartitionReplication`] over a simulated log (a crash
-//! keeps what was synced and any prefix of what was not, whose last write
-//! may be torn and is then dropped by recovery), a controller that commits ISR changes and
+//! replicas, each a [`PartitionReplication`] over a log whose offsets,
+//! flush policy and high watermark are the broker's own core
+//! ([`LogProgress`]) over a simulated disk: writes and syncs complete at
+//! steps of their own, and a crash keeps what was synced and any prefix of
+//! what was written but not synced (under Kafka's `flush.*` settings, a
+//! process crash: everything written), whose last write may be torn and is
+//! then dropped by recovery. A controller commits ISR changes and
 //! elects as `cluster::elections` does (the first live ISR member in
 //! replica order, a new leader epoch), and a producer with `acks=all`. A
 //! network partition cuts a live replica off from the others and the
@@ -23,6 +27,8 @@
 //! - below the leader's HW every live ISR member holds the leader's log;
 //! - one leader per leader epoch.
 //!
+//! Consumers read below the HW the log core serves, and a replica counts
+//! (for the HW and its fetch offset) what the core says it holds.
 //! [`ReplicaBug`] breaks a rule on purpose, to show the checker can fail.
 //!
 //! This file holds the run, the clients (producer, consumer) and the
@@ -40,7 +46,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::cluster::records::PartitionRegistration;
+use crate::log::config::FlushPolicy;
 use crate::log::epoch_cache::LeaderEpochCache;
+use crate::log::progress::{ActiveSegment, LogProgress, SegmentBytes, SyncStep, SyncerState};
 use crate::protocol::errors::ErrorCode;
 use crate::replica::divergence::EpochEndOffset;
 use crate::replica::replication::{
@@ -53,6 +61,9 @@ const REPLICAS: usize = 3;
 const STEP_MS: u64 = 10;
 /// `replica.lag.time.max.ms` in the simulation: a few dozen steps.
 const LAG_MS: u64 = 300;
+/// The simulated log is one segment at offset 0 whose `.log` holds one
+/// byte per record: a record's end position is its offset plus one.
+const SEGMENT: Offset = Offset(0);
 
 /// A rule broken on purpose.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,6 +78,10 @@ pub enum ReplicaBug {
     /// leader's DivergingEpoch cuts what the new leader already counts
     /// this replica as holding.
     TakeStaleFetchAnswers,
+    /// A replica counts what it has written, not what its flush policy
+    /// says it holds: under continuous flushing, an acknowledged record
+    /// written but not synced on the replicas that hold it dies with them.
+    CountWrittenAsHeld,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -170,8 +185,10 @@ struct Node {
     alive: bool,
     /// Offset = index; the log starts at 0.
     log: Vec<Entry>,
-    /// Entries below are synced (survive a crash).
-    durable: usize,
+    /// The broker's log core: log end, written, durable, HW, when to sync.
+    progress: LogProgress,
+    /// How far the disk has the log: records written, records synced.
+    disk: SegmentBytes,
     epochs: LeaderEpochCache,
     replication: Option<PartitionReplication>,
     /// The HW as Kafka checkpoints it (what the bug truncates to).
@@ -183,15 +200,59 @@ impl Node {
         Offset(self.log.len() as i64)
     }
 
+    /// Cuts the log to `end` and reopens it, as the broker does: what is
+    /// kept is synced, and the HW is at most the new end.
     fn truncate(&mut self, end: usize) {
         self.log.truncate(end);
-        self.durable = self.durable.min(end);
-        self.epochs.truncate_from_end(Offset(end as i64));
+        let end = Offset(end as i64);
+        self.epochs.truncate_from_end(end);
+        let high_watermark = self.progress.high_watermark();
+        self.progress = LogProgress::open(self.progress.flush(), end, high_watermark);
+        self.disk = SegmentBytes {
+            written: end.0 as u64,
+            synced: end.0 as u64,
+        };
     }
 
-    fn append(&mut self, entry: Entry) {
+    fn append(&mut self, entry: Entry, now_ms: u64) {
         self.epochs.assign(entry.epoch, self.end());
         self.log.push(entry);
+        let end = self.end();
+        self.progress
+            .appended(SEGMENT, end.0 as u64, end, 1, now_ms);
+    }
+
+    /// The disk completes writes up to `records` (at most the log end),
+    /// then, if `syncer_runs`, the syncer does what the flush policy says
+    /// is due.
+    fn disk_work(&mut self, records: usize, syncer_runs: bool, now_ms: u64) {
+        self.disk.written = self.disk.written.max(records.min(self.log.len()) as u64);
+        let disk = self.disk;
+        self.progress.advance(|_| Some(disk));
+        if !syncer_runs {
+            return;
+        }
+        let active = ActiveSegment {
+            base_offset: SEGMENT,
+            bytes: self.disk,
+            sealing: false,
+        };
+        let step = self
+            .progress
+            .next_sync(active, SyncerState::Running, false, now_ms);
+        if let SyncStep::Sync { written, .. } = step {
+            self.disk.synced = written;
+            let disk = self.disk;
+            self.progress.advance(|_| Some(disk));
+        }
+    }
+
+    /// What this replica counts as held, for replication.
+    fn counted(&self, bug: Option<ReplicaBug>) -> Offset {
+        if bug == Some(ReplicaBug::CountWrittenAsHeld) {
+            return self.progress.written_offset();
+        }
+        self.progress.counted_offset()
     }
 }
 
@@ -217,6 +278,8 @@ struct Sim {
     pending: Vec<(Offset, usize, u64)>,
     /// Acknowledged or read below a HW: must never change.
     committed: BTreeMap<usize, u64>,
+    /// The topic's flush policy, chosen by the seed.
+    flush: FlushPolicy,
     /// Fetch answers not yet delivered (a follower may have one from each
     /// leader it fetched from, as each leader has its own fetcher).
     in_flight: Vec<InFlight>,
@@ -258,9 +321,20 @@ pub fn run(config: ReplicaSimConfig) -> Result<ReplicaReport, ReplicaViolation> 
         leader_epoch: LeaderEpoch(0),
         partition_epoch: 0,
     };
+    let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
+    // Brook's default most of the time; Kafka's `flush.*` settings (which
+    // count written records as held) now and then.
+    let flush = if rng.gen_bool(0.75) {
+        FlushPolicy::Continuous
+    } else {
+        FlushPolicy::Interval {
+            messages: Some(rng.gen_range(1..8)),
+            ms: Some(rng.gen_range(20..200)),
+        }
+    };
     let mut sim = Sim {
         config,
-        rng: ChaCha8Rng::seed_from_u64(config.seed),
+        rng,
         step: 0,
         nodes: ids
             .iter()
@@ -268,7 +342,8 @@ pub fn run(config: ReplicaSimConfig) -> Result<ReplicaReport, ReplicaViolation> 
                 id: *id,
                 alive: true,
                 log: Vec::new(),
-                durable: 0,
+                progress: LogProgress::open(flush, Offset(0), Offset(0)),
+                disk: SegmentBytes::default(),
                 epochs: LeaderEpochCache::default(),
                 replication: None,
                 checkpointed_high_watermark: Offset(0),
@@ -283,6 +358,7 @@ pub fn run(config: ReplicaSimConfig) -> Result<ReplicaReport, ReplicaViolation> 
         next_value: 1,
         pending: Vec::new(),
         committed: BTreeMap::new(),
+        flush,
         in_flight: Vec::new(),
         report: ReplicaReport::default(),
     };
@@ -339,8 +415,11 @@ impl Sim {
 
     fn start_replica(&mut self, index: usize) {
         let now = now(self.step);
+        let bug = self.config.bug;
         let node = &mut self.nodes[index];
         let end = node.end();
+        let high_watermark = node.checkpointed_high_watermark.min(end);
+        node.progress.set_high_watermark(high_watermark);
         node.replication = Some(PartitionReplication::new(
             ReplicationSettings {
                 local: node.id,
@@ -349,8 +428,8 @@ impl Sim {
             },
             self.registration.clone(),
             end,
-            Offset(node.durable as i64),
-            node.checkpointed_high_watermark.min(end),
+            node.counted(bug),
+            high_watermark,
             now,
         ));
     }
@@ -361,7 +440,10 @@ impl Sim {
             0..30 => self.produce()?,
             100 => self.isolate(),
             101..103 => self.heal()?,
-            30..40 => self.sync_leader()?,
+            30..40 => {
+                let index = self.rng.gen_range(0..REPLICAS);
+                self.disk_work(index)?;
+            }
             40..80 => {
                 let follower = self.rng.gen_range(0..REPLICAS);
                 self.fetch(follower)?;
@@ -373,6 +455,12 @@ impl Sim {
             93..98 => self.restart()?,
             106..108 => self.prefer()?,
             _ => self.read()?,
+        }
+        // Disks work beside everything else: each replica's, now and then.
+        for index in 0..REPLICAS {
+            if self.rng.gen_bool(0.8) {
+                self.disk_work(index)?;
+            }
         }
         self.collect_acks();
         Ok(())
@@ -402,26 +490,33 @@ impl Sim {
         let epoch = replication.leader_epoch();
         let value = self.next_value;
         self.next_value += 1;
-        node.append(Entry { epoch, value });
+        node.append(Entry { epoch, value }, now(self.step));
         let end = node.end();
         node.replication.as_mut()?.appended(end);
         Some((end, end.0 as usize - 1, value))
     }
 
-    fn sync_leader(&mut self) -> Result<(), ReplicaViolation> {
-        let Some(leader) = self.leader_index() else {
-            return Ok(());
-        };
+    /// Replica `index`'s disk completes some of its writes (any number of
+    /// the records not yet written), and its syncer may do what is due;
+    /// what the replica now holds counts.
+    fn disk_work(&mut self, index: usize) -> Result<(), ReplicaViolation> {
         let now = now(self.step);
-        let node = &mut self.nodes[leader];
-        node.durable = node.log.len();
-        let durable = Offset(node.durable as i64);
-        let actions = node
-            .replication
-            .as_mut()
-            .expect("a live leader")
-            .counted(durable, now);
-        self.apply(leader, actions)
+        let bug = self.config.bug;
+        let node = &mut self.nodes[index];
+        if !node.alive {
+            return Ok(());
+        }
+        let records = self
+            .rng
+            .gen_range(node.disk.written as usize..=node.log.len());
+        let syncer_runs = self.rng.gen_bool(0.4);
+        node.disk_work(records, syncer_runs, now);
+        let counted = node.counted(bug);
+        let actions = match node.replication.as_mut() {
+            Some(replication) => replication.counted(counted, now),
+            None => Vec::new(),
+        };
+        self.apply(index, actions)
     }
 
     fn tick(&mut self) -> Result<(), ReplicaViolation> {
@@ -446,13 +541,14 @@ impl Sim {
         self.apply(leader, actions)
     }
 
-    /// A consumer reads the leader below its HW: what it sees is committed.
+    /// A consumer reads the leader below the HW its log serves: what it
+    /// sees is committed.
     fn read(&mut self) -> Result<(), ReplicaViolation> {
         let Some(leader) = self.leader_index() else {
             return Ok(());
         };
         let node = &self.nodes[leader];
-        let high_watermark = self.high_watermark(leader).0 as usize;
+        let high_watermark = node.progress.high_watermark().0 as usize;
         if high_watermark > node.log.len() {
             return Err(self.violation(format!(
                 "leader {} serves a HW {high_watermark} past its log end {}",
@@ -483,7 +579,13 @@ impl Sim {
     }
 
     fn apply(&mut self, index: usize, actions: Vec<Action>) -> Result<(), ReplicaViolation> {
-        for action in actions {
+        // The broker serves the HW an input moved at once and sends its
+        // AlterPartition after (asynchronously); a proposal the controller
+        // commits here at once must not come between them.
+        let (proposals, moves): (Vec<Action>, Vec<Action>) = actions
+            .into_iter()
+            .partition(|action| matches!(action, Action::ProposeIsr(_)));
+        for action in moves.into_iter().chain(proposals) {
             match action {
                 Action::HighWatermarkAdvanced(high_watermark) => {
                     let node = &mut self.nodes[index];
@@ -504,6 +606,7 @@ impl Sim {
                         )));
                     }
                     node.checkpointed_high_watermark = high_watermark;
+                    node.progress.set_high_watermark(high_watermark);
                 }
                 Action::ProposeIsr(proposal) => self.alter_partition(index, proposal)?,
             }

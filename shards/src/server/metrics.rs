@@ -710,7 +710,7 @@ async fn set_group_lag(shard: &std::rc::Rc<Shard>) {
                     .into_iter()
                     .filter_map(|topic_partition| {
                         let log = owner.log(&topic_partition)?;
-                        Some((topic_partition, log.visible_offset().0))
+                        Some((topic_partition, log.high_watermark().0))
                     })
                     .collect::<Vec<_>>()
             })

@@ -100,7 +100,7 @@ impl PartitionLog {
             active_base_offset: snapshot.active_base_offset,
             log_start_offset: snapshot.log_start_offset,
             log_end_offset: snapshot.log_end_offset,
-            stable_offset: self.visible_offset(),
+            stable_offset: self.high_watermark(),
             checkpoint,
             now_ms,
         };
@@ -193,7 +193,7 @@ impl PartitionLog {
             sealed,
             active_base_offset,
             log_start_offset: state.log_start_offset,
-            log_end_offset: state.log_end_offset,
+            log_end_offset: state.log_end_offset(),
             config: state.config.clone(),
         }))
     }

@@ -63,7 +63,7 @@ impl PartitionLog {
         let incoming = {
             let state = self.inner.state.borrow();
             let contiguity = state.config.cleanup_policy.contiguity();
-            check_follows(&batches, state.log_end_offset, contiguity)?;
+            check_follows(&batches, state.log_end_offset(), contiguity)?;
             incoming(&batches, records.len())
         };
         self.track_replicated_epochs(&batches).await?;

@@ -36,33 +36,29 @@ pub(crate) async fn remove_deleted_dir(doomed: PathBuf) -> Result<(), StorageErr
 }
 
 impl PartitionLog {
-    /// The offset below which consumers may read (the high watermark of a
-    /// single replica): every offset a crash cannot take back under the flush
-    /// policy. Under continuous flushing that is the durable offset; a topic
-    /// that set `flush.messages`/`flush.ms` accepted losing unsynced data to a
-    /// machine crash, so written (process-crash safe) data is visible.
-    pub fn visible_offset(&self) -> Offset {
-        self.inner.state.borrow().visible_offset()
+    /// The offset below which consumers may read: the high watermark,
+    /// which replication sets.
+    pub fn high_watermark(&self) -> Offset {
+        self.inner.state.borrow().high_watermark()
     }
 
-    /// What this replica holds for replication to count: the visible
-    /// offset a one-node broker would serve (see above).
-    pub fn local_visible_offset(&self) -> Offset {
-        self.inner.state.borrow().local_visible_offset()
+    /// What this replica holds for replication to count: every offset a
+    /// crash cannot take back under the flush policy. Under continuous
+    /// flushing that is the durable offset; a topic that set
+    /// `flush.messages`/`flush.ms` accepted losing unsynced data to a
+    /// machine crash, so written (process-crash safe) data counts.
+    pub fn counted_offset(&self) -> Offset {
+        self.inner.state.borrow().counted_offset()
     }
 
     /// Replication's high watermark: from now on consumers read below it
-    /// (at most the log end), and [`PartitionLog::wait_visible`] waits for it.
+    /// (at most the log end), and [`PartitionLog::wait_high_watermark`]
+    /// waits for it.
     pub fn set_high_watermark(&self, high_watermark: Offset) {
         self.inner
             .state
             .borrow_mut()
             .set_high_watermark(high_watermark);
-    }
-
-    /// Whether replication sets this log's high watermark.
-    pub fn is_replicated(&self) -> bool {
-        self.inner.state.borrow().is_replicated()
     }
 
     /// Neither offline nor closing: reads and appends may go ahead.
@@ -100,22 +96,18 @@ impl PartitionLog {
         self.inner.state.borrow().failure().is_some()
     }
 
-    /// Waits until every offset below `offset` is visible (below the high
-    /// watermark of a replicated log).
-    pub async fn wait_visible(&self, offset: Offset) -> Result<(), StorageError> {
-        if self.is_replicated() {
-            let receiver = self.inner.state.borrow_mut().wait_high_watermark(offset)?;
-            return match receiver {
-                None => Ok(()),
-                Some(receiver) => receiver.await.unwrap_or_else(|_| Err(self.closed_error())),
-            };
+    /// Waits until the high watermark reaches `offset`.
+    pub async fn wait_high_watermark(&self, offset: Offset) -> Result<(), StorageError> {
+        let receiver = self.inner.state.borrow_mut().wait_high_watermark(offset)?;
+        match receiver {
+            None => Ok(()),
+            Some(receiver) => receiver.await.unwrap_or_else(|_| Err(self.closed_error())),
         }
-        self.wait_local_visible(offset).await
     }
 
     /// Waits until every offset below `offset` counts as held here
-    /// ([`PartitionLog::local_visible_offset`]).
-    pub async fn wait_local_visible(&self, offset: Offset) -> Result<(), StorageError> {
+    /// ([`PartitionLog::counted_offset`]).
+    pub async fn wait_counted(&self, offset: Offset) -> Result<(), StorageError> {
         let continuous = self.inner.state.borrow().config.flush == FlushPolicy::Continuous;
         if continuous {
             self.wait_durable(offset).await
@@ -131,7 +123,7 @@ impl PartitionLog {
     /// Applies a changed topic config; rolls, retention, flushing and limits
     /// follow it from the next decision on.
     pub fn set_config(&self, config: LogConfig) {
-        self.inner.state.borrow_mut().config = config;
+        self.inner.state.borrow_mut().set_config(config);
     }
 
     /// Makes `epoch` the log's current leader epoch (persisted before any
@@ -149,7 +141,7 @@ impl PartitionLog {
     /// [`brook_engine::log::epoch_cache::LeaderEpochCache::end_offset_for`]).
     pub fn epoch_end_offset(&self, epoch: LeaderEpoch) -> Option<(LeaderEpoch, Offset)> {
         let state = self.inner.state.borrow();
-        state.epochs.end_offset_for(epoch, state.log_end_offset)
+        state.epochs.end_offset_for(epoch, state.log_end_offset())
     }
 
     /// The leader's divergence check of a follower's fetch (see
@@ -163,7 +155,7 @@ impl PartitionLog {
         diverging_epoch(
             &state.epochs,
             state.log_start_offset,
-            state.log_end_offset,
+            state.log_end_offset(),
             fetch_offset,
             last_fetched_epoch,
         )
@@ -173,7 +165,7 @@ impl PartitionLog {
     /// diverged (see [`brook_engine::replica::divergence::truncation_for`]).
     pub fn truncation_for(&self, diverging: EpochEndOffset) -> Truncation {
         let state = self.inner.state.borrow();
-        truncation_for(&state.epochs, state.log_end_offset, diverging)
+        truncation_for(&state.epochs, state.log_end_offset(), diverging)
     }
 
     /// The largest record timestamp among visible batches, if any has one.
@@ -188,14 +180,14 @@ impl PartitionLog {
     }
 
     /// DeleteRecords: moves the log start offset up to `offset` (at most the
-    /// visible offset). Whole segments below it go with the next retention
+    /// high watermark). Whole segments below it go with the next retention
     /// pass, as in Kafka. Returns the new log start offset.
     pub fn delete_records_before(&self, offset: Offset) -> Result<Offset, StorageError> {
-        let visible = self.visible_offset();
+        let high_watermark = self.high_watermark();
         let mut state = self.inner.state.borrow_mut();
         state.check_usable()?;
-        if offset > visible || offset.0 < 0 {
-            let log_end = state.log_end_offset;
+        if offset > high_watermark || offset.0 < 0 {
+            let log_end = state.log_end_offset();
             return Err(StorageError::OffsetOutOfRange {
                 requested: offset,
                 log_start: state.log_start_offset,

@@ -202,7 +202,7 @@ impl PartitionLog {
         };
         let incoming = {
             let state = self.inner.state.borrow();
-            let mut next = state.log_end_offset;
+            let mut next = state.log_end_offset();
             for batch in &batches {
                 batch.check_placement(next)?;
                 next = Offset(next.0 + i64::from(batch.last_offset_delta()) + 1);
@@ -287,7 +287,7 @@ impl PartitionLog {
         let (path, epochs) = {
             let state = self.inner.state.borrow();
             let mut epochs = state.epochs.clone();
-            if !change(&mut epochs, state.log_end_offset)? {
+            if !change(&mut epochs, state.log_end_offset())? {
                 return Ok(());
             }
             (state.dir().join(EPOCH_CHECKPOINT_FILE), epochs)
@@ -303,7 +303,7 @@ impl PartitionLog {
             let state = self.inner.state.borrow();
             (
                 state.dir().to_owned(),
-                state.log_end_offset,
+                state.log_end_offset(),
                 state.config.index_interval_bytes,
             )
         };
@@ -351,15 +351,15 @@ impl PartitionLog {
 
     /// The offset the next appended record gets.
     pub fn log_end_offset(&self) -> Offset {
-        self.inner.state.borrow().log_end_offset
+        self.inner.state.borrow().log_end_offset()
     }
 
     pub fn written_offset(&self) -> Offset {
-        self.inner.state.borrow().written_offset
+        self.inner.state.borrow().written_offset()
     }
 
     pub fn durable_offset(&self) -> Offset {
-        self.inner.state.borrow().durable_offset
+        self.inner.state.borrow().durable_offset()
     }
 
     /// What to checkpoint as this log's recovery point.
@@ -417,8 +417,8 @@ impl PartitionLog {
             let input = RetentionInput {
                 segments: &summaries,
                 log_start_offset: state.log_start_offset,
-                log_end_offset: state.log_end_offset,
-                high_watermark: high_watermark.min(state.durable_offset),
+                log_end_offset: state.log_end_offset(),
+                high_watermark: high_watermark.min(state.durable_offset()),
                 now_ms,
             };
             retention::decide(&input, &state.config)
@@ -510,7 +510,7 @@ impl PartitionLog {
                     )
                 })
             });
-            (files, active.base_offset, state.log_end_offset)
+            (files, active.base_offset, state.log_end_offset())
         };
         for file in files.iter().flatten() {
             release(trim_and_sync(file).await?, &file.1).await?;

@@ -357,7 +357,7 @@ impl PartitionLog {
         let (view, end_offset, log_start_offset, log_end_offset) = {
             let state = log.state.borrow();
             state.check_usable()?;
-            let (start, end) = (state.log_start_offset, state.log_end_offset);
+            let (start, end) = (state.log_start_offset, state.log_end_offset());
             if offset < start || offset > end {
                 return Err(StorageError::OffsetOutOfRange {
                     requested: offset,
@@ -365,7 +365,7 @@ impl PartitionLog {
                     log_end: end,
                 });
             }
-            let end_offset = options.max_offset.min(state.written_offset);
+            let end_offset = options.max_offset.min(state.written_offset());
             let count = state.segments.len();
             let slot = segment_for_offset(|slot| state.segments[slot].base_offset, count, offset)
                 .unwrap_or(0);
@@ -389,7 +389,7 @@ impl PartitionLog {
                 .unwrap_or(count - 1);
             let segment = &state.segments[slot];
             let mut lookup = segment.index_lookup(offset.max(segment.base_offset));
-            let stable_end = end_offset.min(state.visible_offset());
+            let stable_end = end_offset.min(state.high_watermark());
             let range_end = match (&segment.state, &lookup) {
                 _ if !options.allow_file_range => None,
                 (SegmentState::Sealed(_), _) if segment.next_offset <= end_offset => {

@@ -5,43 +5,32 @@
 //! Lives on the partition's shard in a `RefCell`; each method runs to
 //! completion without awaiting, so no borrow is ever held across an await.
 
-use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use brook_engine::log::batch::{
     BATCH_HEADER_BYTES, BatchView, set_base_offset, set_log_append_time, set_partition_leader_epoch,
 };
-use brook_engine::log::config::{FlushPolicy, LogConfig, MessageTimestampType};
+use brook_engine::log::config::{LogConfig, MessageTimestampType};
 use brook_engine::log::epoch_cache::LeaderEpochCache;
+use brook_engine::log::progress::{
+    ActiveSegment, LogProgress, SegmentBytes, SyncStep, SyncerState,
+};
 use brook_engine::log::roll::{IncomingBatch, RollReason, roll_reason};
 use brook_engine::types::{LeaderEpoch, Offset, TimestampMs};
 use futures::channel::oneshot;
 use glommio::io::DmaFile;
 
+use crate::runtime::clock_ms;
 use crate::storage::appender::{Reservation, Write};
 use crate::storage::error::StorageError;
 use crate::storage::files::FileAccess;
 use crate::storage::log_dirs::LogDirs;
 use crate::storage::segment::{Segment, SegmentFile};
 use crate::storage::waiters::{ShardNews, Waiters};
-
-/// Marks of written, unsynced appends kept apart before merging.
-const WRITTEN_MARKS_MAX: usize = 64;
-
-/// Where one append ended: its offsets become written/durable once its
-/// segment's written/synced bytes reach `end_position`.
-#[derive(Debug)]
-struct AppendMark {
-    segment_base: Offset,
-    end_position: u64,
-    next_offset: Offset,
-    records: u64,
-    appended_at: Instant,
-}
 
 /// What an append did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,7 +106,8 @@ pub(crate) enum SyncDecision {
         path: PathBuf,
         written: u64,
     },
-    WaitUntil(Instant),
+    /// Nothing is due before this time ([`crate::runtime::clock_ms`]).
+    WaitUntil(u64),
     Wait,
     Exit,
 }
@@ -129,24 +119,16 @@ pub(crate) struct LogState {
     /// Sorted by base offset; the last one is active.
     pub segments: Vec<Segment>,
     pub log_start_offset: Offset,
-    pub log_end_offset: Offset,
-    /// Every offset below is written to its file.
-    pub written_offset: Offset,
-    /// Every offset below is on stable storage.
-    pub durable_offset: Offset,
-    marks: VecDeque<AppendMark>,
-    /// How many marks at the front are already written.
-    written_marks: usize,
-    unsynced_records: u64,
+    /// The log end, written, durable offsets and the high watermark, and
+    /// the flush policy's decisions (the sans-IO core the replica
+    /// simulator drives too).
+    progress: LogProgress,
     written_waiters: Waiters,
     durable_waiters: Waiters,
-    /// The high watermark replication sets (a replica of a cluster
-    /// partition): consumers read below it instead of the local visible
-    /// offset. `None` on a one-node broker.
-    replicated_high_watermark: Option<Offset>,
     high_watermark_waiters: Waiters,
-    /// The shard's fetches of many partitions, told when the visible offset
-    /// moves (set once the store holds the log).
+    /// The shard's fetches of many partitions, told when the high watermark
+    /// or (for followers' fetches) the written offset moves (set once the
+    /// store holds the log).
     pub news: Option<Rc<ShardNews>>,
     /// The log directory this log is in, failed by the IO error that takes
     /// the log offline (set once the store holds the log).
@@ -190,20 +172,17 @@ impl LogState {
             .last()
             .expect("a log has an active segment")
             .next_offset;
+        // Until replication sets it, the high watermark is the log start,
+        // as Kafka's is.
+        let progress = LogProgress::open(config.flush, log_end_offset, log_start_offset);
         LogState {
             dir,
             config,
             segments,
             log_start_offset,
-            log_end_offset,
-            written_offset: log_end_offset,
-            durable_offset: log_end_offset,
-            marks: VecDeque::new(),
-            written_marks: 0,
-            unsynced_records: 0,
+            progress,
             written_waiters: Waiters::default(),
             durable_waiters: Waiters::default(),
-            replicated_high_watermark: None,
             high_watermark_waiters: Waiters::default(),
             news: None,
             log_dir: None,
@@ -280,7 +259,7 @@ impl LogState {
 
     /// Seals the active segment and makes `segment` the new active one.
     pub fn push_segment(&mut self, segment: Segment) {
-        debug_assert_eq!(segment.base_offset, self.log_end_offset);
+        debug_assert_eq!(segment.base_offset, self.log_end_offset());
         self.active_mut().begin_sealing();
         self.segments.push(segment);
         self.stats.rolls += 1;
@@ -295,11 +274,8 @@ impl LogState {
             return None;
         }
         let keep_from = log.len() - max_bytes / 2;
-        self.marks
-            .iter()
-            .skip(self.written_marks)
-            .find(|mark| mark.segment_base == active.base_offset && mark.end_position >= keep_from)
-            .map(|mark| mark.next_offset)
+        self.progress
+            .first_unwritten_past(active.base_offset, keep_from)
     }
 
     pub fn last_append(&self) -> Option<Instant> {
@@ -322,13 +298,14 @@ impl LogState {
         epoch: LeaderEpoch,
         now_ms: i64,
     ) -> AppendInfo {
-        let base_offset = self.log_end_offset;
+        let base_offset = self.log_end_offset();
+        let mut end = base_offset;
         let log_append_time = (self.config.message_timestamp_type
             == MessageTimestampType::LogAppendTime)
             .then_some(TimestampMs(now_ms));
         let mut records = 0u64;
         for batch in batches {
-            let placed_at = self.log_end_offset;
+            let placed_at = end;
             let bytes = batch.as_bytes();
             let mut header = [0u8; BATCH_HEADER_BYTES];
             header.copy_from_slice(&bytes[..BATCH_HEADER_BYTES]);
@@ -342,10 +319,10 @@ impl LogState {
             let max_timestamp = log_append_time.unwrap_or(batch.max_timestamp());
             self.active_mut()
                 .append_batch(&header, rest, last_offset, max_timestamp);
-            self.log_end_offset = last_offset.next();
+            end = last_offset.next();
             records += batch.records_count() as u64;
         }
-        self.mark_append(base_offset, records, log_append_time)
+        self.mark_append(base_offset, end, records, log_append_time)
     }
 
     /// Places a follower's `batches` as the leader wrote them: offsets,
@@ -355,7 +332,8 @@ impl LogState {
     pub fn append_replicated(&mut self, batches: &[BatchView<'_>]) -> AppendInfo {
         let base_offset = batches
             .first()
-            .map_or(self.log_end_offset, BatchView::base_offset);
+            .map_or(self.log_end_offset(), BatchView::base_offset);
+        let mut end = self.log_end_offset();
         let mut records = 0u64;
         for batch in batches {
             let bytes = batch.as_bytes();
@@ -368,10 +346,10 @@ impl LogState {
                 last_offset,
                 batch.max_timestamp(),
             );
-            self.log_end_offset = last_offset.next();
+            end = last_offset.next();
             records += batch.records_count() as u64;
         }
-        self.mark_append(base_offset, records, None)
+        self.mark_append(base_offset, end, records, None)
     }
 
     /// The bookkeeping after an append: a mark for the writer and syncer
@@ -379,25 +357,25 @@ impl LogState {
     fn mark_append(
         &mut self,
         base_offset: Offset,
+        log_end_offset: Offset,
         records: u64,
         log_append_time: Option<TimestampMs>,
     ) -> AppendInfo {
         let active = self.active();
-        let now = Instant::now();
-        self.marks.push_back(AppendMark {
-            segment_base: active.base_offset,
-            end_position: active.log_bytes,
-            next_offset: self.log_end_offset,
+        let (segment_base, end_position) = (active.base_offset, active.log_bytes);
+        self.progress.appended(
+            segment_base,
+            end_position,
+            log_end_offset,
             records,
-            appended_at: now,
-        });
-        self.last_append = Some(now);
-        self.unsynced_records += records;
+            clock_ms(),
+        );
+        self.last_append = Some(Instant::now());
         self.stats.appends += 1;
         AppendInfo {
             base_offset,
-            last_offset: Offset(self.log_end_offset.0 - 1),
-            log_end_offset: self.log_end_offset,
+            last_offset: Offset(log_end_offset.0 - 1),
+            log_end_offset,
             log_append_time,
             duplicate: false,
         }
@@ -410,7 +388,7 @@ impl LogState {
         offset: Offset,
     ) -> Result<Option<oneshot::Receiver<Result<(), StorageError>>>, StorageError> {
         self.check_reachable(offset)?;
-        Ok((offset > self.written_offset).then(|| self.written_waiters.add(offset)))
+        Ok((offset > self.written_offset()).then(|| self.written_waiters.add(offset)))
     }
 
     /// As [`LogState::wait_written`], for durability.
@@ -419,7 +397,7 @@ impl LogState {
         offset: Offset,
     ) -> Result<Option<oneshot::Receiver<Result<(), StorageError>>>, StorageError> {
         self.check_reachable(offset)?;
-        Ok((offset > self.durable_offset).then(|| self.durable_waiters.add(offset)))
+        Ok((offset > self.durable_offset()).then(|| self.durable_waiters.add(offset)))
     }
 
     /// Fails a wait that could never end: the log is offline, or closing and
@@ -428,7 +406,7 @@ impl LogState {
         if let Some(failure) = &self.failure {
             return Err(failure.clone());
         }
-        if self.closing && offset > self.log_end_offset {
+        if self.closing && offset > self.log_end_offset() {
             return Err(StorageError::Closed {
                 path: self.dir.clone(),
             });
@@ -535,47 +513,42 @@ impl LogState {
         self.advance();
     }
 
-    /// What the syncer should do now, under the flush policy.
-    pub fn sync_decision(&self, now: Instant) -> SyncDecision {
-        let active = self.active();
-        let Some(files) = active.active().filter(|files| !files.sealing) else {
-            return if self.closing {
-                SyncDecision::Exit
-            } else {
-                SyncDecision::Wait
-            };
+    /// What the syncer should do now, under the flush policy
+    /// ([`LogProgress::next_sync`]).
+    pub fn sync_decision(&self, now_ms: u64) -> SyncDecision {
+        let segment = self.active();
+        let files = segment.active();
+        let active = ActiveSegment {
+            base_offset: segment.base_offset,
+            bytes: files.map_or_else(SegmentBytes::default, |files| SegmentBytes {
+                written: files.log.written(),
+                synced: files.synced_bytes,
+            }),
+            sealing: files.is_none_or(|files| files.sealing),
         };
-        let written = files.log.written();
-        if self.closing || self.failure.is_some() {
-            return SyncDecision::Exit;
-        }
-        if written <= files.synced_bytes {
-            return SyncDecision::Wait;
-        }
-        let sync = SyncDecision::Sync {
-            segment_base: active.base_offset,
-            file: active.log_file.clone(),
-            path: files.log.path().to_owned(),
-            written,
+        let syncer = if self.closing || self.failure.is_some() {
+            SyncerState::Stopping
+        } else {
+            SyncerState::Running
         };
-        match self.config.flush {
-            FlushPolicy::Continuous => sync,
-            _ if !self.durable_waiters.is_empty() => sync,
-            FlushPolicy::Interval { messages, ms } => {
-                if messages.is_some_and(|limit| self.unsynced_records >= limit) {
-                    return sync;
-                }
-                let Some(ms) = ms else {
-                    return SyncDecision::Wait;
-                };
-                let oldest = self.marks.front().map_or(now, |mark| mark.appended_at);
-                let due = oldest + Duration::from_millis(ms);
-                if due <= now {
-                    sync
-                } else {
-                    SyncDecision::WaitUntil(due)
-                }
-            }
+        let awaited = !self.durable_waiters.is_empty();
+        match self.progress.next_sync(active, syncer, awaited, now_ms) {
+            SyncStep::Sync {
+                segment_base,
+                written,
+            } => SyncDecision::Sync {
+                segment_base,
+                file: segment.log_file.clone(),
+                path: files
+                    .expect("a segment with bytes to sync has its files")
+                    .log
+                    .path()
+                    .to_owned(),
+                written,
+            },
+            SyncStep::WaitUntil(due_ms) => SyncDecision::WaitUntil(due_ms),
+            SyncStep::Wait => SyncDecision::Wait,
+            SyncStep::Exit => SyncDecision::Exit,
         }
     }
 
@@ -593,72 +566,63 @@ impl LogState {
     /// Moves the written and durable offsets over every append whose bytes
     /// are now written / synced, and releases their waiters.
     fn advance(&mut self) {
-        let visible = self.visible_offset();
-        let written = self.written_offset;
-        while let Some(mark) = self.marks.get(self.written_marks) {
-            let written = self
-                .segment_slot(mark.segment_base)
-                .is_none_or(|slot| self.segments[slot].written_bytes() >= mark.end_position);
-            if !written {
-                break;
-            }
-            self.written_offset = mark.next_offset;
-            self.written_marks += 1;
-        }
-        while self.written_marks > 0 {
-            let mark = self.marks.front().expect("written marks are marks");
-            let synced = self
-                .segment_slot(mark.segment_base)
-                .is_none_or(|slot| self.segments[slot].synced_bytes() >= mark.end_position);
-            if !synced {
-                break;
-            }
-            self.durable_offset = mark.next_offset;
-            self.unsynced_records -= mark.records;
-            self.marks.pop_front();
-            self.written_marks -= 1;
-        }
-        self.coalesce_written_marks();
-        self.written_waiters.release(self.written_offset);
-        self.durable_waiters.release(self.durable_offset);
-        // A replica's followers fetch what is written, not what is visible.
-        let replica_news =
-            self.replicated_high_watermark.is_some() && self.written_offset != written;
-        if self.visible_offset() != visible || replica_news {
+        let segments = &self.segments;
+        let moved = self.progress.advance(|base| {
+            let slot = segments
+                .binary_search_by_key(&base, |segment| segment.base_offset)
+                .ok()?;
+            Some(SegmentBytes {
+                written: segments[slot].written_bytes(),
+                synced: segments[slot].synced_bytes(),
+            })
+        });
+        self.written_waiters.release(self.written_offset());
+        self.durable_waiters.release(self.durable_offset());
+        // Followers fetch what is written, not what is below the HW.
+        if moved.written {
             self.ring_news();
         }
     }
 
-    /// What consumers may read up to: the replicated high watermark of a
-    /// cluster partition, else [`LogState::local_visible_offset`].
-    pub fn visible_offset(&self) -> Offset {
-        self.replicated_high_watermark
-            .unwrap_or_else(|| self.local_visible_offset())
+    pub fn log_end_offset(&self) -> Offset {
+        self.progress.log_end_offset()
     }
 
-    /// What counts as held by this replica: every durable offset, or under
-    /// a flush interval every written one.
-    pub fn local_visible_offset(&self) -> Offset {
-        match self.config.flush {
-            FlushPolicy::Continuous => self.durable_offset,
-            FlushPolicy::Interval { .. } => self.written_offset,
-        }
+    /// Every offset below is written to its file.
+    pub fn written_offset(&self) -> Offset {
+        self.progress.written_offset()
+    }
+
+    /// Every offset below is on stable storage.
+    pub fn durable_offset(&self) -> Offset {
+        self.progress.durable_offset()
+    }
+
+    /// What consumers may read up to; replication sets it.
+    pub fn high_watermark(&self) -> Offset {
+        self.progress.high_watermark()
+    }
+
+    /// What this replica counts as held, for replication
+    /// ([`LogProgress::counted_offset`]).
+    pub fn counted_offset(&self) -> Offset {
+        self.progress.counted_offset()
+    }
+
+    /// The topic's configs changed.
+    pub fn set_config(&mut self, config: LogConfig) {
+        self.progress.set_flush(config.flush);
+        self.config = config;
     }
 
     /// Replication moved the high watermark (never past what this log
-    /// holds; never back, except that the first call may start anywhere).
+    /// holds).
     pub fn set_high_watermark(&mut self, high_watermark: Offset) {
-        let high_watermark = high_watermark.min(self.log_end_offset);
-        if self.replicated_high_watermark == Some(high_watermark) {
-            return;
+        if self.progress.set_high_watermark(high_watermark) {
+            self.high_watermark_waiters
+                .release(self.progress.high_watermark());
+            self.ring_news();
         }
-        self.replicated_high_watermark = Some(high_watermark);
-        self.high_watermark_waiters.release(high_watermark);
-        self.ring_news();
-    }
-
-    pub fn is_replicated(&self) -> bool {
-        self.replicated_high_watermark.is_some()
     }
 
     /// A waiter for the high watermark to reach `offset`; `None` if it has.
@@ -667,7 +631,7 @@ impl LogState {
         offset: Offset,
     ) -> Result<Option<oneshot::Receiver<Result<(), StorageError>>>, StorageError> {
         self.check_usable()?;
-        if self.visible_offset() >= offset {
+        if self.high_watermark() >= offset {
             return Ok(None);
         }
         Ok(Some(self.high_watermark_waiters.add(offset)))
@@ -676,22 +640,6 @@ impl LogState {
     fn ring_news(&self) {
         if let Some(news) = &self.news {
             news.ring();
-        }
-    }
-
-    /// Bounds the marks of written, not yet synced appends (a policy that
-    /// rarely syncs would otherwise keep one per append): the oldest two of
-    /// the same segment merge. A sync covers every written byte, so a merged
-    /// mark only becomes durable a little later, never wrongly.
-    fn coalesce_written_marks(&mut self) {
-        while self.written_marks > WRITTEN_MARKS_MAX
-            && self.marks[0].segment_base == self.marks[1].segment_base
-        {
-            let oldest = self.marks.pop_front().expect("more than the bound");
-            let next = &mut self.marks[0];
-            next.records += oldest.records;
-            next.appended_at = oldest.appended_at;
-            self.written_marks -= 1;
         }
     }
 
@@ -725,7 +673,8 @@ impl LogState {
             .iter()
             .find(|segment| segment.is_sealing())
             .map(|segment| segment.base_offset);
-        unsealed.map_or(self.durable_offset, |base| base.min(self.durable_offset))
+        let durable = self.durable_offset();
+        unsealed.map_or(durable, |base| base.min(durable))
     }
 
     pub fn heap_bytes(&self) -> usize {
@@ -737,6 +686,6 @@ impl LogState {
                 .iter()
                 .map(|segment| segment.heap_bytes() - size_of::<Segment>())
                 .sum::<usize>()
-            + self.marks.capacity() * size_of::<AppendMark>()
+            + self.progress.heap_bytes()
     }
 }

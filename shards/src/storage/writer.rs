@@ -11,7 +11,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use brook_engine::types::Offset;
 use futures::StreamExt;
@@ -20,6 +20,7 @@ use futures::stream::FuturesUnordered;
 use glommio::io::DmaFile;
 use glommio::sync::Semaphore;
 
+use crate::runtime::clock_ms;
 use crate::storage::error::{StorageError, io_error};
 
 /// The latency of every active segment's `fdatasync`, seconds: 50 µs to
@@ -178,12 +179,12 @@ pub(crate) async fn run_writer(log: Rc<LogInner>) {
 
 pub(crate) async fn run_syncer(log: Rc<LogInner>) {
     loop {
-        let decision = log.state.borrow().sync_decision(Instant::now());
+        let decision = log.state.borrow().sync_decision(clock_ms());
         match decision {
             SyncDecision::Exit => return,
             SyncDecision::Wait => wait(&log.syncer_bell).await,
-            SyncDecision::WaitUntil(deadline) => {
-                let timeout = deadline.saturating_duration_since(Instant::now());
+            SyncDecision::WaitUntil(due_ms) => {
+                let timeout = Duration::from_millis(due_ms.saturating_sub(clock_ms()));
                 let bell = std::pin::pin!(wait(&log.syncer_bell));
                 let timer = std::pin::pin!(glommio::timer::sleep(timeout));
                 let _ = select(bell, timer).await;

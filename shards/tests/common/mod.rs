@@ -207,6 +207,14 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// Flushes `log` and moves its high watermark to its end, as the
+/// replication of a partition with one replica would once that is durable:
+/// these tests stand in for replication, which alone moves a log's HW.
+pub async fn commit(log: &PartitionLog) {
+    log.flush().await.unwrap();
+    log.set_high_watermark(log.log_end_offset());
+}
+
 /// Milliseconds [`settle`] waits for rolled segments to be sealed.
 const SETTLE_WAITS_MAX: usize = 10_000;
 
@@ -215,7 +223,7 @@ const SETTLE_WAITS_MAX: usize = 10_000;
 /// reading its index from disk) runs after the roll, so a test that looks
 /// at a sealed segment's files must wait for it.
 pub async fn settle(log: &PartitionLog) {
-    log.flush().await.unwrap();
+    commit(log).await;
     for _ in 0..SETTLE_WAITS_MAX {
         if log.recovery_point() == log.log_end_offset() {
             return;

@@ -38,7 +38,7 @@ fn a_consumer_behind_the_tail_cache_reads_the_active_segment_as_a_file_range() {
             let info = log.append(&bytes, EPOCH, now_ms()).await.unwrap();
             batches.push((info.base_offset, placed(&bytes, info.base_offset, EPOCH)));
         }
-        log.flush().await.unwrap();
+        commit(&log).await;
         assert_eq!(log.segment_count(), 1, "one active segment");
         let between = |from: Offset, to: Offset| -> Vec<u8> {
             batches

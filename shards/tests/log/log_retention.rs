@@ -37,7 +37,7 @@ fn time_retention_deletes_only_expired_segments() {
                 .await
                 .unwrap();
         }
-        log.flush().await.unwrap();
+        commit(&log).await;
         let bases = segment_bases(&dir);
         let deleted = log
             .apply_retention(log.log_end_offset(), now)
@@ -89,7 +89,7 @@ fn size_retention_and_the_high_watermark() {
                 .await
                 .unwrap();
         }
-        log.flush().await.unwrap();
+        commit(&log).await;
         let before = segment_bases(&dir);
         assert_eq!(
             log.apply_retention(Offset(0), now_ms()).await.unwrap(),
@@ -129,10 +129,10 @@ fn when_everything_expires_a_fresh_segment_takes_over() {
                 .await
                 .unwrap();
         }
-        log.flush().await.unwrap();
+        commit(&log).await;
         let end = log.log_end_offset();
         log.apply_retention(end, now_ms()).await.unwrap();
-        log.flush().await.unwrap();
+        commit(&log).await;
         // The rolled segment is deleted once sealed (by the next pass at the latest).
         for _ in 0..100 {
             log.apply_retention(end, now_ms()).await.unwrap();
@@ -195,7 +195,7 @@ fn a_store_checkpoints_in_kafkas_format_and_marks_a_clean_shutdown() {
             .unwrap();
         assert_eq!(log.log_end_offset(), Offset(4));
         log.append(&batch(1, 10, 2), EPOCH, now_ms()).await.unwrap();
-        log.flush().await.unwrap();
+        commit(&log).await;
         drop(store);
 
         let store = Store::open(options).await.unwrap();
@@ -231,7 +231,7 @@ fn shard_maintenance_applies_retention_and_checkpoints_in_the_background() {
                 .await
                 .unwrap();
         }
-        log.flush().await.unwrap();
+        commit(&log).await;
         let schedule = MaintenanceSchedule {
             retention_check_interval: Duration::from_millis(20),
             checkpoint_interval: Duration::from_millis(20),
@@ -282,7 +282,7 @@ fn a_recreated_partition_starts_at_offset_zero() {
                 let bytes = batch(3, 40, 1_700_000_000_000 + i * 10);
                 log.append(&bytes, EPOCH, now_ms()).await.unwrap();
             }
-            log.flush().await.unwrap();
+            commit(&log).await;
             log.delete_records_before(Offset(60)).unwrap();
             store.close().await.unwrap();
         }
@@ -335,7 +335,7 @@ fn retention_goes_on_past_a_failing_partition() {
                     .await
                     .unwrap();
             }
-            log.flush().await.unwrap();
+            commit(&log).await;
             logs.push(log);
         }
         logs[0].close().await.unwrap();
@@ -376,7 +376,7 @@ fn a_timestamp_lookup_survives_retention_running_meanwhile() {
                 .await
                 .unwrap();
         }
-        log.flush().await.unwrap();
+        commit(&log).await;
         let bases = segment_bases(&dir);
         assert_eq!(bases.len(), 7, "{bases:?}");
         // The log start passes the first HIGH record: the lookup finds the

@@ -6,6 +6,7 @@
 use rand::Rng;
 
 use super::{REPLICAS, ReplicaBug, ReplicaViolation, Sim, answered, now};
+use crate::log::config::FlushPolicy;
 use crate::replica::replication::Role;
 
 impl Sim {
@@ -24,19 +25,25 @@ impl Sim {
         node.replication = None;
         // What was on its way to it is lost with its connections.
         self.in_flight.retain(|flight| flight.follower != index);
-        // Writes not yet synced may have reached the disk, some of them:
-        // any prefix of them survives, the last one possibly torn, which
-        // recovery's CRC check drops (so a shorter prefix survives whole).
-        let kept = self.rng.gen_range(node.durable..=node.log.len());
-        if kept > node.durable {
+        // Written records not yet synced may have reached the disk, some
+        // of them: any prefix of them survives, the last one possibly
+        // torn, which recovery's CRC check drops (so a shorter prefix
+        // survives whole). Under `flush.*` the crash is the process's: the
+        // page cache keeps everything written. What was never written is
+        // gone.
+        let (synced, written) = (node.disk.synced as usize, node.disk.written as usize);
+        let kept = match self.flush {
+            FlushPolicy::Continuous => self.rng.gen_range(synced..=written),
+            FlushPolicy::Interval { .. } => written,
+        };
+        if kept > synced {
             self.report.unsynced_kept += 1;
         }
-        if kept < node.log.len() && self.rng.gen_bool(0.5) {
+        if kept < written && self.rng.gen_bool(0.5) {
             self.report.torn_writes += 1;
         }
-        node.truncate(kept);
         // Recovery syncs what it keeps.
-        node.durable = kept;
+        node.truncate(kept);
         self.unfenced_down.push(node.id);
         if led || node.id == self.registration.leader {
             self.pending.clear();
@@ -117,15 +124,8 @@ impl Sim {
             return Ok(());
         };
         self.stranded.push(produced);
-        // Synced at once: only the ISR it cannot reach holds its HW back.
-        let node = &mut self.nodes[cut];
-        node.durable = node.log.len();
-        let end = node.end();
-        let actions = match node.replication.as_mut() {
-            Some(replication) => replication.counted(end, now(self.step)),
-            None => Vec::new(),
-        };
-        self.apply(cut, actions)
+        // Its disk keeps up: only the ISR it cannot reach holds its HW back.
+        self.disk_work(cut)
     }
 
     /// What the cut-off replica acknowledged counts as committed (and so

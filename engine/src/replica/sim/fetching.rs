@@ -43,7 +43,11 @@ impl Sim {
             return self.deliver(flight);
         }
         let now = now(self.step);
+        // The fetcher waits until what it last appended counts as held.
         let fetch_offset = self.nodes[follower].end();
+        if self.nodes[follower].counted(self.config.bug) < fetch_offset {
+            return self.disk_work(follower);
+        }
         let last_epoch = self.nodes[follower]
             .epochs
             .latest_epoch()
@@ -152,20 +156,21 @@ impl Sim {
             }
             Answer::Records(entries, leader_high_watermark) => {
                 let now = now(self.step);
+                let bug = self.config.bug;
                 let node = &mut self.nodes[follower];
                 // The log refuses records that do not start at its end.
                 if entries.is_empty() || node.end() == flight.asked.fetch_offset {
                     for entry in entries {
-                        node.append(entry);
+                        node.append(entry, now);
                     }
                 }
-                node.durable = node.log.len();
                 let end = node.end();
+                let counted = node.counted(bug);
                 let Some(replication) = node.replication.as_mut() else {
                     return Ok(());
                 };
                 replication.appended(end);
-                let mut actions = replication.counted(end, now);
+                let mut actions = replication.counted(counted, now);
                 actions.extend(replication.leader_high_watermark_is(leader_high_watermark));
                 self.apply(follower, actions)?;
             }

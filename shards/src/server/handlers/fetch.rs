@@ -816,7 +816,7 @@ async fn read_local(shard: &Rc<Shard>, read: &Read<'_>, limit: Option<u64>) -> F
             Err(error) => return Fetched::Error(error),
         }
     }
-    let high_watermark = log.visible_offset();
+    let high_watermark = log.high_watermark();
     let last_stable_offset = log.last_stable_offset(high_watermark);
     let max_offset = match read.isolation {
         Isolation::ReadUncommitted => high_watermark,

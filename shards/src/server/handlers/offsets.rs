@@ -81,10 +81,10 @@ pub(crate) async fn on_owner<T: Send + 'static>(
 async fn list_offset(log: PartitionLog, timestamp: i64, committed: bool) -> (ErrorCode, i64, i64) {
     match timestamp {
         LATEST if committed => {
-            let stable = log.last_stable_offset(log.visible_offset());
+            let stable = log.last_stable_offset(log.high_watermark());
             (ErrorCode::NONE, -1, stable.0)
         }
-        LATEST => (ErrorCode::NONE, -1, log.visible_offset().0),
+        LATEST => (ErrorCode::NONE, -1, log.high_watermark().0),
         EARLIEST | EARLIEST_LOCAL => (ErrorCode::NONE, -1, log.log_start_offset().0),
         LATEST_TIERED => (ErrorCode::NONE, -1, -1),
         MAX_TIMESTAMP => match log.max_timestamp() {
@@ -99,7 +99,7 @@ async fn list_offset(log: PartitionLog, timestamp: i64, committed: bool) -> (Err
 /// The first visible record with a timestamp ≥ `target` (offset -1 if none).
 async fn stamp_of(log: &PartitionLog, target: TimestampMs) -> (ErrorCode, i64, i64) {
     match log.offset_for_timestamp(target).await {
-        Ok(Some(stamp)) if stamp.offset < log.visible_offset() => {
+        Ok(Some(stamp)) if stamp.offset < log.high_watermark() => {
             (ErrorCode::NONE, stamp.timestamp.0, stamp.offset.0)
         }
         Ok(_) => (ErrorCode::NONE, -1, -1),
@@ -232,7 +232,7 @@ async fn delete_before(
         return (error, -1);
     }
     let offset = match requested {
-        -1 => log.visible_offset(),
+        -1 => log.high_watermark(),
         offset => Offset(offset),
     };
     let start = match log.delete_records_before(offset) {

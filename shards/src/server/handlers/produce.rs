@@ -208,7 +208,7 @@ async fn append_on_owner(
         // under `flush.*`). On one broker that is the high watermark too
         // (Kafka moves it before it answers), so the producer reads its
         // write.
-        1 => with_timeout(timeout, log.wait_local_visible(info.log_end_offset)).await,
+        1 => with_timeout(timeout, log.wait_counted(info.log_end_offset)).await,
         _ => with_timeout(timeout, log.wait_durable(info.log_end_offset)).await,
     };
     if shard.replication.is_replicated(&topic_partition) {

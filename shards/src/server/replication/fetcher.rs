@@ -342,7 +342,7 @@ async fn take_answer(
                 return Some(BACKOFF);
             }
         };
-        if let Err(error) = log.wait_local_visible(appended.log_end_offset).await {
+        if let Err(error) = log.wait_counted(appended.log_end_offset).await {
             tracing::warn!(partition = %topic_partition, %error, "replicated records did not become durable");
             return Some(BACKOFF);
         }
@@ -366,7 +366,7 @@ fn follow_log_start(
     log: &crate::storage::PartitionLog,
     leader_start: Offset,
 ) {
-    let start = leader_start.min(log.visible_offset());
+    let start = leader_start.min(log.high_watermark());
     if start <= log.log_start_offset() {
         return;
     }

@@ -92,7 +92,7 @@ fn sync_log(replication: &mut PartitionReplication, log: &PartitionLog) -> Vec<A
     } else {
         replication.appended(end);
     }
-    replication.counted(log.local_visible_offset().min(end), now())
+    replication.counted(log.counted_offset().min(end), now())
 }
 
 impl ReplicaHost {
@@ -150,7 +150,7 @@ impl ReplicaHost {
                             },
                             registration.clone(),
                             log.log_end_offset(),
-                            log.local_visible_offset().min(log.log_end_offset()),
+                            log.counted_offset().min(log.log_end_offset()),
                             log.log_start_offset(),
                             now(),
                         )
@@ -314,7 +314,7 @@ impl ReplicaHost {
                 return ErrorCode::REQUEST_TIMED_OUT;
             }
             let pause = glommio::timer::sleep(remaining.min(ACK_RECHECK)).fuse();
-            let reached = log.wait_visible(end).fuse();
+            let reached = log.wait_high_watermark(end).fuse();
             futures::pin_mut!(pause, reached);
             futures::select_biased! {
                 reached = reached => if reached.is_err() {

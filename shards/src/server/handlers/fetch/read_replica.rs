@@ -125,7 +125,7 @@ pub(super) fn not_read_here(shard: &Rc<Shard>, read: &Read<'_>) -> Option<Fetche
         client.listener,
     )?;
     let log = shard.store.partition_at(&read.topic, read.partition)?;
-    let high_watermark = log.visible_offset();
+    let high_watermark = log.high_watermark();
     Some(Fetched::Elsewhere(Elsewhere {
         replica,
         high_watermark: high_watermark.0,

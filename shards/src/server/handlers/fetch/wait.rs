@@ -74,7 +74,7 @@ fn appended_on(owner: &Rc<Shard>, wait: WaitFor) -> LocalBoxFuture<'static, ()> 
                 async move {
                     let _ = match replica {
                         true => log.wait_written(target).await,
-                        false => log.wait_visible(target).await,
+                        false => log.wait_high_watermark(target).await,
                     };
                 }
                 .boxed_local(),
