@@ -5,15 +5,13 @@
 //! its timers. Lives on its shard; requests reach it over the mesh.
 //!
 //! Transactional offset commits are written as transactional batches of
-//! their producer, so the partition's producer state checks their epoch and
-//! sequence like any producer's: the host keeps each producer's next
-//! sequence per partition ([`SequenceBook`]) and corrects it from the log's
-//! answer when it is wrong (after a restart, say). Loading feeds the
+//! their producer, numbered 0 as Kafka's coordinator numbers them: the
+//! partition's producer state checks their epoch and transaction but not
+//! their sequence (Kafka's `AppendOrigin.COORDINATOR`). Loading feeds the
 //! COMMIT/ABORT markers it meets to the coordinator, and
 //! [`on_transaction_marker`] does the same for markers written later.
 
-use std::cell::RefCell;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -27,7 +25,7 @@ use brook_engine::group::txn_offsets::{LoggedRecord, TxnProducer};
 use brook_engine::log::builder::{BatchOptions, NewRecord, encode_batch};
 use brook_engine::log::control::{ControlRecordType, MarkerKind};
 use brook_engine::protocol::errors::ErrorCode;
-use brook_engine::replica::producer_state::{ProducerEpoch, ProducerError, Sequence};
+use brook_engine::replica::producer_state::ProducerError;
 use brook_engine::types::{Offset, ProducerId, TimestampMs, TopicPartition};
 use futures::channel::oneshot;
 use kafka_protocol::records::RecordSet;
@@ -42,69 +40,6 @@ use crate::storage::{AppendInfo, PartitionLog, StorageError};
 /// Records written in one batch at most (a group's tombstones can be many).
 const RECORDS_PER_BATCH_MAX: usize = 1_000;
 
-/// Producers whose next sequence the host remembers, over all its
-/// partitions; past this the book starts over (the log corrects it).
-const SEQUENCES_TRACKED_MAX: usize = 100_000;
-
-/// Appends of one transactional batch at most, each after the log said the
-/// sequence was wrong (it names the one it expects, or it already holds a
-/// batch with that sequence).
-const SEQUENCE_ATTEMPTS_MAX: usize = 8;
-
-/// The next sequence of each producer in each `__consumer_offsets`
-/// partition, for its transactional offset batches. Kafka's coordinator
-/// writes them with sequence 0 and its log skips sequence checks for
-/// coordinator appends; Brook's log checks every producer batch, so the
-/// host numbers them as a producer would.
-#[derive(Debug, Default)]
-struct SequenceBook {
-    next: HashMap<(i32, ProducerId), (ProducerEpoch, Sequence)>,
-}
-
-impl SequenceBook {
-    /// The sequence for a batch of `count` records, reserved: the next one
-    /// of the producer's epoch, or 0 for an epoch not seen here.
-    fn reserve(&mut self, partition: i32, producer: TxnProducer, count: i32) -> Sequence {
-        let key = (partition, producer.producer_id);
-        let sequence = match self.next.get(&key) {
-            Some((epoch, next)) if *epoch == producer.producer_epoch => *next,
-            _ => Sequence::ZERO,
-        };
-        self.remember(key, producer.producer_epoch, sequence.increment(count));
-        sequence
-    }
-
-    /// A batch of `count` records was appended at `sequence`.
-    fn appended(&mut self, partition: i32, producer: TxnProducer, sequence: Sequence, count: i32) {
-        let key = (partition, producer.producer_id);
-        self.remember(key, producer.producer_epoch, sequence.increment(count));
-    }
-
-    fn remember(&mut self, key: (i32, ProducerId), epoch: ProducerEpoch, next: Sequence) {
-        if self.next.len() >= SEQUENCES_TRACKED_MAX && !self.next.contains_key(&key) {
-            self.next.clear();
-        }
-        self.next.insert(key, (epoch, next));
-    }
-
-    fn forget_partition(&mut self, partition: i32) {
-        self.next.retain(|(owner, _), _| *owner != partition);
-    }
-
-    /// The partition was loaded: its producers' next sequences are those
-    /// its log ends with.
-    fn loaded_partition(
-        &mut self,
-        partition: i32,
-        next_sequences: HashMap<ProducerId, (ProducerEpoch, Sequence)>,
-    ) {
-        self.forget_partition(partition);
-        for (producer_id, (epoch, next)) in next_sequences {
-            self.remember((partition, producer_id), epoch, next);
-        }
-    }
-}
-
 enum Waiter {
     Join(oneshot::Sender<JoinResponse>),
     Sync(oneshot::Sender<SyncResponse>),
@@ -116,7 +51,6 @@ enum Waiter {
 pub struct GroupHost {
     coordinators: CoordinatorHost<GroupCoordinator>,
     waiters: Waiters<Waiter>,
-    sequences: RefCell<SequenceBook>,
 }
 
 impl std::fmt::Debug for GroupHost {
@@ -162,12 +96,8 @@ impl GroupHost {
         partition: i32,
         decide: impl FnOnce(&mut GroupCoordinator) -> R,
     ) -> Result<R, ErrorCode> {
-        let on_load = |replayed: Replayed| {
-            let mut book = self.sequences.borrow_mut();
-            book.loaded_partition(partition, replayed.next_sequences);
-        };
         self.coordinators
-            .with(shard, partition, on_load, decide)
+            .with(shard, partition, |_: Replayed| {}, decide)
             .await
     }
 
@@ -237,7 +167,6 @@ impl GroupHost {
     /// Drops a partition's coordinator (its topic was deleted).
     pub fn unload(&self, partition: i32) {
         self.coordinators.unload(partition);
-        self.sequences.borrow_mut().forget_partition(partition);
     }
 }
 
@@ -346,10 +275,9 @@ fn append_error(partition: i32, error: &StorageError) -> ErrorCode {
     }
 }
 
-/// Appends `records` as one transactional batch of `producer`, numbered
-/// from the host's sequence book. When the log knows better (a restart lost
-/// the book, or two commits raced) it says which sequence it expects, or
-/// that it already holds a batch with this one; the batch is numbered again.
+/// Appends `records` as one transactional batch of `producer`, at
+/// sequence 0 as Kafka's coordinator writes it (the log checks its epoch and
+/// transaction, not its sequence).
 async fn append_transactional(
     shard: &Rc<Shard>,
     log: &PartitionLog,
@@ -357,39 +285,18 @@ async fn append_transactional(
     records: &[NewRecord],
     producer: TxnProducer,
 ) -> Result<AppendInfo, ErrorCode> {
-    let count = i32::try_from(records.len()).map_err(|_| ErrorCode::INVALID_REQUEST)?;
-    let book = &shard.groups.sequences;
-    let mut sequence = book.borrow_mut().reserve(partition, producer, count);
-    for _ in 0..SEQUENCE_ATTEMPTS_MAX {
-        let options = BatchOptions {
-            producer_id: producer.producer_id.0,
-            producer_epoch: producer.producer_epoch.0,
-            base_sequence: sequence.0,
-            transactional: true,
-            ..BatchOptions::default()
-        };
-        let batch = encode_batch(records, &options);
-        let epoch = shard.leader_epoch_of(&offsets_partition(partition));
-        match log.append(&batch, epoch, now_ms()).await {
-            Ok(appended) if !appended.duplicate => {
-                book.borrow_mut()
-                    .appended(partition, producer, sequence, count);
-                return Ok(appended);
-            }
-            // Another batch of the producer already has these sequences.
-            Ok(_) => sequence = sequence.increment(count),
-            Err(StorageError::Producer(ProducerError::OutOfOrderSequence { expected, .. })) => {
-                sequence = expected;
-            }
-            Err(error) => return Err(append_error(partition, &error)),
-        }
-    }
-    tracing::warn!(
-        partition,
-        producer = producer.producer_id.0,
-        "no sequence the log accepts"
-    );
-    Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+    let options = BatchOptions {
+        producer_id: producer.producer_id.0,
+        producer_epoch: producer.producer_epoch.0,
+        base_sequence: 0,
+        transactional: true,
+        ..BatchOptions::default()
+    };
+    let batch = encode_batch(records, &options);
+    let epoch = shard.leader_epoch_of(&offsets_partition(partition));
+    log.append_from_coordinator(&batch, epoch, now_ms())
+        .await
+        .map_err(|error| append_error(partition, &error))
 }
 
 /// Applies a COMMIT or ABORT marker of `producer_id` that is durable in
@@ -469,8 +376,6 @@ async fn write_then(
 pub struct Replayed {
     /// Records replayed.
     records: u64,
-    /// The next sequence of each producer that wrote to the partition.
-    next_sequences: HashMap<ProducerId, (ProducerEpoch, Sequence)>,
 }
 
 impl Coordinator for GroupCoordinator {
@@ -538,11 +443,6 @@ fn replay_batch(
         return;
     }
     let transactional_producer = (first.transactional && producer_id.0 >= 0).then_some(producer_id);
-    if let Some(last) = batch.records.last().filter(|last| last.producer_id >= 0) {
-        let next = Sequence(last.sequence).increment(1);
-        let epoch = ProducerEpoch(last.producer_epoch);
-        replayed.next_sequences.insert(producer_id, (epoch, next));
-    }
     for record in batch.records {
         let Some(key) = record.key else { continue };
         match GroupRecord::decode(&key, record.value.as_deref()) {
@@ -608,6 +508,7 @@ mod tests {
     use brook_engine::group::state::{CommittedOffset, GroupSettings};
     use brook_engine::group::txn_offsets::Stability;
     use brook_engine::log::control::{EndTxnMarker, encode_end_txn_marker_batch};
+    use brook_engine::replica::producer_state::ProducerEpoch;
     use bytes::Bytes;
     use kafka_protocol::records::RecordBatchDecoder;
 
@@ -617,25 +518,6 @@ mod tests {
         producer_id: ProducerId(4),
         producer_epoch: ProducerEpoch(2),
     };
-
-    #[test]
-    fn sequences_follow_the_producer_and_restart_with_a_new_epoch() {
-        let mut book = SequenceBook::default();
-        assert_eq!(book.reserve(0, PRODUCER, 3), Sequence(0));
-        assert_eq!(book.reserve(0, PRODUCER, 1), Sequence(3));
-        // Another partition counts on its own.
-        assert_eq!(book.reserve(1, PRODUCER, 1), Sequence(0));
-        let bumped = TxnProducer {
-            producer_epoch: ProducerEpoch(3),
-            ..PRODUCER
-        };
-        assert_eq!(book.reserve(0, bumped, 1), Sequence(0));
-        // The log's correction wins.
-        book.appended(0, bumped, Sequence(40), 2);
-        assert_eq!(book.reserve(0, bumped, 1), Sequence(42));
-        book.forget_partition(0);
-        assert_eq!(book.reserve(0, bumped, 1), Sequence(0));
-    }
 
     fn offset_batch(producer: Option<TxnProducer>, base_sequence: i32, value: i64) -> Bytes {
         let record = Persist::Offset {
@@ -707,8 +589,7 @@ mod tests {
         let pending = offset_batch(Some(PRODUCER), 7, 10);
         let (open, replayed) = replay(&[plain.clone(), pending.clone()]);
         assert_eq!(fetched(&open), Err(ErrorCode::UNSTABLE_OFFSET_COMMIT));
-        let next = replayed.next_sequences[&PRODUCER.producer_id];
-        assert_eq!(next, (PRODUCER.producer_epoch, Sequence(8)));
+        assert_eq!(replayed.records, 2);
         let (committed, _) = replay(&[
             plain.clone(),
             pending.clone(),

@@ -175,6 +175,20 @@ impl PartitionLog {
             .await
     }
 
+    /// [`PartitionLog::append`] of a producer's transactional batch that a
+    /// coordinator writes (the group coordinator's transactional offset
+    /// commit): its epoch and transaction are checked, its sequence is not,
+    /// as Kafka's `AppendOrigin.COORDINATOR`.
+    pub async fn append_from_coordinator(
+        &self,
+        records: &[u8],
+        leader_epoch: LeaderEpoch,
+        now_ms: i64,
+    ) -> Result<AppendInfo, StorageError> {
+        self.append_as(records, leader_epoch, now_ms, Origin::Coordinator)
+            .await
+    }
+
     pub(crate) async fn append_as(
         &self,
         records: &[u8],
@@ -576,6 +590,9 @@ fn producer_batch(
             (ProducerOfBatch::Data(data), Origin::Client(guard)) => {
                 check = ProducerCheck::Data(data, guard);
             }
+            (ProducerOfBatch::Data(data), Origin::Coordinator) => {
+                check = ProducerCheck::Coordinator(data);
+            }
             (ProducerOfBatch::ControlMarker { .. }, Origin::Marker) => {
                 let marker = TxnMarker::read(batch).map_err(|error| StorageError::Corrupt {
                     path: PathBuf::new(),
@@ -587,7 +604,7 @@ fn producer_batch(
             }
             // Clients cannot produce control batches (refused before here),
             // and markers carry nothing else.
-            (ProducerOfBatch::ControlMarker { .. }, Origin::Client(_))
+            (ProducerOfBatch::ControlMarker { .. }, Origin::Client(_) | Origin::Coordinator)
             | (ProducerOfBatch::Data(_), Origin::Marker) => {
                 return Err(StorageError::ControlBatchMisplaced);
             }

@@ -122,6 +122,9 @@ pub(crate) enum Origin {
     Client(Option<VerificationGuard>),
     /// The transaction coordinator's COMMIT or ABORT marker.
     Marker,
+    /// A coordinator writing a producer's transactional batch (the group
+    /// coordinator's transactional offset commits): no sequence check.
+    Coordinator,
 }
 
 /// The producer part of an append (see `producer_batch`).
@@ -129,6 +132,7 @@ pub(crate) enum Origin {
 pub(crate) enum ProducerCheck {
     None,
     Data(ProducerBatch, Option<VerificationGuard>),
+    Coordinator(ProducerBatch),
     Marker(TxnMarker),
 }
 
@@ -156,6 +160,10 @@ impl PartitionLog {
             ProducerCheck::Marker(marker) => {
                 let pending = manager.check_marker(&marker, TransactionVersion::LEGACY)?;
                 return Ok(Checked::Append(Pending::Marker(pending)));
+            }
+            ProducerCheck::Coordinator(batch) => {
+                let pending = manager.check_coordinator_batch(&batch)?;
+                return Ok(Checked::Append(Pending::Data(pending)));
             }
             ProducerCheck::Data(batch, None) => manager.check_batch(&batch)?,
             ProducerCheck::Data(batch, Some(guard)) => {

@@ -181,6 +181,30 @@ impl ProducerStateManager {
         }))
     }
 
+    /// Decides what to do with a transactional batch a coordinator writes
+    /// for a producer (the group coordinator's transactional offset
+    /// commits): Kafka's `AppendOrigin.COORDINATOR`, which checks the
+    /// producer's epoch and transaction state but neither looks for a
+    /// duplicate nor checks the sequence (the coordinator numbers its
+    /// batches 0; the producer's own sequences are for its own batches).
+    pub fn check_coordinator_batch(
+        &self,
+        batch: &ProducerBatch,
+    ) -> Result<PendingAppend, ProducerError> {
+        let entry = self.producers.get(&batch.producer_id);
+        if entry.is_none() && self.producers.len() >= self.config.producers_max {
+            return Err(ProducerError::ProducersLimitReached {
+                limit: self.config.producers_max,
+            });
+        }
+        check_epoch(batch, entry)?;
+        check_transaction(batch, entry)?;
+        Ok(PendingAppend {
+            batch: *batch,
+            checked_against: fingerprint(entry),
+        })
+    }
+
     /// Records a checked batch once the log placed it at `base_offset`.
     pub fn record_appended(&mut self, pending: PendingAppend, base_offset: Offset) {
         debug_assert_eq!(

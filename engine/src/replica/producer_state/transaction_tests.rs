@@ -670,3 +670,41 @@ proptest! {
         }
     }
 }
+
+/// A coordinator's transactional batches (the group coordinator's offset
+/// commits, numbered 0 each time) skip the sequence and duplicate checks,
+/// as Kafka's `AppendOrigin.COORDINATOR` does, but not the epoch's.
+#[test]
+fn coordinator_batches_skip_the_sequence_check_but_not_the_epoch() {
+    let mut manager = manager();
+    append(&mut manager, txn_batch(P1, 3, 0, 2));
+    for _ in 0..3 {
+        let batch = txn_batch(P1, 3, 0, 1);
+        assert!(
+            matches!(
+                manager.check_batch(&batch),
+                Ok(Verdict::Duplicate { .. }) | Err(_)
+            ),
+            "a client's batch at sequence 0 again is a retry or out of order"
+        );
+        let pending = manager
+            .check_coordinator_batch(&batch)
+            .expect("a coordinator's batch at sequence 0 is taken");
+        let offset = manager.map_end_offset();
+        manager.record_appended(pending, offset);
+    }
+    assert_eq!(manager.map_end_offset(), Offset(5), "every one appended");
+    let fenced = txn_batch(P1, 2, 0, 1);
+    assert!(matches!(
+        manager.check_coordinator_batch(&fenced),
+        Err(ProducerError::InvalidProducerEpoch { .. })
+    ));
+    let idempotent = ProducerBatch {
+        kind: BatchKind::Idempotent,
+        ..txn_batch(P1, 3, 0, 1)
+    };
+    assert!(matches!(
+        manager.check_coordinator_batch(&idempotent),
+        Err(ProducerError::InvalidTransactionState { .. })
+    ));
+}
