@@ -15,9 +15,9 @@ use brook_tests::load::{Busy, rounds};
 use brook_tests::netns::Network;
 
 use crate::cluster_replication::{
-    Load, QUICK_FENCING, check_exactly_once, consume_all, create_placed, create_replicated,
-    kill_and_compare_replicas, leaders, one_record, placements, preferred_leaders,
-    wait_for_full_isr, wait_for_placement,
+    Load, QUICK_FENCING, WRITES_BETWEEN_FAULTS, check_exactly_once, consume_all, create_placed,
+    create_replicated, kill_and_compare_replicas, leaders, one_record, placements,
+    preferred_leaders, wait_for_full_isr, wait_for_placement, wait_for_writes,
 };
 
 const BROOK: &str = env!("CARGO_BIN_EXE_brook-e2e");
@@ -51,7 +51,7 @@ fn a_leader_cut_off_from_the_others_is_replaced_and_follows_once_healed() {
     let (mut cluster, _) = Cluster::formed_in(BROOK, root.path(), &network, 3, &settings);
     create_replicated(&cluster, "cut", PARTITIONS);
     let load = Load::start(&cluster, "cut", PARTITIONS);
-    std::thread::sleep(Duration::from_secs(2));
+    wait_for_writes(&cluster, "cut", PARTITIONS, WRITES_BETWEEN_FAULTS);
     for round in 0..rounds(1, 10) {
         for cut_controller in [false, true] {
             let (partition, cut) = led_by(&cluster, cut_controller);
@@ -66,7 +66,8 @@ fn a_leader_cut_off_from_the_others_is_replaced_and_follows_once_healed() {
             );
         }
     }
-    std::thread::sleep(Duration::from_secs(1));
+    // The checks below cover records written after the last heal.
+    wait_for_writes(&cluster, "cut", PARTITIONS, WRITES_BETWEEN_FAULTS);
     let deliveries = load.finish();
     let read = consume_all(&cluster, "cut", PARTITIONS);
     assert!(

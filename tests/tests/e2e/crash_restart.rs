@@ -18,12 +18,14 @@ use rdkafka::consumer::Consumer;
 
 use crate::cluster_replication::{
     Load, QUICK_FENCING, bootstrap, check_exactly_once, consume_all, create_replicated,
-    wait_for_full_isr,
+    wait_for_full_isr, wait_for_writes,
 };
 
 const BROOK: &str = env!("CARGO_BIN_EXE_brook-e2e");
-/// Traffic between one restart and the next kill.
-const BETWEEN_KILLS: Duration = Duration::from_millis(700);
+/// Records the load writes to every partition between one restart and
+/// the next kill (and after the last): each kill lands on a running load,
+/// and the checks cover records written after it.
+const WRITES_BETWEEN_KILLS: i64 = 200;
 
 /// Consumers that fetch every partition of a topic from their own threads
 /// until dropped (librdkafka reconnects through each restart).
@@ -127,10 +129,10 @@ fn a_killed_broker_restarts_at_once_under_its_clients_and_loses_nothing() {
     let readers = Readers::start(&bootstrap(&cluster), "restarted", 4, 3);
     let mut restarts = Vec::new();
     for _ in 0..rounds(10, 50) {
-        std::thread::sleep(BETWEEN_KILLS);
+        wait_for_writes(&cluster, "restarted", 4, WRITES_BETWEEN_KILLS);
         restarts.push(kill_and_restart_at_once(&mut cluster.nodes[0]));
     }
-    std::thread::sleep(Duration::from_secs(1));
+    wait_for_writes(&cluster, "restarted", 4, WRITES_BETWEEN_KILLS);
     let fetched = readers.finish();
     let deliveries = load.finish();
     drop(busy);
@@ -161,11 +163,11 @@ fn a_killed_cluster_node_restarts_at_once_and_rejoins_losing_nothing() {
     let mut restarts = Vec::new();
     for cycle in 0..rounds(3, 50) {
         let node = cycle % 3;
-        std::thread::sleep(BETWEEN_KILLS);
+        wait_for_writes(&cluster, "restarted", 3, WRITES_BETWEEN_KILLS);
         restarts.push(kill_and_restart_at_once(&mut cluster.nodes[node]));
         wait_for_full_isr(&cluster, (node + 1) % 3, "restarted", 3);
     }
-    std::thread::sleep(Duration::from_secs(1));
+    wait_for_writes(&cluster, "restarted", 3, WRITES_BETWEEN_KILLS);
     let fetched = readers.finish();
     let deliveries = load.finish();
     drop(busy);
