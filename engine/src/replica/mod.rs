@@ -5,6 +5,7 @@
 //! replica a consumer reads from (KIP-392).
 
 pub mod divergence;
+pub mod follower;
 pub mod producer_state;
 pub mod read_replica;
 pub mod replication;

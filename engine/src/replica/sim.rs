@@ -50,7 +50,7 @@ use crate::log::config::FlushPolicy;
 use crate::log::epoch_cache::LeaderEpochCache;
 use crate::log::progress::{ActiveSegment, LogProgress, SegmentBytes, SyncStep, SyncerState};
 use crate::protocol::errors::ErrorCode;
-use crate::replica::divergence::EpochEndOffset;
+use crate::replica::follower::PartitionAnswer;
 use crate::replica::replication::{
     AckProgress, Action, FetchAsked, PartitionReplication, ReplicationSettings, Role,
 };
@@ -159,15 +159,12 @@ struct Entry {
     value: u64,
 }
 
-/// What a leader answered a fetch with.
+/// What a leader answered a fetch with: the partition's part of a Fetch
+/// answer as the broker's follower reads it, and the entries it carried.
 #[derive(Clone, Debug)]
-enum Answer {
-    /// OFFSET_OUT_OF_RANGE: the follower truncates to this offset.
-    OutOfRange(Offset),
-    /// The follower's last epoch diverged; it truncates by epoch.
-    Diverged(EpochEndOffset),
-    /// Entries from the fetch offset, and the leader's HW.
-    Records(Vec<Entry>, Offset),
+struct Answer {
+    partition: PartitionAnswer,
+    entries: Vec<Entry>,
 }
 
 /// A fetch answer on its way back to the follower.

@@ -1,12 +1,16 @@
 //! The followers' fetchers in the simulation: a fetch answered by the
-//! leader at once (records, a diverging epoch or out of range), delivered
-//! now or held back and delivered late, when the follower takes it only if
-//! it still applies.
+//! leader at once (records, a diverging epoch, out of range or a refusal,
+//! as the broker's leader answers), delivered now or held back and
+//! delivered late; the follower then does what the broker's fetcher does
+//! ([`crate::replica::follower::step_for`]), which drops an answer that no
+//! longer applies.
 
 use rand::Rng;
 
 use super::{Answer, Entry, InFlight, ReplicaBug, ReplicaViolation, Sim, now};
-use crate::replica::divergence::{Restart, diverging_epoch, out_of_range_restart, truncation_for};
+use crate::protocol::errors::ErrorCode;
+use crate::replica::divergence::{diverging_epoch, truncation_for};
+use crate::replica::follower::{FollowerStep, PartitionAnswer, step_for};
 use crate::replica::replication::{FetchAsked, FollowerFetch, Role};
 use crate::types::{LeaderEpoch, Offset};
 
@@ -61,18 +65,27 @@ impl Sim {
             let node = &self.nodes[leader];
             (node.end(), node.epochs.clone())
         };
-        let answer = match diverging_epoch(
+        let answered = |error: ErrorCode, diverging_epoch| PartitionAnswer {
+            error,
+            high_watermark: Offset(-1),
+            log_start_offset: Offset(0),
+            diverging_epoch,
+        };
+        let mut answer = match diverging_epoch(
             &leader_epochs,
             Offset(0),
             leader_end,
             fetch_offset,
             last_epoch,
         ) {
-            Err(_) => match out_of_range_restart(fetch_offset, Offset(0), leader_end) {
-                Restart::TruncateTo(offset) => Answer::OutOfRange(offset),
-                Restart::StartAt(_) | Restart::Resume(_) => return Ok(()),
+            Err(error) => Answer {
+                partition: answered(error, None),
+                entries: Vec::new(),
             },
-            Ok(Some(diverged)) => Answer::Diverged(diverged),
+            Ok(Some(diverged)) => Answer {
+                partition: answered(ErrorCode::NONE, Some(diverged)),
+                entries: Vec::new(),
+            },
             Ok(None) => {
                 let replica = self.nodes[follower].id;
                 let fetched = self.nodes[leader]
@@ -86,21 +99,32 @@ impl Sim {
                         eligible: true,
                         now_ms: now,
                     });
-                let Ok(actions) = fetched else {
-                    return Ok(());
-                };
-                self.apply(leader, actions)?;
-                let count = self.rng.gen_range(0..=4usize);
-                let copied: Vec<Entry> = self.nodes[leader]
-                    .log
-                    .iter()
-                    .skip(fetch_offset.0 as usize)
-                    .take(count)
-                    .copied()
-                    .collect();
-                Answer::Records(copied, self.high_watermark(leader))
+                match fetched {
+                    Err(error) => Answer {
+                        partition: answered(error, None),
+                        entries: Vec::new(),
+                    },
+                    Ok(actions) => {
+                        self.apply(leader, actions)?;
+                        let count = self.rng.gen_range(0..=4usize);
+                        let entries: Vec<Entry> = self.nodes[leader]
+                            .log
+                            .iter()
+                            .skip(fetch_offset.0 as usize)
+                            .take(count)
+                            .copied()
+                            .collect();
+                        Answer {
+                            partition: answered(ErrorCode::NONE, None),
+                            entries,
+                        }
+                    }
+                }
             }
         };
+        // Every answer carries the leader's HW as it is once the fetch is
+        // recorded.
+        answer.partition.high_watermark = self.nodes[leader].progress.high_watermark();
         let flight = InFlight {
             follower,
             leader,
@@ -133,7 +157,8 @@ impl Sim {
         self.deliver(flight)
     }
 
-    /// The follower takes a fetch answer, if it still applies
+    /// The follower does with a fetch answer what the broker's fetcher
+    /// does ([`step_for`]): nothing, if it no longer applies
     /// ([`PartitionReplication::takes_answer`]).
     fn deliver(&mut self, flight: InFlight) -> Result<(), ReplicaViolation> {
         let follower = flight.follower;
@@ -141,20 +166,27 @@ impl Sim {
         let Some(replication) = node.replication.as_ref() else {
             return Ok(());
         };
-        if !replication.takes_answer(&flight.asked, node.end()) {
+        let mut applies = replication.takes_answer(&flight.asked, node.end());
+        if !applies {
             self.report.stale_answers += 1;
-            if self.config.bug != Some(ReplicaBug::TakeStaleFetchAnswers) {
-                return Ok(());
-            }
+            applies = self.config.bug == Some(ReplicaBug::TakeStaleFetchAnswers);
         }
-        match flight.answer {
-            Answer::OutOfRange(offset) => self.truncate_follower(follower, offset),
-            Answer::Diverged(diverged) => {
+        let Answer { partition, entries } = flight.answer;
+        match step_for(applies, &partition, node.end()) {
+            FollowerStep::Drop | FollowerStep::Pause(_) => {}
+            FollowerStep::TruncateTo(offset) => self.truncate_follower(follower, offset),
+            // The simulated logs all start at 0, which a leader never
+            // deletes: its log start is never past a follower's end.
+            FollowerStep::StartAt(offset) => self.truncate_follower(follower, offset),
+            FollowerStep::TruncateByEpoch(diverged) => {
                 let node = &self.nodes[follower];
                 let truncation = truncation_for(&node.epochs, node.end(), diverged);
                 self.truncate_follower(follower, truncation.offset);
             }
-            Answer::Records(entries, leader_high_watermark) => {
+            FollowerStep::Append {
+                leader_high_watermark,
+                ..
+            } => {
                 let now = now(self.step);
                 let bug = self.config.bug;
                 let node = &mut self.nodes[follower];

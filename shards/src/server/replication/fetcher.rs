@@ -27,7 +27,8 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use brook_engine::protocol::errors::ErrorCode;
-use brook_engine::replica::divergence::{EpochEndOffset, Restart, out_of_range_restart};
+use brook_engine::replica::divergence::EpochEndOffset;
+use brook_engine::replica::follower::{FetchPause, FollowerStep, PartitionAnswer, step_for};
 use brook_engine::replica::replication::FetchAsked;
 use brook_engine::types::{BrokerId, LeaderEpoch, Offset, PartitionId, TopicPartition};
 use futures::channel::oneshot;
@@ -282,78 +283,86 @@ async fn take_answer(
 ) -> Option<Duration> {
     let log = shard.log(topic_partition)?;
     let log_end_offset = log.log_end_offset();
-    if !shard
+    let applies = shard
         .replication
-        .takes_answer(topic_partition, asked, log_end_offset)
-    {
-        tracing::debug!(
-            partition = %topic_partition,
-            ?asked,
-            log_end = log_end_offset.0,
-            "dropping a replica fetch answer that no longer applies"
-        );
-        return None;
-    }
-    let error = ErrorCode(answer.error_code);
-    if error == ErrorCode::OFFSET_OUT_OF_RANGE {
-        let restart = out_of_range_restart(
-            log.log_end_offset(),
-            Offset(answer.log_start_offset),
-            Offset(answer.high_watermark),
-        );
-        let cut = match restart {
-            Restart::TruncateTo(offset) => LogCut::To(offset),
-            Restart::StartAt(offset) => LogCut::FullyAndStartAt(offset),
-            Restart::Resume(_) => return Some(BACKOFF),
-        };
-        return truncate(shard, topic_partition, cut).await;
-    }
-    if error.is_error() {
-        let leader_moved = [
-            ErrorCode::NOT_LEADER_OR_FOLLOWER,
-            ErrorCode::FENCED_LEADER_EPOCH,
-            ErrorCode::UNKNOWN_LEADER_EPOCH,
-            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-        ];
-        if leader_moved.contains(&error) {
-            return Some(LEADER_MOVED_PAUSE);
+        .takes_answer(topic_partition, asked, log_end_offset);
+    let diverging_epoch = (answer.diverging_epoch.epoch >= 0).then_some(EpochEndOffset {
+        epoch: LeaderEpoch(answer.diverging_epoch.epoch),
+        end_offset: Offset(answer.diverging_epoch.end_offset),
+    });
+    let read = PartitionAnswer {
+        error: ErrorCode(answer.error_code),
+        high_watermark: Offset(answer.high_watermark),
+        log_start_offset: Offset(answer.log_start_offset),
+        diverging_epoch,
+    };
+    match step_for(applies, &read, log_end_offset) {
+        FollowerStep::Drop => {
+            tracing::debug!(
+                partition = %topic_partition,
+                ?asked,
+                log_end = log_end_offset.0,
+                "dropping a replica fetch answer that no longer applies"
+            );
+            None
         }
-        tracing::warn!(partition = %topic_partition, ?error, "the leader refused a partition's replica fetch");
-        return Some(BACKOFF);
-    }
-    if answer.diverging_epoch.epoch >= 0 {
-        let truncation = log.truncation_for(EpochEndOffset {
-            epoch: LeaderEpoch(answer.diverging_epoch.epoch),
-            end_offset: Offset(answer.diverging_epoch.end_offset),
-        });
-        tracing::info!(
-            partition = %topic_partition,
-            offset = truncation.offset.0,
-            leader_epoch = answer.diverging_epoch.epoch,
-            "truncating a diverged suffix"
-        );
-        return truncate(shard, topic_partition, LogCut::To(truncation.offset)).await;
-    }
-    if let Some(records) = answer.records.filter(|records| !records.is_empty()) {
-        let appended = match log.append_as_follower(&records, now_ms()).await {
-            Ok(appended) => appended,
-            Err(error) => {
-                tracing::warn!(partition = %topic_partition, %error, "appending the leader's records failed");
-                return Some(BACKOFF);
+        FollowerStep::TruncateTo(offset) => {
+            truncate(shard, topic_partition, LogCut::To(offset)).await
+        }
+        FollowerStep::StartAt(offset) => {
+            truncate(shard, topic_partition, LogCut::FullyAndStartAt(offset)).await
+        }
+        FollowerStep::TruncateByEpoch(diverging) => {
+            let truncation = log.truncation_for(diverging);
+            tracing::info!(
+                partition = %topic_partition,
+                offset = truncation.offset.0,
+                leader_epoch = diverging.epoch.0,
+                "truncating a diverged suffix"
+            );
+            truncate(shard, topic_partition, LogCut::To(truncation.offset)).await
+        }
+        FollowerStep::Pause(FetchPause::LeaderMoved) => Some(LEADER_MOVED_PAUSE),
+        FollowerStep::Pause(FetchPause::Backoff) => {
+            if read.error.is_error() {
+                tracing::warn!(partition = %topic_partition, error = ?read.error, "the leader refused a partition's replica fetch");
             }
-        };
-        if let Err(error) = log.wait_counted(appended.log_end_offset).await {
-            tracing::warn!(partition = %topic_partition, %error, "replicated records did not become durable");
+            Some(BACKOFF)
+        }
+        FollowerStep::Append {
+            leader_high_watermark,
+            leader_log_start_offset,
+        } => {
+            let records = answer.records.as_deref();
+            if let Some(pause) = append(topic_partition, &log, records).await {
+                return Some(pause);
+            }
+            ReplicaHost::followed(shard, topic_partition, &log, Some(leader_high_watermark));
+            follow_log_start(topic_partition, &log, leader_log_start_offset);
+            None
+        }
+    }
+}
+
+/// Appends the leader's records and waits until they count here; the
+/// pause after a failure.
+async fn append(
+    topic_partition: &TopicPartition,
+    log: &crate::storage::PartitionLog,
+    records: Option<&[u8]>,
+) -> Option<Duration> {
+    let records = records.filter(|records| !records.is_empty())?;
+    let appended = match log.append_as_follower(records, now_ms()).await {
+        Ok(appended) => appended,
+        Err(error) => {
+            tracing::warn!(partition = %topic_partition, %error, "appending the leader's records failed");
             return Some(BACKOFF);
         }
+    };
+    if let Err(error) = log.wait_counted(appended.log_end_offset).await {
+        tracing::warn!(partition = %topic_partition, %error, "replicated records did not become durable");
+        return Some(BACKOFF);
     }
-    ReplicaHost::followed(
-        shard,
-        topic_partition,
-        &log,
-        Some(Offset(answer.high_watermark)),
-    );
-    follow_log_start(topic_partition, &log, Offset(answer.log_start_offset));
     None
 }
 
