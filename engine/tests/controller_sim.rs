@@ -119,3 +119,26 @@ fn the_checker_catches_offline_replicas_left_leading() {
     config.bug = Some(Bug::HideOfflineDirs);
     assert_eq!(Simulation::new(config).run(), Err(violation));
 }
+
+/// A node started without a quorum is a quorum of one (README "One broker,
+/// one path"): it campaigns at once, and when it crashes and restarts its
+/// new incarnation registers with the controller it is itself. Sweeps of
+/// one-voter clusters, alone and with a broker beside the voter, keep every
+/// invariant, settle (every live broker registered and unfenced) and crash
+/// the voter.
+#[test]
+fn a_quorum_of_one_keeps_every_invariant() {
+    let count = (sweep_length() / 4).max(50);
+    for brokers_only in [0, 1] {
+        let reports = sweep(0, count, |config| {
+            config.voters = 1;
+            config.brokers_only = brokers_only;
+        })
+        .unwrap_or_else(|violation| panic!("{brokers_only} beside the voter: {violation}"));
+        let total: Report = reports.iter().sum();
+        println!("one voter, {brokers_only} beside it, {count} seeds: {total:?}");
+        assert!(total.crashes > count, "{total:?}");
+        assert!(total.topics > count, "{total:?}");
+        assert!(total.terms > count, "{total:?}");
+    }
+}

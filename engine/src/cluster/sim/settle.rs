@@ -105,9 +105,14 @@ impl Simulation {
     }
 
     /// Stops the last broker past its session: it must be fenced; resumed,
-    /// it must be unfenced.
+    /// it must be unfenced. (Not when that broker is the one voter: nothing
+    /// runs to fence it, as a one-node Brook that is stopped is fenced by
+    /// no one.)
     pub(super) fn check_fencing_end_to_end(&mut self) -> Checked {
         let node = self.nodes.len() - 1;
+        if self.config.voters == 1 && node == 0 {
+            return Ok(());
+        }
         let start = self.now_ms;
         self.schedule(0, Event::Pause(node, SESSION_TIMEOUT_MS + 4_000));
         self.run_until(start + SESSION_TIMEOUT_MS + 3_000)?;
