@@ -66,7 +66,7 @@ impl PartitionLog {
         self.inner.state.borrow().check_usable().is_ok()
     }
 
-    /// From now on, moves of the visible offset ring `news`.
+    /// From now on, moves of the high watermark and the written offset ring `news`.
     pub(crate) fn tell_news(&self, news: Rc<ShardNews>) {
         self.inner.state.borrow_mut().news = Some(news);
     }

@@ -105,7 +105,7 @@ pub struct Store {
     /// concurrently.
     opening: RefCell<std::collections::HashSet<TopicPartition>>,
     logs: RefCell<LogTable>,
-    /// Rung when any log's visible offset moves.
+    /// Rung when any log's high watermark or written offset moves.
     news: Rc<ShardNews>,
     maintenance: RefCell<Option<glommio::Task<()>>>,
     /// Takes logs of directories other shards saw fail offline.
@@ -286,7 +286,7 @@ impl Store {
         }
     }
 
-    /// How many times any of this shard's logs' visible offsets moved (or
+    /// How many times any of this shard's logs' high watermarks or written offsets moved (or
     /// a log went offline).
     pub fn news_generation(&self) -> u64 {
         self.news.generation()

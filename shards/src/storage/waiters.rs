@@ -113,7 +113,7 @@ impl ShardNews {
         receiver
     }
 
-    /// Some partition's visible offset moved.
+    /// Some partition's high watermark or written offset moved.
     pub fn ring(&self) {
         self.generation.set(self.generation.get() + 1);
         let waiting = std::mem::take(&mut *self.waiting.borrow_mut());

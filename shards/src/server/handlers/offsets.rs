@@ -96,7 +96,7 @@ async fn list_offset(log: PartitionLog, timestamp: i64, committed: bool) -> (Err
     }
 }
 
-/// The first visible record with a timestamp ≥ `target` (offset -1 if none).
+/// The first record below the high watermark with a timestamp ≥ `target` (offset -1 if none).
 async fn stamp_of(log: &PartitionLog, target: TimestampMs) -> (ErrorCode, i64, i64) {
     match log.offset_for_timestamp(target).await {
         Ok(Some(stamp)) if stamp.offset < log.high_watermark() => {

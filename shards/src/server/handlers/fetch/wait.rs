@@ -51,7 +51,7 @@ const PER_PARTITION_WAITERS_MAX: usize = 32;
 
 /// What a waiting fetch waits for on one owning shard.
 enum WaitFor {
-    /// Any partition's visible offset moving past this generation.
+    /// Any partition's high watermark (or a follower's written offset) moving past this generation.
     News(u64),
     /// One of these partitions reaching its offset: its high watermark, or
     /// for a follower (`true`) its written end.
