@@ -17,7 +17,7 @@
 
 use std::net::TcpStream;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use brook_tests::cluster::Cluster;
@@ -346,6 +346,7 @@ fn create_until(
     address: String,
     prefix: String,
     stop: Arc<AtomicBool>,
+    answered: Arc<AtomicUsize>,
 ) -> std::thread::JoinHandle<Vec<Asked>> {
     std::thread::spawn(move || {
         let mut asked = Vec::new();
@@ -354,9 +355,24 @@ fn create_until(
             asked.push(keep_asking(&address, |stream, tries| {
                 create_topic(stream, &topic, tries)
             }));
+            answered.fetch_add(1, Ordering::Relaxed);
         }
         asked
     })
+}
+
+/// Waits until every creator had a CreateTopics answered: the kill that
+/// follows lands on admin traffic that is running, however busy the
+/// machine.
+fn wait_for_answers(answered: &[Arc<AtomicUsize>]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while answered
+        .iter()
+        .any(|count| count.load(Ordering::Relaxed) == 0)
+    {
+        assert!(Instant::now() < deadline, "a creator got no answer in 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Prints what a round found; adds each failed request to `failed`.
@@ -413,15 +429,18 @@ fn every_broker_answers_admin_requests_while_the_controller_is_killed_and_restar
         let registrations = logged(&cluster, controller, REGISTERED);
         let refusals = logged(&cluster, controller, "registration refused");
         let stop = Arc::new(AtomicBool::new(false));
+        let mut answered = Vec::new();
         let creating: Vec<_> = (0..cluster.nodes.len())
             .filter(|index| *index != controller)
             .map(|index| {
                 let address = cluster.nodes[index].address.clone();
                 let prefix = format!("round-{round}-across-{index}");
-                (index, create_until(address, prefix, stop.clone()))
+                let count = Arc::new(AtomicUsize::new(0));
+                answered.push(count.clone());
+                (index, create_until(address, prefix, stop.clone(), count))
             })
             .collect();
-        std::thread::sleep(Duration::from_secs(1));
+        wait_for_answers(&answered);
         cluster.nodes[controller].kill();
         cluster.nodes[controller].restart_at_once();
         let found = ask_everyone(&cluster, round);
