@@ -6,7 +6,9 @@
 //! truncates to its high watermark instead of by leader epoch, and a
 //! follower that takes a fetch answer sent before its leader or log moved,
 //! and a replica that counts what it wrote as held before it is synced
-//! (the log core's durability rule, which the simulator drives).
+//! (the log core's durability rule, which the simulator drives), and a
+//! new leader that answers the latest offset before its HW reaches its
+//! epoch's start (KIP-207).
 //! `BROOK_SIM_SEEDS=N` sets the sweep's length (CI: 1,000).
 
 use brook_engine::cluster::sim::sweep_length;
@@ -64,6 +66,19 @@ fn counting_unsynced_writes_as_held_loses_an_acknowledged_record() {
     // or the HW they moved.
     assert!(
         violation.what.contains("committed record") || violation.what.contains("HW"),
+        "{violation}"
+    );
+}
+
+#[test]
+fn answering_the_latest_offset_behind_the_epoch_start_hides_acknowledged_records() {
+    let violation = sweep(0, 2_000, |config| {
+        config.bug = Some(ReplicaBug::AnswerLatestBehindEpochStart)
+    })
+    .expect_err("the checker must catch a latest offset below a committed record");
+    println!("{violation}");
+    assert!(
+        violation.what.contains("answers the latest offset"),
         "{violation}"
     );
 }

@@ -33,6 +33,8 @@ pub const PRODUCE_TIMEOUT: Duration = Duration::from_secs(10);
 /// margin the two timeouts raced: a test read nothing at 10 s while the
 /// broker's REQUEST_TIMED_OUT, right, was on its way.
 pub const ANSWER_MARGIN: Duration = Duration::from_secs(5);
+/// The `replica_id` a consumer's ListOffsets and Fetch carry.
+pub const CONSUMER: kafka_protocol::messages::BrokerId = kafka_protocol::messages::BrokerId(-1);
 
 /// A connection with a read timeout ([`READ_TIMEOUT`]), so a missing
 /// answer fails the test.
@@ -249,16 +251,26 @@ pub fn produce_batch(
 }
 
 /// ListOffsets for one partition at `timestamp` (-1 latest, -2 earliest),
-/// read_uncommitted: the offset answered.
+/// read_uncommitted, as a consumer asks: the offset answered. A new leader
+/// that cannot answer yet (OFFSET_NOT_AVAILABLE, KIP-207) is asked again
+/// for up to 30 s, as Kafka's consumer retries it.
 pub fn list_offset(stream: &mut TcpStream, topic: &str, partition: i32, timestamp: i64) -> i64 {
-    let answer =
-        list_offset_answer(stream, topic, partition, timestamp).expect("a ListOffsets answer");
-    assert_eq!(
-        answer.0, 0,
-        "ListOffsets of {topic}-{partition}: error {}",
-        answer.0
-    );
-    answer.1
+    const OFFSET_NOT_AVAILABLE: i16 = 78;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer =
+            list_offset_answer(stream, topic, partition, timestamp).expect("a ListOffsets answer");
+        if answer.0 == OFFSET_NOT_AVAILABLE && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        assert_eq!(
+            answer.0, 0,
+            "ListOffsets of {topic}-{partition}: error {}",
+            answer.0
+        );
+        return answer.1;
+    }
 }
 
 /// ListOffsets for one partition: its error code and offset, or `None` if
@@ -280,7 +292,9 @@ pub fn list_offset_answer(
         stream,
         ApiKey::ListOffsets,
         7,
-        &ListOffsetsRequest::default().with_topics(vec![topic]),
+        &ListOffsetsRequest::default()
+            .with_replica_id(CONSUMER)
+            .with_topics(vec![topic]),
     )?;
     let answer = response.topics.first()?.partitions.first()?;
     Some((answer.error_code, answer.offset))

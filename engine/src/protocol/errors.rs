@@ -67,6 +67,9 @@ impl ErrorCode {
     pub const UNKNOWN_LEADER_EPOCH: ErrorCode = ErrorCode(75);
     pub const FENCED_LEADER_EPOCH: ErrorCode = ErrorCode(74);
     pub const INVALID_RECORD: ErrorCode = ErrorCode(87);
+    /// ListOffsets asked a new leader whose HW is still behind the start of
+    /// its epoch (KIP-207); retriable.
+    pub const OFFSET_NOT_AVAILABLE: ErrorCode = ErrorCode(78);
     pub const UNKNOWN_TOPIC_ID: ErrorCode = ErrorCode(100);
     pub const INCONSISTENT_TOPIC_ID: ErrorCode = ErrorCode(103);
     pub const FETCH_SESSION_ID_NOT_FOUND: ErrorCode = ErrorCode(70);

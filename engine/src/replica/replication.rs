@@ -435,6 +435,18 @@ impl PartitionReplication {
         Some(starts.fold(local_log_start, Offset::min))
     }
 
+    /// Whether this replica leads with a high watermark still below the log
+    /// end it started its leader epoch at (Kafka's `leaderEpochStartOffsetOpt`
+    /// check, KIP-207). A new leader learns the HW its predecessor reached
+    /// only as its followers fetch, so a record acknowledged before the
+    /// election can lie above its HW; until the HW passes the epoch start, a
+    /// consumer's ListOffsets for the latest offset (or a timestamp at or
+    /// past the HW) gets OFFSET_NOT_AVAILABLE, a retriable error, rather
+    /// than an end a reader would stop at short of acknowledged records.
+    pub fn high_watermark_behind_epoch_start(&self) -> bool {
+        self.role() == Role::Leader && self.high_watermark < self.leader_epoch_start_offset
+    }
+
     /// Time passed: proposes dropping ISR members that fell behind, and
     /// lets the HW pass followers that stopped being caught up.
     pub fn tick(&mut self, now_ms: u64) -> Vec<Action> {

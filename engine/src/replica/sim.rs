@@ -25,7 +25,9 @@
 //!   a high watermark, is ever lost or changed on the leader;
 //! - a replica's high watermark never goes back (within one incarnation);
 //! - below the leader's HW every live ISR member holds the leader's log;
-//! - one leader per leader epoch.
+//! - one leader per leader epoch;
+//! - the latest offset a leader answers a consumer (ListOffsets) is past
+//!   every committed record.
 //!
 //! Consumers read below the HW the log core serves, and a replica counts
 //! (for the HW and its fetch offset) what the core says it holds.
@@ -82,6 +84,10 @@ pub enum ReplicaBug {
     /// says it holds: under continuous flushing, an acknowledged record
     /// written but not synced on the replicas that hold it dies with them.
     CountWrittenAsHeld,
+    /// A new leader answers a consumer's ListOffsets for the latest offset
+    /// with a HW still below the start of its epoch (no KIP-207 check): a
+    /// reader that stops there misses records its predecessor acknowledged.
+    AnswerLatestBehindEpochStart,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -539,7 +545,9 @@ impl Sim {
     }
 
     /// A consumer reads the leader below the HW its log serves: what it
-    /// sees is committed.
+    /// sees is committed. It first asks where the partition ends
+    /// (ListOffsets, latest), as a reader that stops at the end does: an
+    /// answer must not stop it short of a committed record.
     fn read(&mut self) -> Result<(), ReplicaViolation> {
         let Some(leader) = self.leader_index() else {
             return Ok(());
@@ -551,6 +559,17 @@ impl Sim {
                 "leader {} serves a HW {high_watermark} past its log end {}",
                 node.id,
                 node.log.len()
+            )));
+        }
+        let replication = node.replication.as_ref().expect("a live leader");
+        let answers_latest = !replication.high_watermark_behind_epoch_start()
+            || self.config.bug == Some(ReplicaBug::AnswerLatestBehindEpochStart);
+        let last_committed = self.committed.last_key_value().map(|(offset, _)| *offset);
+        if answers_latest && last_committed.is_some_and(|last| last >= high_watermark) {
+            return Err(self.violation(format!(
+                "leader {} answers the latest offset {high_watermark} below committed offset {}",
+                node.id,
+                last_committed.unwrap_or_default()
             )));
         }
         for (offset, entry) in node.log.iter().enumerate().take(high_watermark) {

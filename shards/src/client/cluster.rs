@@ -38,6 +38,7 @@ const TOPIC_ALREADY_EXISTS: i16 = 36;
 const NOT_CONTROLLER: i16 = 41;
 /// Kafka's UNKNOWN_TOPIC_OR_PARTITION.
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+const OFFSET_NOT_AVAILABLE: i16 = 78;
 pub const DELETE_TOPICS_VERSION: i16 = 6;
 pub const CREATE_PARTITIONS_VERSION: i16 = 3;
 /// Kafka's `request.timeout.ms` default.
@@ -509,7 +510,8 @@ impl Cluster {
         )))
     }
 
-    /// One ListOffsets per leader; the partitions whose leader moved.
+    /// One ListOffsets per leader; the partitions to ask again (their
+    /// leader moved, or cannot answer yet).
     async fn offsets_from_leaders(
         &self,
         topic: &str,
@@ -558,9 +560,12 @@ impl Cluster {
                 .flat_map(|topic| topic.partitions)
             {
                 // A leader that has not served a topic just created yet
-                // says UNKNOWN_TOPIC_OR_PARTITION: retriable, as in Kafka.
+                // says UNKNOWN_TOPIC_OR_PARTITION, and a new leader whose
+                // HW is behind its epoch's start OFFSET_NOT_AVAILABLE
+                // (KIP-207): both retriable, as in Kafka.
                 if leader_moved(partition.error_code)
                     || partition.error_code == UNKNOWN_TOPIC_OR_PARTITION
+                    || partition.error_code == OFFSET_NOT_AVAILABLE
                 {
                     moved.push(partition.partition_index);
                     continue;

@@ -171,7 +171,9 @@ fn latest_offset(broker: &Broker) -> i64 {
         .write_all(&frame(
             ApiKey::ListOffsets,
             7,
-            &ListOffsetsRequest::default().with_topics(vec![topic]),
+            &ListOffsetsRequest::default()
+                .with_replica_id(brook_tests::raw::CONSUMER)
+                .with_topics(vec![topic]),
         ))
         .unwrap();
     let mut body = response(&mut stream, ApiKey::ListOffsets, 7).unwrap();

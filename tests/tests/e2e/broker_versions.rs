@@ -111,7 +111,9 @@ fn sweep(stream: &mut TcpStream, api_key: ApiKey, version: i16, topic_id: Uuid) 
                 stream,
                 api_key,
                 version,
-                &ListOffsetsRequest::default().with_topics(vec![topic]),
+                &ListOffsetsRequest::default()
+                    .with_replica_id(brook_tests::raw::CONSUMER)
+                    .with_topics(vec![topic]),
             );
             assert_eq!(response.topics[0].partitions[0].error_code, 0);
             assert!(response.topics[0].partitions[0].offset > 0);

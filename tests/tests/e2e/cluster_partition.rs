@@ -66,14 +66,11 @@ fn a_leader_cut_off_from_the_others_is_replaced_and_follows_once_healed() {
             );
         }
     }
-    // The load writes on after the last heal. A fixed second, not
-    // `wait_for_writes`: leadership balancing (every second here) moves
-    // leaders back right after a heal, and `consume_all` reads up to the
-    // end offsets the leaders answer, which a just-elected leader's lagging
-    // HW can put below an acknowledged record (a clean-clone CI run failed
-    // so with the wait, bf17222). Until `consume_all` takes its ends from a
-    // settled cluster, the settling time stays.
-    std::thread::sleep(Duration::from_secs(1));
+    // The checks below cover records written after the last heal. A
+    // leader balancing elects right after it answers `consume_all` no end
+    // until its HW reaches its epoch's start (KIP-207), so no acknowledged
+    // record lies past the ends it reads to.
+    wait_for_writes(&cluster, "cut", PARTITIONS, WRITES_BETWEEN_FAULTS);
     let deliveries = load.finish();
     let read = consume_all(&cluster, "cut", PARTITIONS);
     assert!(

@@ -34,6 +34,17 @@ pub(crate) fn create_placed(
     partitions: i32,
     assignments: &[&[i32]],
 ) {
+    create_guarded(cluster, topic, partitions, assignments, 2);
+}
+
+/// As [`create_placed`], with `min.insync.replicas` `min_insync`.
+pub(crate) fn create_guarded(
+    cluster: &Cluster,
+    topic: &str,
+    partitions: i32,
+    assignments: &[&[i32]],
+    min_insync: u32,
+) {
     use kafka_protocol::messages::create_topics_request::CreatableReplicaAssignment;
     let assigned: Vec<CreatableReplicaAssignment> = assignments
         .iter()
@@ -63,7 +74,7 @@ pub(crate) fn create_placed(
             .with_configs(vec![
                 CreatableTopicConfig::default()
                     .with_name(StrBytes::from_static_str("min.insync.replicas"))
-                    .with_value(Some(StrBytes::from_static_str("2"))),
+                    .with_value(Some(StrBytes::from_string(min_insync.to_string()))),
             ]),
     );
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -383,6 +394,22 @@ pub(crate) fn wait_for_placement(
     }
 }
 
+/// Three voters (nodes 0–2) and two broker-only nodes (3 and 4), with
+/// [`QUICK_FENCING`], once all five are registered: replicas on 3 and 4
+/// may die without the controller quorum losing a voter.
+pub(crate) fn voters_and_two_brokers(root: &Path) -> Cluster {
+    let (mut cluster, _) = Cluster::formed(BROOK, root, 3, &QUICK_FENCING);
+    cluster.add_broker(BROOK, root, 3, &QUICK_FENCING);
+    cluster.add_broker(BROOK, root, 4, &QUICK_FENCING);
+    cluster.wait_until(
+        &[0, 3, 4],
+        Duration::from_secs(30),
+        "five brokers",
+        |seen| seen.brokers == [0, 1, 2, 3, 4],
+    );
+    cluster
+}
+
 /// Settings that make a stopped broker leave within seconds.
 pub(crate) const QUICK_FENCING: [&str; 4] = [
     "--set",
@@ -409,15 +436,7 @@ pub(crate) fn one_record(value: &str) -> Vec<u8> {
 #[test]
 fn min_insync_replicas_refuses_acks_all_and_a_dead_isr_leaves_the_partition_offline() {
     let root = tempfile::tempdir().unwrap();
-    let (mut cluster, _) = Cluster::formed(BROOK, root.path(), 3, &QUICK_FENCING);
-    cluster.add_broker(BROOK, root.path(), 3, &QUICK_FENCING);
-    cluster.add_broker(BROOK, root.path(), 4, &QUICK_FENCING);
-    cluster.wait_until(
-        &[0, 3, 4],
-        Duration::from_secs(30),
-        "five brokers",
-        |seen| seen.brokers == [0, 1, 2, 3, 4],
-    );
+    let mut cluster = voters_and_two_brokers(root.path());
     create_placed(&cluster, "guarded", 1, &[&[0, 3, 4]]);
     wait_for_placement(&cluster, 1, "guarded", (0, vec![0, 3, 4]));
     let mut leader = brook_tests::raw::connect(&cluster.nodes[0]);
@@ -567,22 +586,9 @@ pub(crate) fn consume_all(
     partitions: i32,
 ) -> BTreeMap<i32, Vec<(i64, String)>> {
     use rdkafka::Message;
-    let live = (0..cluster.nodes.len())
-        .find(|index| leaders(cluster, *index, topic).is_some())
-        .expect("a node that answers");
-    let mut ends = BTreeMap::new();
-    for (partition, leader) in leaders(cluster, live, topic).unwrap() {
-        let mut stream = brook_tests::raw::connect(&cluster.nodes[leader as usize]);
-        ends.insert(
-            partition,
-            brook_tests::raw::list_offset(&mut stream, topic, partition, -1),
-        );
-    }
-    assert_eq!(
-        ends.len(),
-        partitions as usize,
-        "every partition has a leader"
-    );
+    let ends: BTreeMap<i32, i64> = (0..partitions)
+        .map(|partition| (partition, end_offset(cluster, topic, partition)))
+        .collect();
     let consumer =
         brook_tests::librdkafka::assigned_from_start(&bootstrap(cluster), topic, partitions);
     let mut read: BTreeMap<i32, Vec<(i64, String)>> = BTreeMap::new();
@@ -611,6 +617,37 @@ pub(crate) fn consume_all(
         }
     }
     read
+}
+
+/// Where `topic`'s `partition` ends for a consumer (ListOffsets, latest,
+/// from its leader), asked again as a client does while its leader moves
+/// or cannot answer yet (NOT_LEADER_OR_FOLLOWER and its kin,
+/// OFFSET_NOT_AVAILABLE), for up to 60 s.
+fn end_offset(cluster: &Cluster, topic: &str, partition: i32) -> i64 {
+    const ASK_AGAIN: [i16; 5] = [5, 6, 74, 75, 78];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let leader = (0..cluster.nodes.len())
+            .find_map(|index| leaders(cluster, index, topic)?.get(&partition).copied());
+        let answer = leader.and_then(|leader| {
+            let node = &cluster.nodes[leader as usize];
+            let mut stream = std::net::TcpStream::connect(&node.address).ok()?;
+            stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+            brook_tests::raw::list_offset_answer(&mut stream, topic, partition, -1)
+        });
+        match answer {
+            Some((0, end)) => return end,
+            Some((code, _)) if !ASK_AGAIN.contains(&code) => {
+                panic!("ListOffsets of {topic}-{partition}: error {code}")
+            }
+            _ => {}
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no end of {topic}-{partition} (leader {leader:?}, last answer {answer:?})"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// The checks after a fault round: every acknowledged record is read
@@ -647,10 +684,15 @@ pub(crate) fn check_exactly_once(
         }
     }
     for (key, at) in delivered.iter() {
+        let partition = read.get(&at.0).map(Vec::as_slice).unwrap_or_default();
         assert_eq!(
             seen.get(key.as_str()),
             Some(at),
-            "acknowledged {key} at {at:?}"
+            "acknowledged {key} at {at:?}; read {} records of partition {}, offsets {:?} to {:?}",
+            partition.len(),
+            at.0,
+            partition.first().map(|(offset, _)| offset),
+            partition.last().map(|(offset, _)| offset),
         );
     }
     let errors = deliveries.errors.lock().unwrap();

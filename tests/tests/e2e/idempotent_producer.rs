@@ -117,7 +117,9 @@ fn log_end(stream: &mut TcpStream) -> i64 {
         stream,
         ApiKey::ListOffsets,
         7,
-        &ListOffsetsRequest::default().with_topics(vec![topic]),
+        &ListOffsetsRequest::default()
+            .with_replica_id(brook_tests::raw::CONSUMER)
+            .with_topics(vec![topic]),
     );
     response.topics[0].partitions[0].offset
 }

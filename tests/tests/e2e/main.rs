@@ -27,6 +27,7 @@ mod cluster_delete_records;
 mod cluster_epochs;
 mod cluster_java;
 mod cluster_leader_balance;
+mod cluster_list_offsets;
 mod cluster_liveness;
 mod cluster_partition;
 mod cluster_producer_ids;

@@ -139,6 +139,7 @@ fn latest(stream: &mut TcpStream, isolation: i8) -> i64 {
                 .with_timestamp(-1),
         ]);
     let request = ListOffsetsRequest::default()
+        .with_replica_id(brook_tests::raw::CONSUMER)
         .with_isolation_level(isolation)
         .with_topics(vec![topic]);
     let response: ListOffsetsResponse = exchange(stream, ApiKey::ListOffsets, 7, &request);

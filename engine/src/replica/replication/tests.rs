@@ -368,6 +368,22 @@ fn a_new_leader_waits_for_its_isr_to_fetch_before_moving_the_hw() {
 }
 
 #[test]
+fn a_new_leader_refuses_the_latest_offset_until_its_hw_reaches_its_epoch_start() {
+    // B follows with 9 records, HW 5: as a follower it answers its HW.
+    let mut b = b_following_a();
+    assert!(!b.high_watermark_behind_epoch_start());
+    // Elected at epoch 1, its epoch starts at 9: records up to 9 may have
+    // been acknowledged by A, and a HW of 5 would hide them (KIP-207).
+    let elected = registration(&[A, B, C], &[B, C], B, 1, 1);
+    b.apply_registration(elected, 10);
+    assert!(b.high_watermark_behind_epoch_start());
+    assert_eq!(b.follower_fetched(fetch(C, 8, 11)), Ok(advanced(8)));
+    assert!(b.high_watermark_behind_epoch_start());
+    assert_eq!(b.follower_fetched(fetch(C, 9, 12)), Ok(advanced(9)));
+    assert!(!b.high_watermark_behind_epoch_start());
+}
+
+#[test]
 fn fetches_and_registrations_the_replica_must_refuse() {
     let mut a = leader(&[A, B], 1);
     append(&mut a, 2, 0);

@@ -32,6 +32,8 @@ use crate::storage::PartitionLog;
 /// The `replica_id` of Kafka's debugging consumer, which may ask a
 /// follower for offsets (ListOffsets, OffsetForLeaderEpoch).
 const DEBUGGING_CONSUMER: i32 = -2;
+/// The `replica_id` every consumer sends.
+const CONSUMER: i32 = -1;
 
 /// Whether a request for `topic_partition`'s offsets from `replica_id`
 /// reached a broker that knows the partition but does not lead it: Kafka
@@ -51,13 +53,14 @@ const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 const LATEST_TIERED: i64 = -5;
 
-/// Runs `work` on the shard owning `topic_partition` with its log, or
-/// returns `missing` if the partition does not exist.
+/// Runs `work` on the shard owning `topic_partition` with that shard and
+/// the partition's log, or returns `missing` if the partition does not
+/// exist.
 pub(crate) async fn on_owner<T: Send + 'static>(
     shard: &Rc<Shard>,
     topic_partition: TopicPartition,
     missing: T,
-    work: impl FnOnce(PartitionLog) -> std::pin::Pin<Box<dyn std::future::Future<Output = T>>>
+    work: impl FnOnce(&Shard, PartitionLog) -> std::pin::Pin<Box<dyn std::future::Future<Output = T>>>
     + Send
     + 'static,
 ) -> T {
@@ -67,7 +70,7 @@ pub(crate) async fn on_owner<T: Send + 'static>(
     let result = shard
         .on_shard(owner, move |owner| async move {
             match owner.log(&topic_partition) {
-                Some(log) => Some(work(log).await),
+                Some(log) => Some(work(&owner, log).await),
                 None => None,
             }
         })
@@ -75,41 +78,86 @@ pub(crate) async fn on_owner<T: Send + 'static>(
     result.ok().flatten().unwrap_or(missing)
 }
 
-/// (error, timestamp, offset) for one ListOffsets query. For read_committed
-/// (`isolation_level` 1) the latest offset is the last stable offset, as in
-/// Kafka.
-async fn list_offset(log: PartitionLog, timestamp: i64, committed: bool) -> (ErrorCode, i64, i64) {
-    match timestamp {
-        LATEST if committed => {
-            let stable = log.last_stable_offset(log.high_watermark());
-            (ErrorCode::NONE, -1, stable.0)
-        }
-        LATEST => (ErrorCode::NONE, -1, log.high_watermark().0),
-        EARLIEST | EARLIEST_LOCAL => (ErrorCode::NONE, -1, log.log_start_offset().0),
-        LATEST_TIERED => (ErrorCode::NONE, -1, -1),
-        MAX_TIMESTAMP => match log.max_timestamp() {
-            None => (ErrorCode::NONE, -1, -1),
-            Some(max) => stamp_of(&log, max).await,
-        },
-        target if target >= 0 => stamp_of(&log, TimestampMs(target)).await,
-        _ => (ErrorCode::INVALID_REQUEST, -1, -1),
+/// Who asks a ListOffsets, which bounds the offsets it may be answered
+/// (Kafka's `isolationLevel` in `Partition.fetchOffsetForTimestamp`).
+#[derive(Clone, Copy)]
+enum Reader {
+    /// A consumer (`replica_id` -1): up to the HW, or the last stable
+    /// offset for read_committed. While a new leader's HW is behind its
+    /// epoch's start (KIP-207), `behind_epoch_start` is the error it gets
+    /// instead of an offset at or past the HW.
+    Consumer {
+        committed: bool,
+        behind_epoch_start: Option<ErrorCode>,
+    },
+    /// A broker or Kafka's debugging consumer: up to the log end.
+    Replica,
+}
+
+/// The error a consumer's ListOffsets of `api_version` gets from a leader
+/// whose HW is behind its epoch's start: Kafka answers versions before 5,
+/// which predate OFFSET_NOT_AVAILABLE, with LEADER_NOT_AVAILABLE. Both are
+/// retriable.
+fn offset_not_available(api_version: i16) -> ErrorCode {
+    if api_version >= 5 {
+        ErrorCode::OFFSET_NOT_AVAILABLE
+    } else {
+        ErrorCode::LEADER_NOT_AVAILABLE
     }
 }
 
-/// The first record below the high watermark with a timestamp ≥ `target` (offset -1 if none).
-async fn stamp_of(log: &PartitionLog, target: TimestampMs) -> (ErrorCode, i64, i64) {
-    match log.offset_for_timestamp(target).await {
-        Ok(Some(stamp)) if stamp.offset < log.high_watermark() => {
-            (ErrorCode::NONE, stamp.timestamp.0, stamp.offset.0)
+/// (error, timestamp, offset) for one ListOffsets query at `timestamp`.
+async fn list_offset(log: PartitionLog, timestamp: i64, reader: Reader) -> (ErrorCode, i64, i64) {
+    let (last_fetchable, behind_epoch_start) = match reader {
+        Reader::Consumer {
+            committed,
+            behind_epoch_start,
+        } => {
+            let high_watermark = log.high_watermark();
+            let last = match committed {
+                true => log.last_stable_offset(high_watermark),
+                false => high_watermark,
+            };
+            (last, behind_epoch_start)
         }
-        Ok(_) => (ErrorCode::NONE, -1, -1),
-        Err(error) => (storage_error_code(&error), -1, -1),
+        Reader::Replica => (log.log_end_offset(), None),
+    };
+    match timestamp {
+        LATEST => match behind_epoch_start {
+            Some(error) => (error, -1, -1),
+            None => (ErrorCode::NONE, -1, last_fetchable.0),
+        },
+        EARLIEST | EARLIEST_LOCAL => (ErrorCode::NONE, -1, log.log_start_offset().0),
+        LATEST_TIERED => (ErrorCode::NONE, -1, -1),
+        MAX_TIMESTAMP | 0.. => {
+            let target = match timestamp {
+                MAX_TIMESTAMP => match log.max_timestamp() {
+                    Some(max) => max,
+                    None => return (ErrorCode::NONE, -1, -1),
+                },
+                target => TimestampMs(target),
+            };
+            match log.offset_for_timestamp(target).await {
+                Ok(Some(stamp)) if stamp.offset < last_fetchable => {
+                    (ErrorCode::NONE, stamp.timestamp.0, stamp.offset.0)
+                }
+                // At or past what the reader may see: none, or KIP-207's
+                // error while that bound may be too low.
+                Ok(Some(_)) => (behind_epoch_start.unwrap_or(ErrorCode::NONE), -1, -1),
+                Ok(None) => (ErrorCode::NONE, -1, -1),
+                Err(error) => (storage_error_code(&error), -1, -1),
+            }
+        }
+        _ => (ErrorCode::INVALID_REQUEST, -1, -1),
     }
 }
 
 pub async fn list_offsets(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
     let body: ListOffsetsRequest = request.decode_body()?;
     let committed = body.isolation_level == 1;
+    // Kafka's `isClientRequest`: only a consumer is bounded by the HW.
+    let consumer = body.replica_id.0 == CONSUMER;
+    let not_available = offset_not_available(request.api_version);
     let mut topics = Vec::with_capacity(body.topics.len());
     for topic in body.topics {
         let name = topic.name.to_string();
@@ -127,9 +175,20 @@ pub async fn list_offsets(shard: &Rc<Shard>, request: &Request) -> Result<Respon
                     None if follower => (ErrorCode::NOT_LEADER_OR_FOLLOWER, -1, -1),
                     None => {
                         let missing = (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1);
-                        let target = partition.timestamp;
-                        on_owner(shard, topic_partition, missing, move |log| {
-                            Box::pin(list_offset(log, target, committed))
+                        let timestamp = partition.timestamp;
+                        let asked = topic_partition.clone();
+                        on_owner(shard, topic_partition, missing, move |owner, log| {
+                            let reader = match consumer {
+                                true => Reader::Consumer {
+                                    committed,
+                                    behind_epoch_start: owner
+                                        .replication
+                                        .high_watermark_behind_epoch_start(&asked)
+                                        .then_some(not_available),
+                                },
+                                false => Reader::Replica,
+                            };
+                            Box::pin(list_offset(log, timestamp, reader))
                         })
                         .await
                     }
@@ -180,7 +239,7 @@ pub async fn offset_for_leader_epoch(
                     None => {
                         let requested = LeaderEpoch(partition.leader_epoch);
                         let missing = (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1);
-                        on_owner(shard, topic_partition, missing, move |log| {
+                        on_owner(shard, topic_partition, missing, move |_, log| {
                             Box::pin(async move {
                                 match log.epoch_end_offset(requested) {
                                     Some((epoch, end)) => (ErrorCode::NONE, epoch.0, end.0),

@@ -82,7 +82,7 @@ pub async fn describe_producers(
                 topic: name.clone(),
                 partition: PartitionId(partition_index),
             };
-            let active = on_owner(shard, topic_partition, None, |log| {
+            let active = on_owner(shard, topic_partition, None, |_, log| {
                 Box::pin(async move { Some(log.active_producers()) })
             })
             .await;

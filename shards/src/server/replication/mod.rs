@@ -227,6 +227,16 @@ impl ReplicaHost {
         }
     }
 
+    /// Whether this shard leads `topic_partition` with a HW not yet at its
+    /// leader epoch's start: consumers' ListOffsets must wait (KIP-207,
+    /// [`PartitionReplication::high_watermark_behind_epoch_start`]).
+    pub fn high_watermark_behind_epoch_start(&self, topic_partition: &TopicPartition) -> bool {
+        let partitions = self.partitions.borrow();
+        partitions
+            .get(topic_partition)
+            .is_some_and(PartitionReplication::high_watermark_behind_epoch_start)
+    }
+
     /// The leader's log moved (an append, or what it holds).
     pub fn log_moved(shard: &Rc<Shard>, topic_partition: &TopicPartition, log: &PartitionLog) {
         let actions = match shard
