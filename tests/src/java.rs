@@ -68,6 +68,27 @@ pub fn java(main_class: &str) -> Command {
     command
 }
 
+/// What Kafka's `kafka-log-dirs --describe` (`LogDirsCommand`) prints of
+/// the brokers behind `bootstrap`: its JSON (`brokers[].logDirs[]`, each
+/// with its `logDir`, `error` and `partitions`).
+pub fn kafka_log_dirs(bootstrap: &str) -> serde_json::Value {
+    let output = java("org.apache.kafka.tools.LogDirsCommand")
+        .args(["--bootstrap-server", bootstrap, "--describe"])
+        .output()
+        .expect("java runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let json = stdout
+        .lines()
+        .find(|line| line.starts_with('{'))
+        .unwrap_or_else(|| {
+            panic!(
+                "no JSON from kafka-log-dirs: {stdout}\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+    serde_json::from_str(json).expect("kafka-log-dirs' JSON")
+}
+
 /// `brook.ClientChecks <scenario> <bootstrap>`.
 pub fn checks(scenario: &str, bootstrap: &str) -> Command {
     let mut command = java("brook.ClientChecks");

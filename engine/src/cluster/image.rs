@@ -1,6 +1,8 @@
-//! The metadata image: every topic, its id, its partitions' owning shards
-//! and its config overrides. Immutable once published; the controller makes
-//! a new one for every change, so shards read it without locks.
+//! The local metadata image: every topic of the cluster as this broker
+//! applied it (its id, its partition count, its config overrides), and the
+//! shard owning each partition this broker holds a replica of. Immutable
+//! once published; each change makes a new one, so shards read it without
+//! locks.
 //!
 //! Persisted by the controller as text, one record per line (names are
 //! Kafka-legal, so they never contain spaces):
@@ -12,6 +14,8 @@
 //! config <name> <key>=<value>
 //! broker-config <broker id, or "default"> <key>=<value>
 //! ```
+//!
+//! A partition this broker holds no replica of has `-` for its shard.
 //!
 //! `broker-config` lines are the dynamic broker configs (KIP-226): those
 //! of this broker and the cluster-wide default.
@@ -28,6 +32,7 @@ use std::collections::BTreeMap;
 use thiserror::Error;
 
 use crate::cluster::broker_dynamic::{CLUSTER_DEFAULT, DynamicConfigs};
+use crate::protocol::errors::ErrorCode;
 use crate::types::{PartitionId, TopicPartition};
 
 /// Kafka's limit on topic name length.
@@ -68,8 +73,10 @@ impl TopicId {
 pub struct TopicMetadata {
     pub name: String,
     pub id: TopicId,
-    /// The owning shard of each partition, by partition number.
-    pub partitions: Vec<ShardId>,
+    /// By partition number, the shard owning the partition's log here;
+    /// `None` for a partition this broker holds no replica of (it has no
+    /// log here).
+    pub partitions: Vec<Option<ShardId>>,
     pub configs: BTreeMap<String, String>,
 }
 
@@ -128,7 +135,7 @@ impl MetadataImage {
         self.topics.values().find(|topic| topic.id == id)
     }
 
-    /// The shard owning a partition, if the partition exists.
+    /// The shard owning a partition's log, if this broker holds it.
     pub fn owner(&self, topic_partition: &TopicPartition) -> Option<ShardId> {
         self.owner_at(&topic_partition.topic, topic_partition.partition)
     }
@@ -138,7 +145,25 @@ impl MetadataImage {
         let topic = self.topics.get(topic)?;
         usize::try_from(partition.0)
             .ok()
-            .and_then(|index| topic.partitions.get(index).copied())
+            .and_then(|index| topic.partitions.get(index).copied().flatten())
+    }
+
+    /// Whether the partition exists, held here or not.
+    pub fn has_partition(&self, topic_partition: &TopicPartition) -> bool {
+        self.topics
+            .get(&topic_partition.topic)
+            .zip(usize::try_from(topic_partition.partition.0).ok())
+            .is_some_and(|(topic, index)| index < topic.partitions.len())
+    }
+
+    /// The error for a partition whose log is not here: NOT_LEADER_OR_FOLLOWER
+    /// if it exists (another broker holds it), UNKNOWN_TOPIC_OR_PARTITION if
+    /// not, as Kafka's `ReplicaManager.getPartitionOrError` answers.
+    pub fn not_here(&self, topic_partition: &TopicPartition) -> ErrorCode {
+        match self.has_partition(topic_partition) {
+            true => ErrorCode::NOT_LEADER_OR_FOLLOWER,
+            false => ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+        }
     }
 
     /// How many partitions each of `shards` shards owns.
@@ -147,7 +172,7 @@ impl MetadataImage {
         for shard in self
             .topics
             .values()
-            .flat_map(|topic| topic.partitions.iter())
+            .flat_map(|topic| topic.partitions.iter().flatten())
         {
             if let Some(load) = loads.get_mut(usize::from(shard.0)) {
                 *load += 1;
@@ -167,6 +192,7 @@ impl MetadataImage {
             for owner in topic
                 .partitions
                 .iter_mut()
+                .flatten()
                 .filter(|owner| owner.0 >= shards)
             {
                 *owner = place_partitions(1, &mut loads)[0];
@@ -176,17 +202,16 @@ impl MetadataImage {
         moved
     }
 
-    /// Every partition of every topic, with its owner.
+    /// Every partition this broker holds, with its owner.
     pub fn partitions(&self) -> impl Iterator<Item = (TopicPartition, ShardId)> + '_ {
         self.topics.values().flat_map(|topic| {
-            topic.partitions.iter().enumerate().map(|(index, shard)| {
-                (
-                    TopicPartition {
-                        topic: topic.name.clone(),
-                        partition: PartitionId(index as i32),
-                    },
-                    *shard,
-                )
+            let held = topic.partitions.iter().enumerate();
+            held.filter_map(|(index, shard)| {
+                let topic_partition = TopicPartition {
+                    topic: topic.name.clone(),
+                    partition: PartitionId(index as i32),
+                };
+                Some((topic_partition, (*shard)?))
             })
         })
     }
@@ -200,7 +225,7 @@ impl MetadataImage {
             let shards: Vec<String> = topic
                 .partitions
                 .iter()
-                .map(|shard| shard.0.to_string())
+                .map(|shard| shard.map_or("-".to_owned(), |shard| shard.0.to_string()))
                 .collect();
             text.push_str(&format!(
                 "topic {} {} {}\n",
@@ -313,12 +338,15 @@ impl MetadataImage {
     }
 }
 
-fn parse_shards(text: &str) -> Option<Vec<ShardId>> {
+fn parse_shards(text: &str) -> Option<Vec<Option<ShardId>>> {
     if text.is_empty() {
         return Some(Vec::new());
     }
     text.split(',')
-        .map(|shard| shard.parse::<u16>().ok().map(ShardId))
+        .map(|shard| match shard {
+            "-" => Some(None),
+            shard => shard.parse::<u16>().ok().map(|shard| Some(ShardId(shard))),
+        })
         .collect()
 }
 
@@ -327,6 +355,15 @@ fn parse_shards(text: &str) -> Option<Vec<ShardId>> {
 pub struct ImageError {
     pub line: usize,
     pub reason: &'static str,
+}
+
+/// Owners for new partitions, `held` saying which of them this broker
+/// holds: each held one goes to the least-loaded shard (see
+/// [`place_partitions`]), the others have none.
+pub fn place_held(held: &[bool], loads: &mut [usize]) -> Vec<Option<ShardId>> {
+    held.iter()
+        .map(|held| held.then(|| place_partitions(1, loads)[0]))
+        .collect()
 }
 
 /// Owners for `count` new partitions: each goes to the least-loaded shard
@@ -354,7 +391,7 @@ mod tests {
         let orders = TopicMetadata {
             name: "orders".into(),
             id: TopicId([0xab; 16]),
-            partitions: vec![ShardId(0), ShardId(1), ShardId(0)],
+            partitions: vec![Some(ShardId(0)), Some(ShardId(1)), Some(ShardId(0)), None],
             configs: BTreeMap::from([("retention.ms".into(), "1000".into())]),
         };
         image.topics.insert(orders.name.clone(), orders);
@@ -367,7 +404,7 @@ mod tests {
         let text = image.encode();
         assert_eq!(
             text,
-            "brook-metadata 1\ntopic orders abababababababababababababababab 0,1,0\nconfig orders retention.ms=1000\n"
+            "brook-metadata 1\ntopic orders abababababababababababababababab 0,1,0,-\nconfig orders retention.ms=1000\n"
         );
         assert_eq!(MetadataImage::decode(&text), Ok(image));
         assert!(MetadataImage::decode("brook-metadata 2\n").is_err());
@@ -426,9 +463,22 @@ mod tests {
             image.owner(&TopicPartition::new("orders", 1)),
             Some(ShardId(1))
         );
+        // Partition 3 exists, held by other brokers.
         assert_eq!(image.owner(&TopicPartition::new("orders", 3)), None);
-        assert_eq!(image.owner(&TopicPartition::new("orders", -1)), None);
+        assert!(image.has_partition(&TopicPartition::new("orders", 3)));
+        assert_eq!(
+            image.not_here(&TopicPartition::new("orders", 3)),
+            ErrorCode::NOT_LEADER_OR_FOLLOWER
+        );
+        assert_eq!(image.owner(&TopicPartition::new("orders", 4)), None);
+        assert!(!image.has_partition(&TopicPartition::new("orders", 4)));
+        assert_eq!(
+            image.not_here(&TopicPartition::new("orders", 4)),
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+        );
+        assert!(!image.has_partition(&TopicPartition::new("orders", -1)));
         assert_eq!(image.shard_loads(3), vec![2, 1, 0]);
+        assert_eq!(image.partitions().count(), 3);
     }
 
     #[test]
@@ -436,7 +486,10 @@ mod tests {
         let mut image = image();
         // orders: shards 0, 1, 0; run with one shard.
         assert_eq!(image.reassign_beyond(1), 1);
-        assert_eq!(image.topics["orders"].partitions, vec![ShardId(0); 3]);
+        assert_eq!(
+            image.topics["orders"].partitions,
+            [vec![Some(ShardId(0)); 3], vec![None]].concat()
+        );
         assert_eq!(image.reassign_beyond(1), 0);
     }
 

@@ -117,7 +117,7 @@ mod tests {
             TopicMetadata {
                 name: "orders".into(),
                 id: TopicId([7; 16]),
-                partitions: vec![ShardId(1), ShardId(0), ShardId(1)],
+                partitions: vec![Some(ShardId(1)), Some(ShardId(0)), Some(ShardId(1))],
                 configs: BTreeMap::from([("cleanup.policy".into(), "compact".into())]),
             },
         );
@@ -126,7 +126,7 @@ mod tests {
             TopicMetadata {
                 name: "__consumer_offsets".into(),
                 id: TopicId([9; 16]),
-                partitions: vec![ShardId(0); 50],
+                partitions: vec![Some(ShardId(0)); 50],
                 configs: BTreeMap::new(),
             },
         );

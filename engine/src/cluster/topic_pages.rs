@@ -123,7 +123,7 @@ mod tests {
                 TopicMetadata {
                     name: (*name).to_owned(),
                     id: TopicId([1; 16]),
-                    partitions: vec![ShardId(0); *partitions],
+                    partitions: vec![Some(ShardId(0)); *partitions],
                     configs: Default::default(),
                 },
             );

@@ -383,8 +383,9 @@ pub(crate) async fn write_marker_here(
     markers: &MarkerWrite,
     topic_partition: &TopicPartition,
 ) -> Result<(), ErrorCode> {
-    let Some(owner) = shard.image().owner(topic_partition) else {
-        return Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
+    let image = shard.image();
+    let Some(owner) = image.owner(topic_partition) else {
+        return Err(image.not_here(topic_partition));
     };
     let kind = match markers.result {
         TransactionResult::Commit => MarkerKind::Commit,

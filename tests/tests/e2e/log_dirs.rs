@@ -282,21 +282,8 @@ fn one_broker_one_disk_fails(alone: Alone) {
 /// offsets topic, created after the failure, so there), the second failed
 /// (an error, no partitions).
 fn check_kafka_log_dirs(bootstrap: &str, dirs: &[PathBuf; 2], partitions: &[i32]) {
-    let output = brook_tests::java::java("org.apache.kafka.tools.LogDirsCommand")
-        .args(["--bootstrap-server", bootstrap, "--describe"])
-        .output()
-        .expect("java runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let json = stdout
-        .lines()
-        .find(|line| line.starts_with('{'))
-        .unwrap_or_else(|| {
-            panic!(
-                "no JSON from kafka-log-dirs: {stdout}\n{}",
-                String::from_utf8_lossy(&output.stderr)
-            )
-        });
-    let described: serde_json::Value = serde_json::from_str(json).unwrap();
+    let described = brook_tests::java::kafka_log_dirs(bootstrap);
+    let json = described.to_string();
     let log_dirs = described["brokers"][0]["logDirs"].as_array().unwrap();
     let dir = |path: &Path| {
         log_dirs

@@ -30,6 +30,7 @@ mod cluster_leader_balance;
 mod cluster_list_offsets;
 mod cluster_liveness;
 mod cluster_partition;
+mod cluster_placement;
 mod cluster_producer_ids;
 mod cluster_quorum;
 mod cluster_replication;

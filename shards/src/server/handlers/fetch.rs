@@ -391,7 +391,7 @@ fn resolve(
         let source = match &name {
             None => Err(ErrorCode::UNKNOWN_TOPIC_ID),
             Some(name) => match image.owner_at(name, PartitionId(at.partition)) {
-                None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
+                None => Err(image.not_here(&TopicPartition::new(&**name, at.partition))),
                 Some(owner) => match access(shard, name, at.partition, fetcher, fetch) {
                     Err(error) => Err(error),
                     Ok(()) => match replica_error(shard, name, at.partition, replica, fetch) {

@@ -70,7 +70,7 @@ pub(crate) fn split_by_existence(
     let mut known = Vec::new();
     let mut order = Vec::new();
     for commit in commits {
-        let exists = image.owner(&commit.partition).is_some();
+        let exists = image.has_partition(&commit.partition);
         order.push((commit.partition.clone(), exists));
         if exists {
             known.push(commit);

@@ -54,18 +54,20 @@ const EARLIEST_LOCAL: i64 = -4;
 const LATEST_TIERED: i64 = -5;
 
 /// Runs `work` on the shard owning `topic_partition` with that shard and
-/// the partition's log, or returns `missing` if the partition does not
-/// exist.
+/// the partition's log; NOT_LEADER_OR_FOLLOWER if this broker holds no
+/// replica of it, UNKNOWN_TOPIC_OR_PARTITION if it does not exist
+/// ([`MetadataImage::not_here`]).
 pub(crate) async fn on_owner<T: Send + 'static>(
     shard: &Rc<Shard>,
     topic_partition: TopicPartition,
-    missing: T,
     work: impl FnOnce(&Shard, PartitionLog) -> std::pin::Pin<Box<dyn std::future::Future<Output = T>>>
     + Send
     + 'static,
-) -> T {
-    let Some(owner) = shard.image().owner(&topic_partition) else {
-        return missing;
+) -> Result<T, ErrorCode> {
+    let image = shard.image();
+    let missing = image.not_here(&topic_partition);
+    let Some(owner) = image.owner(&topic_partition) else {
+        return Err(missing);
     };
     let result = shard
         .on_shard(owner, move |owner| async move {
@@ -75,7 +77,7 @@ pub(crate) async fn on_owner<T: Send + 'static>(
             }
         })
         .await;
-    result.ok().flatten().unwrap_or(missing)
+    result.ok().flatten().ok_or(missing)
 }
 
 /// Who asks a ListOffsets, which bounds the offsets it may be answered
@@ -174,10 +176,9 @@ pub async fn list_offsets(shard: &Rc<Shard>, request: &Request) -> Result<Respon
                     Some(error) => (error, -1, -1),
                     None if follower => (ErrorCode::NOT_LEADER_OR_FOLLOWER, -1, -1),
                     None => {
-                        let missing = (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1);
                         let timestamp = partition.timestamp;
                         let asked = topic_partition.clone();
-                        on_owner(shard, topic_partition, missing, move |owner, log| {
+                        on_owner(shard, topic_partition, move |owner, log| {
                             let reader = match consumer {
                                 true => Reader::Consumer {
                                     committed,
@@ -191,6 +192,7 @@ pub async fn list_offsets(shard: &Rc<Shard>, request: &Request) -> Result<Respon
                             Box::pin(list_offset(log, timestamp, reader))
                         })
                         .await
+                        .unwrap_or_else(|error| (error, -1, -1))
                     }
                 };
             partitions.push(
@@ -238,8 +240,7 @@ pub async fn offset_for_leader_epoch(
                     None if follower => (ErrorCode::NOT_LEADER_OR_FOLLOWER, -1, -1),
                     None => {
                         let requested = LeaderEpoch(partition.leader_epoch);
-                        let missing = (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1);
-                        on_owner(shard, topic_partition, missing, move |_, log| {
+                        on_owner(shard, topic_partition, move |_, log| {
                             Box::pin(async move {
                                 match log.epoch_end_offset(requested) {
                                     Some((epoch, end)) => (ErrorCode::NONE, epoch.0, end.0),
@@ -248,6 +249,7 @@ pub async fn offset_for_leader_epoch(
                             })
                         })
                         .await
+                        .unwrap_or_else(|error| (error, -1, -1))
                     }
                 };
             partitions.push(
@@ -321,9 +323,10 @@ pub async fn delete_records(shard: &Rc<Shard>, request: &Request) -> Result<Resp
                 partition: PartitionId(partition.partition_index),
             };
             let requested = partition.offset;
-            let missing = (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1);
+            let image = shard.image();
+            let missing = (image.not_here(&topic_partition), -1);
             let timeout = Duration::from_millis(body.timeout_ms.max(0) as u64);
-            let owner = shard.image().owner(&topic_partition);
+            let owner = image.owner(&topic_partition);
             let deleted = match owner {
                 None => None,
                 Some(owner) => shard

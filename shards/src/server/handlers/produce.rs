@@ -316,11 +316,10 @@ async fn start_partition(
     if let Err(message) = check_client_batches(&records) {
         return refused(ErrorCode::INVALID_RECORD, message);
     }
-    let Some(owner) = shard.image().owner(&topic_partition) else {
-        return refused(
-            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-            format!("no partition {topic_partition}"),
-        );
+    let image = shard.image();
+    let Some(owner) = image.owner(&topic_partition) else {
+        let error = image.not_here(&topic_partition);
+        return refused(error, format!("{topic_partition} is not here"));
     };
     if !shard.leads(&topic_partition.topic, topic_partition.partition) {
         return refused(

@@ -82,16 +82,16 @@ pub async fn describe_producers(
                 topic: name.clone(),
                 partition: PartitionId(partition_index),
             };
-            let active = on_owner(shard, topic_partition, None, |_, log| {
-                Box::pin(async move { Some(log.active_producers()) })
+            let active = on_owner(shard, topic_partition, |_, log| {
+                Box::pin(async move { log.active_producers() })
             })
             .await;
             let response = PartitionResponse::default().with_partition_index(partition_index);
             partitions.push(match active {
-                Some(active) => {
+                Ok(active) => {
                     response.with_active_producers(active.iter().map(producer_state).collect())
                 }
-                None => response.with_error_code(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.0),
+                Err(error) => response.with_error_code(error.0),
             });
         }
         topics.push(

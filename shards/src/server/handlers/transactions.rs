@@ -131,7 +131,7 @@ fn missing_partitions(shard: &Shard, partitions: &[TopicPartition]) -> bool {
     let image = shard.image();
     partitions
         .iter()
-        .any(|partition| image.owner(partition).is_none())
+        .any(|partition| !image.has_partition(partition))
 }
 
 /// One transaction's AddPartitionsToTxn, decided by its coordinator.
@@ -145,7 +145,7 @@ async fn add_partitions(
     if missing_partitions(shard, &request.partitions) {
         let image = shard.image();
         return topic_results(topics, |partition| {
-            if image.owner(partition).is_none() {
+            if !image.has_partition(partition) {
                 ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
             } else {
                 OPERATION_NOT_ATTEMPTED

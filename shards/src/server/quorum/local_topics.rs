@@ -1,7 +1,7 @@
 //! This broker's own topics: the local image (`brook-metadata` in the first
 //! log directory) names each topic the metadata log holds with its id and
-//! configs, the shard that owns each of its partitions here, and the log
-//! offset it follows. [`follow`] applies what [`super::reconcile`] found
+//! configs, the shard that owns each of its partitions this broker is a
+//! replica of, and the log offset it follows. [`follow`] applies what [`super::reconcile`] found
 //! changed in the log, one batch at a time on the controller shard: persist
 //! the new image, open, reconfigure or delete the affected logs on their
 //! owning shards, then publish the image to every shard. Persisting first
@@ -12,14 +12,14 @@
 //! configs, replicas): the log already holds the controller's decisions.
 //! What is local is where each partition lives on this broker's shards.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
 
 use brook_engine::cluster::broker_dynamic::{self, DynamicConfigs};
 use brook_engine::cluster::image::{
-    MetadataImage, ShardId, TopicId, TopicMetadata, place_partitions,
+    MetadataImage, ShardId, TopicId, TopicMetadata, place_held, place_partitions,
 };
 use brook_engine::cluster::topic_config::resolve;
 use brook_engine::log::config::LogConfig;
@@ -48,7 +48,8 @@ pub fn load_image(data_dir: &Path) -> Result<MetadataImage, StorageError> {
 pub struct FollowedTopic {
     pub name: String,
     pub id: TopicId,
-    pub partitions: usize,
+    /// By partition number: whether this broker is one of its replicas.
+    pub held: Vec<bool>,
     pub configs: BTreeMap<String, String>,
 }
 
@@ -59,10 +60,11 @@ pub enum Follow {
     Delete {
         names: Vec<String>,
     },
-    /// A topic the log grew to `total` partitions.
-    Grow {
+    /// A topic's partitions are now `held.len()` (the log grew it, or not),
+    /// and this broker is a replica of those `held` says.
+    Hold {
         topic: String,
-        total: usize,
+        held: Vec<bool>,
     },
     /// A topic's overrides are now exactly `configs`.
     Configs {
@@ -89,6 +91,9 @@ struct Effects {
     open: BTreeMap<ShardId, Vec<(TopicPartition, LogConfig)>>,
     delete: BTreeMap<ShardId, Vec<TopicPartition>>,
     reconfigure: BTreeMap<ShardId, Vec<(TopicPartition, LogConfig)>>,
+    /// Topics the log deleted (their committed offsets go too), beside
+    /// partitions this broker merely stopped holding.
+    deleted_topics: BTreeSet<String>,
 }
 
 /// Applies `steps` on the controller shard; an error (a metadata file that
@@ -149,7 +154,7 @@ fn apply_step(
                 delete(image, effects, &name);
             }
         }
-        Follow::Grow { topic, total } => grow(image, effects, defaults, shards, &topic, total),
+        Follow::Hold { topic, held } => hold(image, effects, defaults, shards, &topic, &held),
         Follow::Configs { topic, configs } => {
             if let Some(known) = image.topics.get_mut(&topic) {
                 known.configs = configs;
@@ -157,7 +162,6 @@ fn apply_step(
                 by_owner(
                     &mut effects.reconfigure,
                     &topic,
-                    0,
                     &known.partitions,
                     |partition| (partition, config.clone()),
                 );
@@ -173,19 +177,19 @@ fn apply_step(
     }
 }
 
-/// Partitions `first`.. of `topic`, each (made into an item by `item`)
-/// under its owning shard, `owners[i]` owning partition `first + i`.
+/// The partitions of `topic` held here, each (made into an item by `item`)
+/// under its owning shard, `owners[i]` owning partition `i`.
 fn by_owner<T>(
     by_shard: &mut BTreeMap<ShardId, Vec<T>>,
     topic: &str,
-    first: usize,
-    owners: &[ShardId],
+    owners: &[Option<ShardId>],
     item: impl Fn(TopicPartition) -> T,
 ) {
-    for (offset, owner) in owners.iter().enumerate() {
+    for (index, owner) in owners.iter().enumerate() {
+        let Some(owner) = owner else { continue };
         let partition = TopicPartition {
             topic: topic.to_owned(),
-            partition: PartitionId((first + offset) as i32),
+            partition: PartitionId(index as i32),
         };
         by_shard.entry(*owner).or_default().push(item(partition));
     }
@@ -201,7 +205,6 @@ fn reconfigure_all(controller: &Shard, image: &MetadataImage, effects: &mut Effe
         by_owner(
             &mut effects.reconfigure,
             &topic.name,
-            0,
             &topic.partitions,
             |partition| (partition, config.clone()),
         );
@@ -219,14 +222,13 @@ fn create(
     let metadata = TopicMetadata {
         name: topic.name,
         id: topic.id,
-        partitions: place_partitions(topic.partitions, &mut loads),
+        partitions: place_held(&topic.held, &mut loads),
         configs: topic.configs,
     };
     let config = resolve(defaults, &metadata.configs).unwrap_or_else(|_| defaults.clone());
     by_owner(
         &mut effects.open,
         &metadata.name,
-        0,
         &metadata.partitions,
         |partition| (partition, config.clone()),
     );
@@ -238,35 +240,51 @@ fn delete(image: &mut MetadataImage, effects: &mut Effects, name: &str) {
         by_owner(
             &mut effects.delete,
             &topic.name,
-            0,
             &topic.partitions,
             |partition| partition,
         );
+        effects.deleted_topics.insert(topic.name);
     }
 }
 
-fn grow(
+/// Makes `name`'s partitions those `held` says (a topic's partitions only
+/// grow): a partition newly held opens on the least-loaded shard, one no
+/// longer held (its replicas no longer name this broker) is deleted here.
+fn hold(
     image: &mut MetadataImage,
     effects: &mut Effects,
     defaults: &LogConfig,
     shards: u16,
     name: &str,
-    total: usize,
+    held: &[bool],
 ) {
     let mut loads = image.shard_loads(shards);
     let Some(topic) = image.topics.get_mut(name) else {
         return;
     };
-    let current = topic.partitions.len();
-    if total <= current {
-        return;
-    }
     let config = resolve(defaults, &topic.configs).unwrap_or_else(|_| defaults.clone());
-    let owners = place_partitions(total - current, &mut loads);
-    by_owner(&mut effects.open, name, current, &owners, |partition| {
-        (partition, config.clone())
-    });
-    topic.partitions.extend(owners);
+    if held.len() > topic.partitions.len() {
+        topic.partitions.resize(held.len(), None);
+    }
+    for (index, (owner, held)) in topic.partitions.iter_mut().zip(held).enumerate() {
+        let partition = TopicPartition {
+            topic: name.to_owned(),
+            partition: PartitionId(index as i32),
+        };
+        match (*owner, *held) {
+            (None, true) => {
+                let shard = place_partitions(1, &mut loads)[0];
+                *owner = Some(shard);
+                let opened = effects.open.entry(shard).or_default();
+                opened.push((partition, config.clone()));
+            }
+            (Some(shard), false) => {
+                *owner = None;
+                effects.delete.entry(shard).or_default().push(partition);
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Persists `image`, applies `effects` on the owning shards, publishes.
@@ -316,9 +334,7 @@ async fn commit(
             .await
             .map_err(|gone| gone.to_string())?;
     }
-    let mut deleted_topics = std::collections::BTreeSet::new();
     for (owner, partitions) in effects.delete {
-        deleted_topics.extend(partitions.iter().map(|partition| partition.topic.clone()));
         let deleted = controller
             .on_shard(owner, move |shard| async move {
                 shard.delete_partitions(partitions).await
@@ -326,6 +342,7 @@ async fn commit(
             .await;
         deleted.map_err(|gone| gone.to_string())?;
     }
+    let deleted_topics = effects.deleted_topics;
     if !deleted_topics.is_empty() {
         // Committed offsets of deleted topics go with them (Kafka).
         for shard in controller.context.shard_ids() {

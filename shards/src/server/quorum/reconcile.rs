@@ -1,8 +1,11 @@
 //! Makes this broker's own topics (its local image, see [`super::local_topics`]:
-//! topics, ids, the shard of each partition, configs) follow the cluster
-//! image: topics the log created are opened here with the log's ids,
-//! deleted ones are removed, grown ones get their new partitions, changed
-//! configs (topics' and the dynamic broker configs) are applied.
+//! topics, ids, the shard of each partition held here, configs) follow the
+//! cluster image: topics the log created are known here with the log's ids
+//! and their partitions this broker is a replica of opened, deleted ones
+//! are removed, grown ones get their new partitions, partitions whose
+//! replicas newly name this broker are opened and those that no longer do
+//! deleted, changed configs (topics' and the dynamic broker configs) are
+//! applied.
 //!
 //! Only ever forward: the local image records the log offset it follows,
 //! and an older cluster image changes nothing. A restarting broker rebuilds
@@ -11,20 +14,22 @@
 //! following one of those older images deleted the logs of every topic
 //! created after it, and the next image created them again, empty.
 //!
-//! Every broker opens every partition and serves those it leads or follows
-//! ([`crate::server::shard::Shard::leads`]); the others answer
-//! NOT_LEADER_OR_FOLLOWER.
+//! A broker opens only the partitions it is a replica of, as Kafka's
+//! brokers do; requests for the others answer NOT_LEADER_OR_FOLLOWER
+//! ([`MetadataImage::not_here`]).
 
 use std::rc::Rc;
 
 use brook_engine::cluster::cluster_image::ClusterImage;
 use brook_engine::cluster::image::MetadataImage;
+use brook_engine::types::BrokerId;
 
 use super::local_topics::{self, Follow, FollowedTopic};
 use crate::server::shard::Shard;
 
 pub async fn reconcile(shard: &Rc<Shard>, image: &ClusterImage) {
-    let steps = changes_to_follow(&shard.image(), image);
+    let local = BrokerId(shard.context.broker_id);
+    let steps = changes_to_follow(&shard.image(), image, local);
     if steps.is_empty() {
         return;
     }
@@ -33,10 +38,10 @@ pub async fn reconcile(shard: &Rc<Shard>, image: &ClusterImage) {
     }
 }
 
-/// What makes `local` follow `image`, the last step recording the offset
-/// followed; nothing when `image` is older than what `local` already
-/// follows.
-fn changes_to_follow(local: &MetadataImage, image: &ClusterImage) -> Vec<Follow> {
+/// What makes `local`, the image of broker `broker`, follow `image`, the
+/// last step recording the offset followed; nothing when `image` is older
+/// than what `local` already follows.
+fn changes_to_follow(local: &MetadataImage, image: &ClusterImage, broker: BrokerId) -> Vec<Follow> {
     if image.offset < local.follows {
         return Vec::new();
     }
@@ -57,12 +62,22 @@ fn changes_to_follow(local: &MetadataImage, image: &ClusterImage) -> Vec<Follow>
     }
     let mut created = Vec::new();
     for topic in image.topics.values() {
+        let held: Vec<bool> = topic
+            .partitions
+            .iter()
+            .map(|registration| registration.replicas.contains(&broker))
+            .collect();
         match local.topic(&topic.name) {
             Some(known) if known.id == topic.id => {
-                if known.partitions.len() < topic.partitions.len() {
-                    changes.push(Follow::Grow {
+                if !known
+                    .partitions
+                    .iter()
+                    .map(Option::is_some)
+                    .eq(held.iter().copied())
+                {
+                    changes.push(Follow::Hold {
                         topic: topic.name.clone(),
-                        total: topic.partitions.len(),
+                        held,
                     });
                 }
                 if known.configs != topic.configs {
@@ -75,7 +90,7 @@ fn changes_to_follow(local: &MetadataImage, image: &ClusterImage) -> Vec<Follow>
             _ => created.push(FollowedTopic {
                 name: topic.name.clone(),
                 id: topic.id,
-                partitions: topic.partitions.len(),
+                held,
                 configs: topic.configs.clone(),
             }),
         }
@@ -108,8 +123,12 @@ mod tests {
     use super::changes_to_follow;
     use crate::server::quorum::local_topics::Follow;
 
+    /// This broker.
+    const HERE: BrokerId = BrokerId(0);
+
     /// The cluster image after `topics` (name, id byte, partitions) were
-    /// created, one log entry each from offset 1.
+    /// created, one log entry each from offset 1, every partition on this
+    /// broker.
     fn cluster(topics: &[(&str, u8, i32)]) -> ClusterImage {
         let mut image = ClusterImage::default();
         for (offset, (name, id, partitions)) in topics.iter().enumerate() {
@@ -145,7 +164,7 @@ mod tests {
                 TopicMetadata {
                     name: (*name).to_owned(),
                     id: TopicId([*id; 16]),
-                    partitions: vec![ShardId(0); *partitions],
+                    partitions: vec![Some(ShardId(0)); *partitions],
                     configs: BTreeMap::new(),
                 },
             );
@@ -166,7 +185,7 @@ mod tests {
                         .join(",")
                 ),
                 Follow::Delete { names } => format!("delete {}", names.join(",")),
-                Follow::Grow { topic, total } => format!("grow {topic} {total}"),
+                Follow::Hold { topic, held } => format!("hold {topic} {held:?}"),
                 Follow::Configs { topic, .. } => format!("configs {topic}"),
                 Follow::BrokerConfigs { configs } => format!("broker configs {}", configs.len()),
                 Follow::Offset { offset } => format!("follow {offset}"),
@@ -182,7 +201,7 @@ mod tests {
         let followed = local(&[("a", 1, 1), ("b", 2, 1), ("c", 3, 2)], 3);
         let older = cluster(&[("a", 1, 1)]);
         assert_eq!(older.offset, 1);
-        assert!(changes_to_follow(&followed, &older).is_empty());
+        assert!(changes_to_follow(&followed, &older, HERE).is_empty());
     }
 
     /// Forward, the topics follow and the offset is recorded last; with
@@ -192,16 +211,43 @@ mod tests {
         let followed = local(&[("a", 1, 1), ("gone", 9, 1)], 1);
         let newer = cluster(&[("a", 1, 3), ("b", 2, 1)]);
         assert_eq!(
-            kinds(&changes_to_follow(&followed, &newer)),
-            ["delete gone", "grow a 3", "create b", "follow 2"]
+            kinds(&changes_to_follow(&followed, &newer, HERE)),
+            [
+                "delete gone",
+                "hold a [true, true, true]",
+                "create b",
+                "follow 2"
+            ]
         );
         let current = local(&[("a", 1, 3), ("b", 2, 1)], 2);
-        assert!(changes_to_follow(&current, &newer).is_empty());
+        assert!(changes_to_follow(&current, &newer, HERE).is_empty());
         // A name the log gave to another topic: the old one goes.
         let renamed = local(&[("a", 7, 3), ("b", 2, 1)], 0);
         assert_eq!(
-            kinds(&changes_to_follow(&renamed, &newer)),
+            kinds(&changes_to_follow(&renamed, &newer, HERE)),
             ["delete a", "create a", "follow 2"]
+        );
+    }
+
+    /// Another broker holds only what names it: its image knows every
+    /// topic and partition, and holds none of these. A local image that
+    /// held a partition whose replicas no longer name the broker (written
+    /// before brokers opened only their own replicas) lets it go.
+    #[test]
+    fn a_broker_holds_only_the_partitions_it_is_a_replica_of() {
+        let image = cluster(&[("a", 1, 2)]);
+        let elsewhere = BrokerId(1);
+        let empty = local(&[], 0);
+        let changes = changes_to_follow(&empty, &image, elsewhere);
+        assert_eq!(kinds(&changes), ["create a", "follow 1"]);
+        assert!(matches!(
+            &changes[0],
+            Follow::Create { topics } if topics[0].held == [false, false]
+        ));
+        let held_everything = local(&[("a", 1, 2)], 0);
+        assert_eq!(
+            kinds(&changes_to_follow(&held_everything, &image, elsewhere)),
+            ["hold a [false, false]", "follow 1"]
         );
     }
 }
