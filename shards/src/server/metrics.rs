@@ -56,6 +56,7 @@ pub struct BrokerMetrics {
     connections_active: IntGaugeVec,
     connections: IntCounterVec,
     shard_jobs: IntCounterVec,
+    fetch_expired: IntCounterVec,
     prepared_reads: IntCounterVec,
     produce_bytes: IntCounterVec,
     produce_records: IntCounterVec,
@@ -137,6 +138,11 @@ impl BrokerMetrics {
                 "shard_jobs_sent_total",
                 "Jobs a shard sent to another shard to run there (each a trip over the shard mesh and back), by the sending shard.",
                 &["shard"],
+            ),
+            fetch_expired: counter(
+                "fetch_waits_expired_total",
+                "Fetches answered because their max_wait_ms ran out short of min_bytes (Kafka's DelayedFetchMetrics ExpiresPerSec), by fetcher: consumer or follower.",
+                &["fetcher", "shard"],
             ),
             prepared_reads: counter(
                 "fetch_prepared_reads_total",
@@ -289,6 +295,8 @@ pub struct ShardMetrics {
     connections_active: IntGauge,
     connections: IntCounter,
     shard_jobs: IntCounter,
+    /// Consumer's, then follower's.
+    fetch_expired: [IntCounter; 2],
     prepared_reads_used: IntCounter,
     prepared_reads_dropped: IntCounter,
     isr_shrinks: IntCounter,
@@ -360,6 +368,8 @@ impl ShardMetrics {
             connections_active: families.connections_active.with_label_values(&[&shard]),
             connections: families.connections.with_label_values(&[&shard]),
             shard_jobs: families.shard_jobs.with_label_values(&[&shard]),
+            fetch_expired: ["consumer", "follower"]
+                .map(|fetcher| families.fetch_expired.with_label_values(&[fetcher, &shard])),
             prepared_reads_used: families.prepared_reads.with_label_values(&["used", &shard]),
             prepared_reads_dropped: families
                 .prepared_reads
@@ -432,6 +442,12 @@ impl ShardMetrics {
     /// This shard sent a job to another shard.
     pub fn shard_job_sent(&self) {
         self.shard_jobs.inc();
+    }
+
+    /// A fetch (a follower's: `to_replica`) waited out its max_wait_ms
+    /// short of min_bytes.
+    pub fn fetch_expired(&self, to_replica: bool) {
+        self.fetch_expired[usize::from(to_replica)].inc();
     }
 
     /// `count` reads prepared one fetch ahead were used (`true`) or

@@ -254,11 +254,9 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request) -> Result<Response, Fr
             .fetched
             .iter()
             .any(|fetched| matches!(fetched, Fetched::Error(_) | Fetched::Elsewhere(_)));
-        if bytes >= body.min_bytes.max(0) as u64
-            || answer_now
-            || Instant::now() >= deadline
-            || shard.is_stopping()
-        {
+        let enough = bytes >= body.min_bytes.max(0) as u64 || answer_now;
+        let expired = !enough && Instant::now() >= deadline;
+        if enough || expired || shard.is_stopping() {
             let (session_id, topics, answered) = answer(
                 shard,
                 session_request,
@@ -268,6 +266,9 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request) -> Result<Response, Fr
                 pass.fetched,
             );
             let to_replica = matches!(isolation, Isolation::Replica(_));
+            if expired && body.max_wait_ms > 0 {
+                shard.metrics.fetch_expired(to_replica);
+            }
             for (wanted, fetched) in &answered {
                 shard
                     .metrics
