@@ -80,8 +80,13 @@ pub struct TopicMetadata {
     pub configs: BTreeMap<String, String>,
 }
 
+/// One broker's image of the cluster's topics (see the module
+/// documentation): what it applied of the metadata log (Kafka's
+/// `MetadataImage` is the whole log's state, Brook's
+/// [`crate::cluster::cluster_image::ClusterImage`]) and where it holds
+/// each partition.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MetadataImage {
+pub struct LocalImage {
     pub topics: BTreeMap<String, TopicMetadata>,
     /// In a cluster, the metadata log offset these topics follow (0: none
     /// yet, or a one-node broker).
@@ -126,7 +131,7 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicNameError> {
     Ok(())
 }
 
-impl MetadataImage {
+impl LocalImage {
     pub fn topic(&self, name: &str) -> Option<&TopicMetadata> {
         self.topics.get(name)
     }
@@ -140,7 +145,7 @@ impl MetadataImage {
         self.owner_at(&topic_partition.topic, topic_partition.partition)
     }
 
-    /// [`MetadataImage::owner`] without building a `TopicPartition`.
+    /// [`LocalImage::owner`] without building a `TopicPartition`.
     pub fn owner_at(&self, topic: &str, partition: PartitionId) -> Option<ShardId> {
         let topic = self.topics.get(topic)?;
         usize::try_from(partition.0)
@@ -249,7 +254,7 @@ impl MetadataImage {
         text
     }
 
-    pub fn decode(text: &str) -> Result<MetadataImage, ImageError> {
+    pub fn decode(text: &str) -> Result<LocalImage, ImageError> {
         let mut lines = text
             .lines()
             .enumerate()
@@ -263,7 +268,7 @@ impl MetadataImage {
                 });
             }
         }
-        let mut image = MetadataImage::default();
+        let mut image = LocalImage::default();
         for (line, content) in lines.filter(|(_, content)| !content.trim().is_empty()) {
             // A config value may hold spaces ("compact, delete"): it is the
             // rest of its line.
@@ -386,8 +391,8 @@ pub fn place_partitions(count: usize, loads: &mut [usize]) -> Vec<ShardId> {
 mod tests {
     use super::*;
 
-    fn image() -> MetadataImage {
-        let mut image = MetadataImage::default();
+    fn image() -> LocalImage {
+        let mut image = LocalImage::default();
         let orders = TopicMetadata {
             name: "orders".into(),
             id: TopicId([0xab; 16]),
@@ -406,11 +411,11 @@ mod tests {
             text,
             "brook-metadata 1\ntopic orders abababababababababababababababab 0,1,0,-\nconfig orders retention.ms=1000\n"
         );
-        assert_eq!(MetadataImage::decode(&text), Ok(image));
-        assert!(MetadataImage::decode("brook-metadata 2\n").is_err());
-        assert!(MetadataImage::decode("brook-metadata 1\ntopic x zz 0\n").is_err());
-        assert!(MetadataImage::decode("brook-metadata 1\nconfig x a=b\n").is_err());
-        assert!(MetadataImage::decode("brook-metadata 1\nfollows x\n").is_err());
+        assert_eq!(LocalImage::decode(&text), Ok(image));
+        assert!(LocalImage::decode("brook-metadata 2\n").is_err());
+        assert!(LocalImage::decode("brook-metadata 1\ntopic x zz 0\n").is_err());
+        assert!(LocalImage::decode("brook-metadata 1\nconfig x a=b\n").is_err());
+        assert!(LocalImage::decode("brook-metadata 1\nfollows x\n").is_err());
     }
 
     /// A cluster broker's image says which metadata log offset it follows;
@@ -421,7 +426,7 @@ mod tests {
         image.follows = 1234;
         let text = image.encode();
         assert!(text.starts_with("brook-metadata 1\nfollows 1234\ntopic orders "));
-        assert_eq!(MetadataImage::decode(&text), Ok(image));
+        assert_eq!(LocalImage::decode(&text), Ok(image));
     }
 
     #[test]
@@ -432,7 +437,7 @@ mod tests {
             .configs
             .insert("cleanup.policy".into(), "compact, delete".into());
         orders.configs.insert("retention.ms".into(), " 1000".into());
-        assert_eq!(MetadataImage::decode(&image.encode()), Ok(image));
+        assert_eq!(LocalImage::decode(&image.encode()), Ok(image));
     }
 
     /// Dynamic broker configs round-trip, the cluster-wide default's
@@ -452,8 +457,8 @@ mod tests {
         assert!(text.ends_with(
             "broker-config default log.retention.ms=5000\nbroker-config 1 custom=a b=c\n"
         ));
-        assert_eq!(MetadataImage::decode(&text), Ok(image));
-        assert!(MetadataImage::decode("brook-metadata 1\nbroker-config 1\n").is_err());
+        assert_eq!(LocalImage::decode(&text), Ok(image));
+        assert!(LocalImage::decode("brook-metadata 1\nbroker-config 1\n").is_err());
     }
 
     #[test]

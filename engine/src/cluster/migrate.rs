@@ -11,7 +11,7 @@
 use raft::eraftpb::{ConfState, HardState, Snapshot};
 
 use crate::cluster::broker_dynamic::DynamicConfigs;
-use crate::cluster::image::MetadataImage;
+use crate::cluster::image::LocalImage;
 use crate::cluster::quorum::raft_id;
 use crate::cluster::records::{MetadataRecord, PartitionRegistration, encode_batch};
 use crate::types::{BrokerId, LeaderEpoch, PartitionId};
@@ -27,7 +27,7 @@ pub const MIGRATED_OFFSET: u64 = 1;
 /// broker configs; and, when it had handed out producer ids, the first id
 /// it had not reserved.
 pub fn one_node_records(
-    image: &MetadataImage,
+    image: &LocalImage,
     node: BrokerId,
     next_producer_id: Option<i64>,
 ) -> Vec<MetadataRecord> {
@@ -110,8 +110,8 @@ mod tests {
     use crate::cluster::image::{ShardId, TopicId, TopicMetadata};
     use crate::cluster::quorum::{ControllerNode, MetadataStore, QuorumConfig};
 
-    fn one_node_image() -> MetadataImage {
-        let mut image = MetadataImage::default();
+    fn one_node_image() -> LocalImage {
+        let mut image = LocalImage::default();
         image.topics.insert(
             "orders".into(),
             TopicMetadata {
@@ -189,9 +189,9 @@ mod tests {
     /// when one was taken.
     #[test]
     fn an_empty_directory_has_no_records() {
-        assert!(one_node_records(&MetadataImage::default(), BrokerId(0), None).is_empty());
+        assert!(one_node_records(&LocalImage::default(), BrokerId(0), None).is_empty());
         assert_eq!(
-            one_node_records(&MetadataImage::default(), BrokerId(0), Some(1_000)),
+            one_node_records(&LocalImage::default(), BrokerId(0), Some(1_000)),
             [MetadataRecord::ProducerIds {
                 broker: BrokerId(0),
                 next_producer_id: 1_000

@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 use std::ops::Range;
 
-use crate::cluster::image::{MetadataImage, validate_topic_name};
+use crate::cluster::image::{LocalImage, validate_topic_name};
 
 /// Kafka's `max.request.partition.size.limit` default.
 pub const PARTITIONS_PER_RESPONSE_MAX: usize = 2000;
@@ -43,7 +43,7 @@ pub struct Page {
 /// The page a request asks for, or why the request is invalid (Kafka's
 /// INVALID_REQUEST messages).
 pub fn page(
-    image: &MetadataImage,
+    image: &LocalImage,
     requested: &[String],
     cursor: Option<&Cursor>,
     limit: i32,
@@ -115,8 +115,8 @@ mod tests {
     use super::*;
     use crate::cluster::image::{ShardId, TopicId, TopicMetadata};
 
-    fn image(topics: &[(&str, usize)]) -> MetadataImage {
-        let mut image = MetadataImage::default();
+    fn image(topics: &[(&str, usize)]) -> LocalImage {
+        let mut image = LocalImage::default();
         for (name, partitions) in topics {
             image.topics.insert(
                 (*name).to_owned(),

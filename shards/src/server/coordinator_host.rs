@@ -328,7 +328,7 @@ pub fn locate_in(
     key: &str,
     partition_for: fn(&str, i32) -> i32,
 ) -> Result<(i32, ShardId), ErrorCode> {
-    let image = shard.image();
+    let image = shard.local_image();
     let described = image.topic(topic).ok_or(ErrorCode::NOT_COORDINATOR)?;
     let count =
         i32::try_from(described.partitions.len()).map_err(|_| ErrorCode::NOT_COORDINATOR)?;
@@ -354,7 +354,7 @@ pub async fn ensure_internal_topic(
     replication_factor: i16,
     min_isr: Option<i32>,
 ) -> Result<(), ErrorCode> {
-    if shard.image().topic(name).is_some() {
+    if shard.local_image().topic(name).is_some() {
         return Ok(());
     }
     // At most one replica per registered broker (see the setting), and

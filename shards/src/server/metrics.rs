@@ -708,7 +708,7 @@ async fn set_group_lag(shard: &std::rc::Rc<Shard>) {
         .into_iter()
         .flatten()
         .collect();
-    let image = shard.image();
+    let image = shard.local_image();
     let mut by_owner: HashMap<ShardId, Vec<TopicPartition>> = HashMap::new();
     for (_, topic_partition, _) in &committed {
         if let Some(owner) = image.owner(topic_partition) {
@@ -777,7 +777,7 @@ fn set_state_gauges(shard: &Shard) {
     let Some(view) = shard.cluster_view() else {
         // One node: it holds and leads every partition and is its own
         // controller.
-        let partitions = shard.image().partitions().count() as i64;
+        let partitions = shard.local_image().partitions().count() as i64;
         metrics.partitions.set(partitions);
         metrics.leaders.set(partitions);
         metrics.controller_active.set(1);

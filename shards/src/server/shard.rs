@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use brook_engine::cluster::broker_config::BrokerConfig;
 use brook_engine::cluster::broker_dynamic::effective;
-use brook_engine::cluster::image::{MetadataImage, ShardId};
+use brook_engine::cluster::image::{LocalImage, ShardId};
 use brook_engine::cluster::records::PartitionRegistration;
 use brook_engine::cluster::topic_config;
 use brook_engine::log::config::LogConfig;
@@ -60,7 +60,7 @@ pub struct Shard {
     pub producer_ids: ProducerIds,
     /// Connections to the other brokers (cluster mode).
     pub peers: Peers,
-    image: RefCell<Arc<MetadataImage>>,
+    local_image: RefCell<Arc<LocalImage>>,
     /// The settings this broker runs with: its static ones
     /// (`context.config`) under the image's dynamic broker configs.
     config: RefCell<Arc<BrokerConfig>>,
@@ -90,12 +90,15 @@ impl std::fmt::Debug for Shard {
 }
 
 impl Shard {
-    pub fn image(&self) -> Arc<MetadataImage> {
-        self.image.borrow().clone()
+    /// This broker's local image: every topic as applied here, and the
+    /// shard of each partition held here (see [`LocalImage`]). The cluster's
+    /// own image, with every registration, is [`Shard::cluster_view`]'s.
+    pub fn local_image(&self) -> Arc<LocalImage> {
+        self.local_image.borrow().clone()
     }
 
-    pub fn set_image(&self, image: Arc<MetadataImage>) {
-        let old = self.image.replace(image.clone());
+    pub fn set_local_image(&self, image: Arc<LocalImage>) {
+        let old = self.local_image.replace(image.clone());
         if old.broker_configs != image.broker_configs {
             let config = effective(&self.context.config, &image.broker_configs);
             self.store
@@ -220,7 +223,7 @@ impl Shard {
 
     /// The log config of a topic: broker defaults, then its overrides.
     pub fn topic_log_config(&self, topic: &str) -> LogConfig {
-        let image = self.image();
+        let image = self.local_image();
         let overrides = image
             .topic(topic)
             .map(|topic| topic.configs.clone())
@@ -289,7 +292,7 @@ pub async fn run_shard(
     id: ShardId,
     context: Arc<ServerContext>,
     jobs: MeshReceiver,
-    image: Arc<MetadataImage>,
+    image: Arc<LocalImage>,
     ready: Ready,
 ) {
     let shard = match start(id, context, image).await {
@@ -349,7 +352,7 @@ fn fetch_session_cache(context: &ServerContext, id: ShardId) -> FetchSessionCach
 async fn start(
     id: ShardId,
     context: Arc<ServerContext>,
-    image: Arc<MetadataImage>,
+    image: Arc<LocalImage>,
 ) -> Result<Rc<Shard>, StorageError> {
     let store = Rc::new(
         Store::open(StoreOptions {
@@ -371,7 +374,7 @@ async fn start(
         producer_ids: ProducerIds::default(),
         transactions: TxnHost::default(),
         peers,
-        image: RefCell::new(image.clone()),
+        local_image: RefCell::new(image.clone()),
         config: RefCell::new(config),
         cluster_view: RefCell::new(None),
         forward: RefCell::new(None),

@@ -383,7 +383,7 @@ pub(crate) async fn write_marker_here(
     markers: &MarkerWrite,
     topic_partition: &TopicPartition,
 ) -> Result<(), ErrorCode> {
-    let image = shard.image();
+    let image = shard.local_image();
     let Some(owner) = image.owner(topic_partition) else {
         return Err(image.not_here(topic_partition));
     };

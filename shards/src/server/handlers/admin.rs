@@ -139,7 +139,7 @@ fn created_result(
 
 pub async fn delete_topics(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
     let body: DeleteTopicsRequest = request.decode_body()?;
-    let image = shard.image();
+    let image = shard.local_image();
     // v6 names topics by name or id; earlier versions by name only.
     let requested: Vec<(Option<String>, Uuid)> = if request.api_version >= 6 {
         body.topics

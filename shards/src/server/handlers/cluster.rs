@@ -5,7 +5,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use brook_engine::cluster::image::{MetadataImage, TopicId, TopicMetadata, validate_topic_name};
+use brook_engine::cluster::image::{LocalImage, TopicId, TopicMetadata, validate_topic_name};
 use brook_engine::cluster::topic_pages::{Cursor, PageTopic, page};
 use brook_engine::cluster::visibility::Visibility;
 use brook_engine::group::records::OFFSETS_TOPIC_NAME;
@@ -45,8 +45,8 @@ use crate::server::shard::Shard;
 
 /// Creates the missing topics among `names` (auto topic creation) and
 /// returns the image that includes them.
-pub(crate) async fn ensure_topics(shard: &Rc<Shard>, names: &[String]) -> Arc<MetadataImage> {
-    let image = shard.image();
+pub(crate) async fn ensure_topics(shard: &Rc<Shard>, names: &[String]) -> Arc<LocalImage> {
+    let image = shard.local_image();
     let missing: Vec<NewTopic> = names
         .iter()
         .filter(|name| image.topic(name).is_none() && validate_topic_name(name).is_ok())
@@ -75,7 +75,7 @@ pub(crate) async fn ensure_topics(shard: &Rc<Shard>, names: &[String]) -> Arc<Me
             tracing::warn!(topic = %outcome.name, error = ?outcome.error, "auto-creating a topic failed");
         }
     }
-    shard.image()
+    shard.local_image()
 }
 
 /// How long a request about topics waits while some of them are applied
@@ -99,14 +99,14 @@ const FIRST_VIEW_WAIT_MAX: Duration = Duration::from_secs(10);
 /// the cluster after a start.
 pub(crate) async fn client_image(
     shard: &Rc<Shard>,
-    image: Arc<MetadataImage>,
+    image: Arc<LocalImage>,
     wanted: Option<&[String]>,
-) -> Arc<MetadataImage> {
+) -> Arc<LocalImage> {
     first_view(shard).await;
     let deadline = Instant::now() + PENDING_TOPICS_WAIT_MAX;
     // The newest image: the wait may have let this broker apply more.
     let mut image = match shard.cluster_view() {
-        Some(_) => shard.image(),
+        Some(_) => shard.local_image(),
         None => image,
     };
     loop {
@@ -129,7 +129,7 @@ pub(crate) async fn client_image(
             break;
         }
         glommio::timer::sleep(PENDING_TOPICS_POLL).await;
-        image = shard.image();
+        image = shard.local_image();
     }
     let Some(view) = shard.cluster_view() else {
         // No view of the cluster yet: the topics this broker had.
@@ -355,7 +355,7 @@ pub async fn metadata(shard: &Rc<Shard>, request: &Request) -> Result<Response, 
     });
     let image = match &names {
         Some(names) if auto_create => ensure_topics(shard, names).await,
-        _ => shard.image(),
+        _ => shard.local_image(),
     };
     let image = client_image(shard, image, names.as_deref()).await;
     // Without an authorizer every supported operation is allowed (Kafka's
@@ -457,7 +457,7 @@ pub async fn describe_log_dirs(
     request: &Request,
 ) -> Result<Response, FrameError> {
     let body: DescribeLogDirsRequest = request.decode_body()?;
-    let image = shard.image();
+    let image = shard.local_image();
     let wanted: Vec<TopicPartition> = match body.topics {
         None => image
             .partitions()
@@ -585,7 +585,7 @@ pub async fn describe_topic_partitions(
         partition: cursor.partition_index,
     });
     let wanted = (!requested.is_empty()).then_some(requested.as_slice());
-    let image = client_image(shard, shard.image(), wanted).await;
+    let image = client_image(shard, shard.local_image(), wanted).await;
     let operations = authorized_operations(AclResource::Topic);
     let response = match page(
         &image,
@@ -696,7 +696,7 @@ pub fn alter_replica_log_dirs(
     request: &Request,
 ) -> Result<Response, FrameError> {
     let body: AlterReplicaLogDirsRequest = request.decode_body()?;
-    let image = shard.image();
+    let image = shard.local_image();
     let dirs = &shard.context.log_dirs;
     let mut by_topic: Vec<(String, Vec<AlterReplicaLogDirPartitionResult>)> = Vec::new();
     for dir in &body.dirs {

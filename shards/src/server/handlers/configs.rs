@@ -91,7 +91,7 @@ fn described(
 ) -> Result<Vec<ConfigEntry>, (ErrorCode, Option<String>)> {
     match resource_type {
         RESOURCE_TOPIC => {
-            let image = shard.image();
+            let image = shard.local_image();
             match image.topic(name) {
                 Some(topic) => Ok(topic_entries(&shard.config(), &topic.configs)),
                 None => Err((ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, None)),
@@ -306,7 +306,7 @@ impl Alter<'_> {
                 }
                 let checked = broker_dynamic::altered(
                     &shard.context.config,
-                    &shard.image().broker_configs,
+                    &shard.local_image().broker_configs,
                     name,
                     &changes,
                     replace,
@@ -378,7 +378,7 @@ fn this_broker_or_default(shard: &Shard, name: &str) -> Result<(), (ErrorCode, O
 /// ListConfigResources (v0 is Kafka's ListClientMetricsResources).
 pub fn list_config_resources(shard: &Rc<Shard>, request: &Request) -> Result<Response, FrameError> {
     let body: ListConfigResourcesRequest = request.decode_body()?;
-    let image = shard.image();
+    let image = shard.local_image();
     let listed = config_resources(
         request.api_version,
         &body.resource_types,

@@ -19,7 +19,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use brook_engine::cluster::image::{MetadataImage, ShardId, TopicId};
+use brook_engine::cluster::image::{LocalImage, ShardId, TopicId};
 use brook_engine::protocol::errors::ErrorCode;
 use brook_engine::protocol::fetch::{
     AbortedTransaction, FetchPiece, FetchResponseData, PartitionData, ResponseBudget, TopicData,
@@ -228,7 +228,7 @@ pub async fn handle(shard: &Rc<Shard>, request: &Request) -> Result<Response, Fr
             return Ok(respond(request.correlation_id, version, data, Vec::new()));
         }
     };
-    let image = shard.image();
+    let image = shard.local_image();
     let replica = replica_of(&body, version);
     let fetcher = match replica {
         Some(_) => Fetcher::Follower,
@@ -357,7 +357,7 @@ fn requested(body: &FetchRequest, uses_topic_ids: bool) -> (FetchList, Vec<Sessi
 /// (one entry per run of partitions of the same topic).
 fn resolve(
     shard: &Shard,
-    image: &MetadataImage,
+    image: &LocalImage,
     partitions: &FetchList,
     replica: Option<BrokerId>,
     fetcher: Fetcher,

@@ -66,7 +66,7 @@ pub(crate) fn split_by_existence(
     shard: &Shard,
     commits: impl Iterator<Item = CommitPartition>,
 ) -> (Vec<CommitPartition>, Vec<(TopicPartition, bool)>) {
-    let image = shard.image();
+    let image = shard.local_image();
     let mut known = Vec::new();
     let mut order = Vec::new();
     for commit in commits {

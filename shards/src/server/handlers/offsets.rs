@@ -56,7 +56,7 @@ const LATEST_TIERED: i64 = -5;
 /// Runs `work` on the shard owning `topic_partition` with that shard and
 /// the partition's log; NOT_LEADER_OR_FOLLOWER if this broker holds no
 /// replica of it, UNKNOWN_TOPIC_OR_PARTITION if it does not exist
-/// ([`MetadataImage::not_here`]).
+/// ([`LocalImage::not_here`]).
 pub(crate) async fn on_owner<T: Send + 'static>(
     shard: &Rc<Shard>,
     topic_partition: TopicPartition,
@@ -64,7 +64,7 @@ pub(crate) async fn on_owner<T: Send + 'static>(
     + Send
     + 'static,
 ) -> Result<T, ErrorCode> {
-    let image = shard.image();
+    let image = shard.local_image();
     let missing = image.not_here(&topic_partition);
     let Some(owner) = image.owner(&topic_partition) else {
         return Err(missing);
@@ -323,7 +323,7 @@ pub async fn delete_records(shard: &Rc<Shard>, request: &Request) -> Result<Resp
                 partition: PartitionId(partition.partition_index),
             };
             let requested = partition.offset;
-            let image = shard.image();
+            let image = shard.local_image();
             let missing = (image.not_here(&topic_partition), -1);
             let timeout = Duration::from_millis(body.timeout_ms.max(0) as u64);
             let owner = image.owner(&topic_partition);

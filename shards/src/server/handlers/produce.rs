@@ -316,7 +316,7 @@ async fn start_partition(
     if let Err(message) = check_client_batches(&records) {
         return refused(ErrorCode::INVALID_RECORD, message);
     }
-    let image = shard.image();
+    let image = shard.local_image();
     let Some(owner) = image.owner(&topic_partition) else {
         let error = image.not_here(&topic_partition);
         return refused(error, format!("{topic_partition} is not here"));
@@ -367,7 +367,7 @@ pub async fn start(shard: &Rc<Shard>, request: Request) -> LocalBoxFuture<'stati
             .collect();
         ensure_topics(shard, &names).await;
     }
-    let image = shard.image();
+    let image = shard.local_image();
     let mut topics = Vec::with_capacity(body.topic_data.len());
     for topic in body.topic_data {
         let known = if by_id {

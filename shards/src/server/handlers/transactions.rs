@@ -128,7 +128,7 @@ fn topic_results(
 /// others OPERATION_NOT_ATTEMPTED, as Kafka answers before asking the
 /// coordinator.
 fn missing_partitions(shard: &Shard, partitions: &[TopicPartition]) -> bool {
-    let image = shard.image();
+    let image = shard.local_image();
     partitions
         .iter()
         .any(|partition| !image.has_partition(partition))
@@ -143,7 +143,7 @@ async fn add_partitions(
     topics: &[AddPartitionsToTxnTopic],
 ) -> Vec<AddPartitionsToTxnTopicResult> {
     if missing_partitions(shard, &request.partitions) {
-        let image = shard.image();
+        let image = shard.local_image();
         return topic_results(topics, |partition| {
             if !image.has_partition(partition) {
                 ErrorCode::UNKNOWN_TOPIC_OR_PARTITION

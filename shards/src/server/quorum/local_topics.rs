@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use brook_engine::cluster::broker_dynamic::{self, DynamicConfigs};
 use brook_engine::cluster::image::{
-    MetadataImage, ShardId, TopicId, TopicMetadata, place_held, place_partitions,
+    LocalImage, ShardId, TopicId, TopicMetadata, place_held, place_partitions,
 };
 use brook_engine::cluster::topic_config::resolve;
 use brook_engine::log::config::LogConfig;
@@ -31,14 +31,14 @@ use crate::storage::StorageError;
 /// The local image's file in the first log directory.
 pub const METADATA_FILE: &str = "brook-metadata";
 
-pub fn load_image(data_dir: &Path) -> Result<MetadataImage, StorageError> {
+pub fn load_image(data_dir: &Path) -> Result<LocalImage, StorageError> {
     let path = data_dir.join(METADATA_FILE);
     match std::fs::read_to_string(&path) {
-        Ok(text) => MetadataImage::decode(&text).map_err(|error| StorageError::Corrupt {
+        Ok(text) => LocalImage::decode(&text).map_err(|error| StorageError::Corrupt {
             path,
             reason: error.to_string(),
         }),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(MetadataImage::default()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(LocalImage::default()),
         Err(error) => Err(StorageError::io("reading", &path, error)),
     }
 }
@@ -79,7 +79,7 @@ pub enum Follow {
         configs: DynamicConfigs,
     },
     /// The topics now follow the log up to `offset`
-    /// ([`MetadataImage::follows`]).
+    /// ([`LocalImage::follows`]).
     Offset {
         offset: u64,
     },
@@ -119,7 +119,7 @@ async fn follow_here(controller: &Rc<Shard>, steps: Vec<Follow>) -> Result<(), S
         .await
         .map_err(|_| "stopping".to_owned())?;
     for step in steps {
-        let current = controller.image();
+        let current = controller.local_image();
         let mut image = (*current).clone();
         let mut effects = Effects::default();
         let defaults = controller.config().log_defaults.clone();
@@ -142,7 +142,7 @@ async fn follow_here(controller: &Rc<Shard>, steps: Vec<Follow>) -> Result<(), S
 }
 
 fn apply_step(
-    image: &mut MetadataImage,
+    image: &mut LocalImage,
     effects: &mut Effects,
     defaults: &LogConfig,
     shards: u16,
@@ -197,7 +197,7 @@ fn by_owner<T>(
 
 /// Every partition's log config under `image`'s dynamic broker configs
 /// (their topic defaults changed): applied live on the owning shards.
-fn reconfigure_all(controller: &Shard, image: &MetadataImage, effects: &mut Effects) {
+fn reconfigure_all(controller: &Shard, image: &LocalImage, effects: &mut Effects) {
     let defaults =
         broker_dynamic::effective(&controller.context.config, &image.broker_configs).log_defaults;
     for topic in image.topics.values() {
@@ -212,7 +212,7 @@ fn reconfigure_all(controller: &Shard, image: &MetadataImage, effects: &mut Effe
 }
 
 fn create(
-    image: &mut MetadataImage,
+    image: &mut LocalImage,
     effects: &mut Effects,
     defaults: &LogConfig,
     shards: u16,
@@ -235,7 +235,7 @@ fn create(
     image.topics.insert(metadata.name.clone(), metadata);
 }
 
-fn delete(image: &mut MetadataImage, effects: &mut Effects, name: &str) {
+fn delete(image: &mut LocalImage, effects: &mut Effects, name: &str) {
     if let Some(topic) = image.topics.remove(name) {
         by_owner(
             &mut effects.delete,
@@ -251,7 +251,7 @@ fn delete(image: &mut MetadataImage, effects: &mut Effects, name: &str) {
 /// grow): a partition newly held opens on the least-loaded shard, one no
 /// longer held (its replicas no longer name this broker) is deleted here.
 fn hold(
-    image: &mut MetadataImage,
+    image: &mut LocalImage,
     effects: &mut Effects,
     defaults: &LogConfig,
     shards: u16,
@@ -288,11 +288,7 @@ fn hold(
 }
 
 /// Persists `image`, applies `effects` on the owning shards, publishes.
-async fn commit(
-    controller: &Rc<Shard>,
-    image: MetadataImage,
-    effects: Effects,
-) -> Result<(), String> {
+async fn commit(controller: &Rc<Shard>, image: LocalImage, effects: Effects) -> Result<(), String> {
     let path: PathBuf = controller.context.data_dir.join(METADATA_FILE);
     crate::storage::write_file_atomically(&path, image.encode().as_bytes())
         .await
@@ -330,7 +326,10 @@ async fn commit(
     for shard in controller.context.shard_ids() {
         let image = image.clone();
         controller
-            .on_shard(shard, move |shard| async move { shard.set_image(image) })
+            .on_shard(
+                shard,
+                move |shard| async move { shard.set_local_image(image) },
+            )
             .await
             .map_err(|gone| gone.to_string())?;
     }

@@ -16,12 +16,12 @@
 //!
 //! A broker opens only the partitions it is a replica of, as Kafka's
 //! brokers do; requests for the others answer NOT_LEADER_OR_FOLLOWER
-//! ([`MetadataImage::not_here`]).
+//! ([`LocalImage::not_here`]).
 
 use std::rc::Rc;
 
 use brook_engine::cluster::cluster_image::ClusterImage;
-use brook_engine::cluster::image::MetadataImage;
+use brook_engine::cluster::image::LocalImage;
 use brook_engine::types::BrokerId;
 
 use super::local_topics::{self, Follow, FollowedTopic};
@@ -29,7 +29,7 @@ use crate::server::shard::Shard;
 
 pub async fn reconcile(shard: &Rc<Shard>, image: &ClusterImage) {
     let local = BrokerId(shard.context.broker_id);
-    let steps = changes_to_follow(&shard.image(), image, local);
+    let steps = changes_to_follow(&shard.local_image(), image, local);
     if steps.is_empty() {
         return;
     }
@@ -41,7 +41,7 @@ pub async fn reconcile(shard: &Rc<Shard>, image: &ClusterImage) {
 /// What makes `local`, the image of broker `broker`, follow `image`, the
 /// last step recording the offset followed; nothing when `image` is older
 /// than what `local` already follows.
-fn changes_to_follow(local: &MetadataImage, image: &ClusterImage, broker: BrokerId) -> Vec<Follow> {
+fn changes_to_follow(local: &LocalImage, image: &ClusterImage, broker: BrokerId) -> Vec<Follow> {
     if image.offset < local.follows {
         return Vec::new();
     }
@@ -116,7 +116,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use brook_engine::cluster::cluster_image::ClusterImage;
-    use brook_engine::cluster::image::{MetadataImage, ShardId, TopicId, TopicMetadata};
+    use brook_engine::cluster::image::{LocalImage, ShardId, TopicId, TopicMetadata};
     use brook_engine::cluster::records::{MetadataRecord, PartitionRegistration};
     use brook_engine::types::{BrokerId, LeaderEpoch, PartitionId};
 
@@ -153,10 +153,10 @@ mod tests {
     }
 
     /// This broker's own topics, following the log up to `follows`.
-    fn local(topics: &[(&str, u8, usize)], follows: u64) -> MetadataImage {
-        let mut image = MetadataImage {
+    fn local(topics: &[(&str, u8, usize)], follows: u64) -> LocalImage {
+        let mut image = LocalImage {
             follows,
-            ..MetadataImage::default()
+            ..LocalImage::default()
         };
         for (name, id, partitions) in topics {
             image.topics.insert(

@@ -111,7 +111,7 @@ impl ReplicaHost {
         let mut leaders = BTreeSet::new();
         let mut kept = BTreeSet::new();
         let owned: Vec<TopicPartition> = shard
-            .image()
+            .local_image()
             .partitions()
             .filter(|(_, owner)| *owner == shard.id)
             .map(|(topic_partition, _)| topic_partition)
