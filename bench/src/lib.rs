@@ -14,13 +14,12 @@
 //! - [`log`]: the storage engine alone (`brook bench log`).
 //! - [`ceiling`]: the machine's limits (`brook bench ceiling`).
 //! - [`workload`]: a Kafka load generator (`brook bench run custom`) on
-//!   Brook's own client (`brook_shards::client`); [`broker`] starts the
-//!   broker it measures.
+//!   Brook's own client (`brook_shards::client`); `brook_launch` starts
+//!   the broker it measures.
 //! - [`named`]: the workloads behind the performance bar (`brook bench run
 //!   throughput`, …).
 
 pub mod allocator;
-pub mod broker;
 pub mod ceiling;
 pub mod log;
 pub mod named;

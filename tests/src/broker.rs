@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use brook_bench::broker::{BrokerLaunch, BrokerProcess};
+use brook_launch::{BrokerLaunch, BrokerProcess};
 
 #[derive(Debug)]
 pub struct Broker {

@@ -35,9 +35,9 @@ pub struct Seen {
 }
 
 /// A free port of 127.0.0.1 for a broker to listen on (see
-/// [`brook_bench::broker::free_port`]).
+/// [`brook_launch::free_port`]).
 pub fn free_port() -> u16 {
-    brook_bench::broker::free_port().expect("a free port")
+    brook_launch::free_port().expect("a free port")
 }
 
 /// The `--set` arguments that make node `id` a voter of `voters` listening
@@ -164,7 +164,7 @@ impl Cluster {
                 let mut arguments = node_arguments_at(id, address, &voters);
                 arguments.extend(extra_of(id));
                 let (namespace, listen) = placed(id);
-                Broker::launch(brook_bench::broker::BrokerLaunch {
+                Broker::launch(brook_launch::BrokerLaunch {
                     binary: binary.into(),
                     data_dir: root.join(format!("node-{id}")),
                     cores: 1,

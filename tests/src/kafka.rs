@@ -25,9 +25,9 @@ pub struct KafkaBroker {
 }
 
 /// A free port of 127.0.0.1 for a broker to listen on (see
-/// [`brook_bench::broker::free_port`]).
+/// [`brook_launch::free_port`]).
 fn free_port() -> u16 {
-    brook_bench::broker::free_port().expect("a free port")
+    brook_launch::free_port().expect("a free port")
 }
 
 impl KafkaBroker {

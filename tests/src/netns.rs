@@ -93,7 +93,7 @@ impl Network {
         format!("{}.{}", self.subnet, index + 2)
     }
 
-    /// Node `index`'s namespace file, for [`brook_bench::broker::BrokerLaunch`].
+    /// Node `index`'s namespace file, for [`brook_launch::BrokerLaunch`].
     pub fn namespace_file(&self, index: usize) -> PathBuf {
         PathBuf::from("/run/netns").join(self.namespace(index))
     }

@@ -27,6 +27,17 @@ pub enum BenchError {
     Broker(String),
 }
 
+impl From<brook_launch::LaunchError> for BenchError {
+    fn from(error: brook_launch::LaunchError) -> BenchError {
+        match error {
+            brook_launch::LaunchError::Io { op, path, source } => {
+                BenchError::Io { op, path, source }
+            }
+            brook_launch::LaunchError::Broker(reason) => BenchError::Broker(reason),
+        }
+    }
+}
+
 /// `map_err` helper: `.map_err(io_error("writing", &path))`.
 pub(crate) fn io_error<'a, E: Into<std::io::Error>>(
     op: &'static str,

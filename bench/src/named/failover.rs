@@ -16,8 +16,8 @@ use kafka_protocol::messages::{
 
 use super::report::{Figure, NamedRun, Target};
 use super::{Bench, BenchError};
-use crate::broker::{BrokerLaunch, BrokerProcess, KafkaLaunch, free_port};
 use crate::log::json::JsonObject;
+use brook_launch::{BrokerLaunch, BrokerProcess, KafkaLaunch, free_port};
 use brook_shards::client::cluster::{resolve, topic_name};
 use brook_shards::client::{ClientError, Cluster};
 

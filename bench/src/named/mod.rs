@@ -31,7 +31,6 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use glommio::Placement;
 
-use crate::broker::{BrokerLaunch, BrokerProcess, KafkaLaunch};
 use crate::ceiling::{CeilingOptions, CeilingReport};
 use crate::log::error::BenchError;
 use crate::log::json::JsonObject;
@@ -39,6 +38,7 @@ use crate::workload::client_error;
 use crate::workload::options::{WorkloadOptions, parse_duration};
 use crate::workload::report::WorkloadReport;
 use brook_engine::units::parse_bytes;
+use brook_launch::{BrokerLaunch, BrokerProcess, KafkaLaunch};
 use brook_shards::client::{ClientError, Cluster};
 use brook_shards::runtime::{executor_builder, guarded};
 use report::{Figure, NamedReport, NamedRun, Target};

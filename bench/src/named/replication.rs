@@ -33,10 +33,10 @@ use super::failover::{
 };
 use super::report::{Figure, NamedRun, Target};
 use super::{Bench, BenchError};
-use crate::broker::BrokerProcess;
 use crate::log::json::JsonObject;
 use crate::workload::options::WorkloadOptions;
 use crate::workload::report::WorkloadReport;
+use brook_launch::BrokerProcess;
 use brook_shards::client::cluster::topic_name;
 use brook_shards::client::records::BatchBuilder;
 use brook_shards::client::{ClientError, Cluster};

@@ -307,7 +307,7 @@ static PORT_RANGES_TAKEN: AtomicU32 = AtomicU32::new(0);
 /// base + 100.., base + 200..) are all free now: one of 200 candidates in
 /// 10000..32000 spread by this process's id and the calls before, below
 /// the kernel's ephemeral ports (which outgoing connections take; see
-/// `brook_bench::broker::free_port`).
+/// `brook_launch::free_port`).
 fn free_port_range(nodes: u16) -> u16 {
     let pid = std::process::id();
     let taken = PORT_RANGES_TAKEN.fetch_add(1, Ordering::Relaxed);

@@ -583,7 +583,7 @@ impl Bench<'_> {
         what: &str,
         pids: &[u32],
     ) -> Result<ClientRun, BenchError> {
-        crate::broker::pin(&mut command, self.client_cpus());
+        brook_launch::pin(&mut command, self.client_cpus());
         run_client(command, what, pids)
     }
 

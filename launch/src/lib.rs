@@ -1,4 +1,4 @@
-//! A `brook serve` process started by the benchmark (or a test): on a free
+//! A `brook serve` process started by the benchmark or a test: on a free
 //! port of 127.0.0.1, in its own data directory, optionally pinned to CPUs;
 //! killed (as a crash) or stopped on demand, and killed when dropped. Also
 //! what the process costs: resident memory and CPU time from `/proc`.
@@ -11,7 +11,19 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::log::error::BenchError;
+/// Why a broker process could not be started (or restarted).
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("broker: {0}")]
+    Broker(String),
+}
 
 /// How long a broker may take to start (recovery of a large log included).
 const START_TIMEOUT: Duration = Duration::from_secs(300);
@@ -60,7 +72,7 @@ pub struct KafkaLaunch {
 impl KafkaLaunch {
     /// One node on two free ports, Kafka's start script's heap (1 GiB) and
     /// otherwise Kafka's defaults.
-    pub fn single(script: PathBuf) -> Result<KafkaLaunch, BenchError> {
+    pub fn single(script: PathBuf) -> Result<KafkaLaunch, LaunchError> {
         Ok(KafkaLaunch {
             script,
             port: free_port()?,
@@ -83,7 +95,7 @@ impl KafkaLaunch {
 /// the process binds it, which then fails to start. Below that range only
 /// another explicit choice takes it; the candidates are spread by process
 /// id and time so that concurrent test processes rarely try the same one.
-pub fn free_port() -> Result<u16, BenchError> {
+pub fn free_port() -> Result<u16, LaunchError> {
     use std::sync::Mutex;
     static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
@@ -112,7 +124,7 @@ pub fn free_port() -> Result<u16, BenchError> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .map(|address| address.port())
-        .map_err(|error| BenchError::Broker(format!("finding a free port: {error}")))?;
+        .map_err(|error| LaunchError::Broker(format!("finding a free port: {error}")))?;
     given.insert(port);
     Ok(port)
 }
@@ -152,7 +164,7 @@ const RESTART_PORT_WAIT: Duration = Duration::from_secs(20);
 
 impl BrokerProcess {
     /// Starts `binary serve` on a free port and waits until it listens.
-    pub fn start(launch: BrokerLaunch) -> Result<BrokerProcess, BenchError> {
+    pub fn start(launch: BrokerLaunch) -> Result<BrokerProcess, LaunchError> {
         let mut broker = BrokerProcess {
             launch,
             kafka: None,
@@ -178,7 +190,7 @@ impl BrokerProcess {
         kafka: KafkaLaunch,
         data_dir: PathBuf,
         cpus: Vec<usize>,
-    ) -> Result<BrokerProcess, BenchError> {
+    ) -> Result<BrokerProcess, LaunchError> {
         let mut broker = BrokerProcess {
             launch: BrokerLaunch {
                 binary: kafka.script.clone(),
@@ -204,7 +216,7 @@ impl BrokerProcess {
         self.kafka.is_some()
     }
 
-    fn launch_kafka(&mut self) -> Result<(), BenchError> {
+    fn launch_kafka(&mut self) -> Result<(), LaunchError> {
         let kafka = self.kafka.clone().expect("a Kafka launch");
         let data_dir = self.launch.data_dir.clone();
         std::fs::create_dir_all(&data_dir).map_err(io("creating", &data_dir))?;
@@ -255,7 +267,7 @@ impl BrokerProcess {
             let _ = child.kill();
             let _ = child.wait();
             let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-            return Err(BenchError::Broker(format!(
+            return Err(LaunchError::Broker(format!(
                 "Kafka did not start; its log:\n{log}"
             )));
         }
@@ -272,7 +284,7 @@ impl BrokerProcess {
         &self.launch.data_dir
     }
 
-    fn launch(&mut self, listen: &str) -> Result<(), BenchError> {
+    fn launch(&mut self, listen: &str) -> Result<(), LaunchError> {
         let data_dir = self.launch.data_dir.clone();
         std::fs::create_dir_all(&data_dir).map_err(io("creating", &data_dir))?;
         let log_path = self.log_path();
@@ -333,7 +345,7 @@ impl BrokerProcess {
             Err(waited) => {
                 let _ = child.kill();
                 let status = child.wait();
-                return Err(BenchError::Broker(self.not_started(
+                return Err(LaunchError::Broker(self.not_started(
                     waited,
                     status,
                     logged_before,
@@ -344,7 +356,7 @@ impl BrokerProcess {
         self.address = line
             .split_whitespace()
             .nth(3)
-            .ok_or_else(|| BenchError::Broker(format!("unexpected first line {line:?}")))?
+            .ok_or_else(|| LaunchError::Broker(format!("unexpected first line {line:?}")))?
             .to_owned();
         self.metrics_address = line
             .split_once("metrics on ")
@@ -422,7 +434,7 @@ impl BrokerProcess {
     /// a connection of another process on this machine may have been given
     /// it as its local port. A start refused for that is tried again, for
     /// a while, until that connection is gone.
-    pub fn restart(&mut self) -> Result<(), BenchError> {
+    pub fn restart(&mut self) -> Result<(), LaunchError> {
         let listen = self.address.clone();
         let deadline = std::time::Instant::now() + RESTART_PORT_WAIT;
         loop {
@@ -433,7 +445,7 @@ impl BrokerProcess {
                 self.launch(&listen)
             };
             match launched {
-                Err(BenchError::Broker(_))
+                Err(LaunchError::Broker(_))
                     if self
                         .log_since(logged_before)
                         .contains("Address already in use")
@@ -448,7 +460,7 @@ impl BrokerProcess {
 
     /// Starts the broker again on the same port and data directory at
     /// once, with no retry: what a supervisor does right after a crash.
-    pub fn restart_once(&mut self) -> Result<(), BenchError> {
+    pub fn restart_once(&mut self) -> Result<(), LaunchError> {
         if self.is_kafka() {
             return self.launch_kafka();
         }
@@ -525,7 +537,7 @@ impl BrokerProcess {
 
 /// Runs the child `command` starts (and what it execs) on `cpus` only
 /// (empty: anywhere).
-pub(crate) fn pin(command: &mut Command, cpus: Vec<usize>) {
+pub fn pin(command: &mut Command, cpus: Vec<usize>) {
     if cpus.is_empty() {
         return;
     }
@@ -551,6 +563,11 @@ impl Drop for BrokerProcess {
     }
 }
 
-fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> BenchError + 'a {
-    crate::log::error::io_error(op, path)
+/// `map_err` helper: `.map_err(io("opening", &path))`.
+fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> LaunchError + 'a {
+    move |source| LaunchError::Io {
+        op,
+        path: path.to_owned(),
+        source,
+    }
 }
