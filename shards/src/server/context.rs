@@ -48,6 +48,9 @@ pub struct ServerContext {
     /// Told (once or more) when the cluster image first shows this broker
     /// registered and unfenced.
     pub unfenced: flume::Sender<()>,
+    /// Set once the cluster image has shown this incarnation registered and
+    /// unfenced (it stays set if the broker is fenced later).
+    pub was_unfenced: std::sync::atomic::AtomicBool,
 }
 
 impl ServerContext {

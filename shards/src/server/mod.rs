@@ -252,6 +252,7 @@ pub fn run(options: ServerOptions, on_ready: impl FnOnce(Ready)) -> Result<(), S
         mesh: senders,
         metrics: broker_metrics.clone(),
         unfenced,
+        was_unfenced: std::sync::atomic::AtomicBool::new(false),
     });
     for unknown in &context.config.unknown {
         tracing::warn!(setting = %unknown, "ignoring unknown config");

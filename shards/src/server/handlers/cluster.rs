@@ -145,12 +145,29 @@ pub(crate) async fn client_image(
 }
 
 /// Waits, at most [`FIRST_VIEW_WAIT_MAX`], for a cluster node's first
-/// view of the cluster after its start: until then it knows only itself,
-/// and a client told of a one-broker cluster by a broker that restarted a
-/// moment ago would believe it.
+/// view of the cluster after its start to list it among the live brokers:
+/// before its view it knows only itself, and while its new registration is
+/// still fenced its view lists the other brokers only. A client told
+/// either by a broker that restarted a moment ago would believe it.
+/// (Kafka's broker processes no request before it is first unfenced. The
+/// registration of the run before, live until its session ends, counts:
+/// it names the same broker at the same address.) Once this run has been
+/// unfenced nothing waits, even if it is fenced later.
 async fn first_view(shard: &Shard) {
     let deadline = Instant::now() + FIRST_VIEW_WAIT_MAX;
-    while shard.cluster_view().is_none() && Instant::now() < deadline {
+    let local = brook_engine::types::BrokerId(shard.context.broker_id);
+    let ready = || {
+        let was_unfenced = &shard.context.was_unfenced;
+        shard.cluster_view().is_some_and(|view| {
+            was_unfenced.load(std::sync::atomic::Ordering::Acquire)
+                || view
+                    .image
+                    .brokers
+                    .get(&local)
+                    .is_some_and(|broker| !broker.fenced)
+        })
+    };
+    while !ready() && Instant::now() < deadline {
         glommio::timer::sleep(PENDING_TOPICS_POLL).await;
     }
 }

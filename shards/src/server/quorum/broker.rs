@@ -480,6 +480,10 @@ async fn publish(shard: &Rc<Shard>, state: &mut BrokerState) {
         .get(&state.settings.node)
         .is_some_and(|broker| !broker.fenced && Some(broker.epoch) == state.epoch);
     if registered {
-        let _ = shard.context.unfenced.try_send(());
+        let context = &shard.context;
+        context
+            .was_unfenced
+            .store(true, std::sync::atomic::Ordering::Release);
+        let _ = context.unfenced.try_send(());
     }
 }
