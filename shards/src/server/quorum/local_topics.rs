@@ -266,21 +266,22 @@ fn hold(
     if held.len() > topic.partitions.len() {
         topic.partitions.resize(held.len(), None);
     }
+    let partition = |index: usize| TopicPartition {
+        topic: name.to_owned(),
+        partition: PartitionId(index as i32),
+    };
     for (index, (owner, held)) in topic.partitions.iter_mut().zip(held).enumerate() {
-        let partition = TopicPartition {
-            topic: name.to_owned(),
-            partition: PartitionId(index as i32),
-        };
         match (*owner, *held) {
             (None, true) => {
                 let shard = place_partitions(1, &mut loads)[0];
                 *owner = Some(shard);
                 let opened = effects.open.entry(shard).or_default();
-                opened.push((partition, config.clone()));
+                opened.push((partition(index), config.clone()));
             }
             (Some(shard), false) => {
                 *owner = None;
-                effects.delete.entry(shard).or_default().push(partition);
+                let deleted = effects.delete.entry(shard).or_default();
+                deleted.push(partition(index));
             }
             _ => {}
         }
